@@ -1,0 +1,20 @@
+//! ioshare: a storage-QoS engine. Tenants share one device; policies (sans-I/O state
+//! machines) decide who is served; a deterministic simulator runs them against device
+//! models, and reports say what each tenant got.
+//!
+//! Layout follows the flow of a request: [`workload`] (frontends that make requests),
+//! [`policy`] (the scheduler), [`device`] (simulated devices), [`sim`] (the event loop),
+//! [`metrics`] and [`report`] (what tenants got), [`scenario`] (experiments as data).
+
+pub mod device;
+pub mod metrics;
+pub mod policy;
+pub mod report;
+pub mod scenario;
+pub mod sim;
+pub mod types;
+pub mod units;
+pub mod workload;
+
+/// The demo scenario shipped inside the binary.
+pub const DEMO_SCENARIO: &str = include_str!("../scenarios/demo.toml");

@@ -1,0 +1,184 @@
+//! The `ioshare` command line.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use ioshare::device::ssd::{self, Precondition, SsdDevice};
+use ioshare::device::DeviceModel;
+use ioshare::scenario::{PolicyChoice, Scenario};
+use ioshare::{policy, report, sim, workload};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "ioshare", version, about = "Storage QoS for tenants sharing one device: proportional share, SLOs, and the measurements to prove it.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario (TOML) in the deterministic simulator and compare its policies.
+    Sim {
+        /// Scenario file (see scenarios/ for examples).
+        scenario: PathBuf,
+        /// Write results.json, timeseries.csv and report.html into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Run only these policies (repeatable; default: the scenario's list).
+        #[arg(long = "policy", value_name = "P")]
+        policies: Vec<String>,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override the scenario's duration, seconds.
+        #[arg(long)]
+        duration: Option<f64>,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD, every policy)
+    /// and write its report.
+    Demo {
+        /// Where the report goes.
+        #[arg(long, default_value = "ioshare-demo")]
+        out: PathBuf,
+    },
+    /// List policies, SSD presets and workload stand-ins.
+    List,
+    /// Build and precondition an SSD model and report how long it took (aging speed).
+    Precondition {
+        /// SSD preset.
+        #[arg(long, default_value = "sata-840pro")]
+        preset: String,
+        /// Capacity in GiB (default: the preset's).
+        #[arg(long)]
+        capacity_gib: Option<f64>,
+        /// Random overwrites as multiples of the logical space.
+        #[arg(long, default_value_t = ssd::DEFAULT_AGING_PASSES)]
+        passes: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Sim {
+            scenario,
+            out,
+            policies,
+            seed,
+            duration,
+            quiet,
+        } => {
+            let mut s = Scenario::load(&scenario)?;
+            if let Some(seed) = seed {
+                s.seed = seed;
+            }
+            if let Some(d) = duration {
+                if !(d.is_finite() && d > 0.0) {
+                    bail!("--duration must be > 0");
+                }
+                s.duration = ioshare::types::secs_to_nanos(d);
+                if s.warmup >= s.duration {
+                    s.warmup = 0;
+                }
+            }
+            if !policies.is_empty() {
+                s.policies = policies
+                    .iter()
+                    .map(|p| {
+                        s.policies
+                            .iter()
+                            .find(|c| &c.label == p)
+                            .cloned()
+                            .unwrap_or_else(|| PolicyChoice::named(p))
+                    })
+                    .collect();
+                for p in &s.policies {
+                    policy::build(&p.name, p.params.clone(), &s.specs())?;
+                }
+            }
+            simulate(&s, out.as_deref(), !quiet)
+        }
+        Command::Demo { out } => {
+            let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "built-in demo scenario", "demo")?;
+            s.policies = policy::names().into_iter().map(PolicyChoice::named).collect();
+            simulate(&s, Some(&out), true)
+        }
+        Command::List => {
+            println!("policies:");
+            for p in policy::registry() {
+                println!("  {:<10} {}", p.name, p.summary);
+            }
+            println!("ssd presets:");
+            for p in ssd::presets() {
+                println!("  {:<12} {}", p.name, p.description);
+            }
+            println!("workload stand-ins (synthetic: published mix and mean size, not the traces):");
+            for w in workload::standins::STANDINS {
+                println!("  {:<12} {}", w.name, w.source);
+            }
+            Ok(())
+        }
+        Command::Precondition {
+            preset,
+            capacity_gib,
+            passes,
+            seed,
+        } => {
+            let p = ssd::preset(&preset).with_context(|| format!("unknown preset '{preset}'"))?;
+            let mut params = p.params;
+            if let Some(c) = capacity_gib {
+                params.capacity_gib = c;
+            }
+            let t = Instant::now();
+            let mut d = SsdDevice::new(params);
+            let built = t.elapsed();
+            d.precondition(Precondition::Aged, passes, seed);
+            let aged = t.elapsed();
+            let g = d.ftl().geometry();
+            println!(
+                "{preset}: {:.1} GiB, {} dies × {} blocks × {} pages; allocated in {:.2} s, aged ({} passes) in {:.2} s",
+                d.capacity_bytes() as f64 / (1u64 << 30) as f64,
+                g.dies,
+                g.blocks_per_die,
+                g.pages_per_block,
+                built.as_secs_f64(),
+                passes,
+                aged.as_secs_f64()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn simulate(s: &Scenario, out: Option<&Path>, progress: bool) -> Result<()> {
+    let show = progress && std::io::stderr().is_terminal();
+    if show && matches!(s.device, ioshare::scenario::DeviceSpec::Ssd { precondition: Precondition::Aged, .. }) {
+        eprintln!("preconditioning the device (aging)...");
+    }
+    let result = sim::run_scenario(s, show)?;
+    print!("{}", report::table(&result));
+    if let Some(dir) = out {
+        report::write_all(&result, dir)?;
+        println!(
+            "wrote {}, {} and {}",
+            dir.join("results.json").display(),
+            dir.join("timeseries.csv").display(),
+            dir.join("report.html").display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,431 @@
+//! What each tenant got, measured from completions: bytes, IOPS, bandwidth per interval,
+//! latency histograms, SLO satisfaction; and the run-level fairness figures (share
+//! error, ratio error, Jain's index) computed over the tenants that were backlogged.
+
+use crate::device::DeviceStats;
+use crate::types::{Completion, Nanos, TenantSpec, nanos_to_secs};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// A tenant counts as backlogged when it had I/O outstanding for at least this fraction
+/// of the measured time; only backlogged tenants enter the fairness figures.
+pub const BACKLOG_FRACTION: f64 = 0.5;
+
+/// Highest latency the histograms track exactly (1 hour); longer ones are clamped.
+const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
+
+/// Latency summary in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LatencySummary {
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl LatencySummary {
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            mean: h.mean() / 1000.0,
+            p50: us(h.value_at_quantile(0.5)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+        }
+    }
+}
+
+/// One tenant's results in a run (the `tenants` entries of results.json).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TenantResult {
+    pub name: String,
+    pub weight: f64,
+    pub workload: String,
+    pub bytes: u64,
+    pub ios: u64,
+    pub iops: f64,
+    pub bandwidth_bytes_per_s: f64,
+    /// Fraction of the total bandwidth this tenant got.
+    pub share: f64,
+    /// w / Σw over the backlogged tenants; 0 for a tenant that was not backlogged.
+    pub ideal_share: f64,
+    pub backlogged: bool,
+    pub latency_us: LatencySummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_satisfaction: Option<f64>,
+    /// Requests refused because the tenant's queue was full.
+    pub rejected: u64,
+}
+
+/// Simulator bookkeeping for a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SimStats {
+    /// Requests completed, warm-up included.
+    pub requests: u64,
+    pub wall_seconds: f64,
+}
+
+/// One policy's run (an entry of results.json's `runs`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunResult {
+    pub policy: String,
+    pub total_bandwidth_bytes_per_s: f64,
+    pub share_error: f64,
+    pub ratio_error: f64,
+    pub jain: f64,
+    pub tenants: Vec<TenantResult>,
+    pub device: DeviceStats,
+    pub sim: SimStats,
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub policy_stats: serde_json::Value,
+    /// Per tenant, bytes completed in each interval (for timeseries.csv and plots).
+    #[serde(skip)]
+    pub timeseries: Timeseries,
+}
+
+/// Bytes and IOs per tenant per interval, plus summed latency for the interval mean.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeseries {
+    pub interval: Nanos,
+    /// Start of the first interval (end of warm-up).
+    pub start: Nanos,
+    pub bytes: Vec<Vec<u64>>,
+    pub ios: Vec<Vec<u64>>,
+    pub latency_sum_ns: Vec<Vec<u64>>,
+}
+
+/// Mean over backlogged tenants of |s − s*| / s*, with s the tenant's share of the
+/// backlogged tenants' bandwidth and s* = w / Σw over them. 0 with fewer than one.
+pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f64 {
+    let idx: Vec<usize> = (0..bandwidth.len()).filter(|&i| backlogged[i]).collect();
+    let total_bw: f64 = idx.iter().map(|&i| bandwidth[i]).sum();
+    let total_w: f64 = idx.iter().map(|&i| weights[i]).sum();
+    if idx.is_empty() || total_w <= 0.0 {
+        return 0.0;
+    }
+    if total_bw <= 0.0 {
+        return 1.0;
+    }
+    let sum: f64 = idx
+        .iter()
+        .map(|&i| {
+            let s = bandwidth[i] / total_bw;
+            let ideal = weights[i] / total_w;
+            (s - ideal).abs() / ideal
+        })
+        .sum();
+    sum / idx.len() as f64
+}
+
+/// The MCFQ paper's view: with the smallest-weight backlogged tenant as reference
+/// (TVM), mean over the others of |(BW_i / BW_TVM) − w_i / w_TVM| / (w_i / w_TVM).
+/// Infinite when the reference moved nothing; 0 with fewer than two tenants.
+pub fn ratio_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f64 {
+    let idx: Vec<usize> = (0..bandwidth.len()).filter(|&i| backlogged[i]).collect();
+    let Some(&tvm) = idx
+        .iter()
+        .min_by(|&&a, &&b| weights[a].total_cmp(&weights[b]).then(a.cmp(&b)))
+    else {
+        return 0.0;
+    };
+    let others: Vec<usize> = idx.into_iter().filter(|&i| i != tvm).collect();
+    if others.is_empty() {
+        return 0.0;
+    }
+    if bandwidth[tvm] <= 0.0 {
+        return f64::INFINITY;
+    }
+    let sum: f64 = others
+        .iter()
+        .map(|&i| {
+            let ideal = weights[i] / weights[tvm];
+            ((bandwidth[i] / bandwidth[tvm]) - ideal).abs() / ideal
+        })
+        .sum();
+    sum / others.len() as f64
+}
+
+/// Jain's fairness index of the weight-normalised bandwidths x_i = BW_i / w_i over
+/// backlogged tenants: (Σx)² / (n Σx²). 1 is perfectly proportional.
+pub fn jain(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f64 {
+    let xs: Vec<f64> = (0..bandwidth.len())
+        .filter(|&i| backlogged[i])
+        .map(|i| bandwidth[i] / weights[i])
+        .collect();
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || sq <= 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * sq)
+}
+
+#[derive(Debug, Clone)]
+struct TenantMeter {
+    bytes: u64,
+    ios: u64,
+    hist: Histogram<u64>,
+    slo_rt: Option<Nanos>,
+    slo_met: u64,
+    outstanding: u32,
+    busy_since: Nanos,
+    busy_ns: Nanos,
+    rejected: u64,
+}
+
+/// Collects completions during a run; [`Recorder::finish`] turns them into results.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    start: Nanos,
+    end: Nanos,
+    series: Timeseries,
+    tenants: Vec<TenantMeter>,
+    completed: u64,
+}
+
+impl Recorder {
+    /// Measures completions in `[start, end)`, binned every `interval`.
+    pub fn new(tenants: &[TenantSpec], start: Nanos, end: Nanos, interval: Nanos) -> Self {
+        let interval = interval.max(1);
+        let bins = (end.saturating_sub(start)).div_ceil(interval) as usize;
+        let n = tenants.len();
+        Recorder {
+            start,
+            end,
+            series: Timeseries {
+                interval,
+                start,
+                bytes: vec![vec![0; bins]; n],
+                ios: vec![vec![0; bins]; n],
+                latency_sum_ns: vec![vec![0; bins]; n],
+            },
+            tenants: tenants
+                .iter()
+                .map(|t| TenantMeter {
+                    bytes: 0,
+                    ios: 0,
+                    hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("valid histogram bounds"),
+                    slo_rt: t.slo.map(|s| s.rt_nanos()),
+                    slo_met: 0,
+                    outstanding: 0,
+                    busy_since: 0,
+                    busy_ns: 0,
+                    rejected: 0,
+                })
+                .collect(),
+            completed: 0,
+        }
+    }
+
+    /// A request entered the engine (for backlog accounting).
+    #[inline]
+    pub fn arrived(&mut self, tenant: u32, now: Nanos) {
+        let t = &mut self.tenants[tenant as usize];
+        if t.outstanding == 0 {
+            t.busy_since = now.max(self.start);
+        }
+        t.outstanding += 1;
+    }
+
+    /// A request was refused (queue full).
+    pub fn rejected(&mut self, tenant: u32) {
+        self.tenants[tenant as usize].rejected += 1;
+    }
+
+    /// A request completed.
+    #[inline]
+    pub fn completed(&mut self, c: &Completion) {
+        self.completed += 1;
+        let (start, end) = (self.start, self.end);
+        let t = &mut self.tenants[c.request.tenant as usize];
+        t.outstanding -= 1;
+        if t.outstanding == 0 {
+            let until = c.finish.min(end);
+            t.busy_ns += until.saturating_sub(t.busy_since);
+        }
+        if c.finish < start || c.finish >= end {
+            return;
+        }
+        let bytes = c.request.len as u64;
+        let lat = c.latency();
+        t.bytes += bytes;
+        t.ios += 1;
+        t.hist.saturating_record(lat.max(1));
+        if let Some(rt) = t.slo_rt {
+            t.slo_met += (lat <= rt) as u64;
+        }
+        let bin = ((c.finish - start) / self.series.interval) as usize;
+        let tid = c.request.tenant as usize;
+        self.series.bytes[tid][bin] += bytes;
+        self.series.ios[tid][bin] += 1;
+        self.series.latency_sum_ns[tid][bin] += lat;
+    }
+
+    /// Requests completed so far (warm-up included).
+    pub fn completed_count(&self) -> u64 {
+        self.completed
+    }
+
+    /// Summarises the run.
+    pub fn finish(
+        mut self,
+        policy: &str,
+        tenants: &[TenantSpec],
+        workloads: &[String],
+        device: DeviceStats,
+        sim: SimStats,
+        policy_stats: serde_json::Value,
+    ) -> RunResult {
+        let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
+        let end = self.end;
+        for t in &mut self.tenants {
+            if t.outstanding > 0 {
+                t.busy_ns += end.saturating_sub(t.busy_since);
+            }
+        }
+        let window = self.end.saturating_sub(self.start) as f64;
+        let bw: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64 / secs).collect();
+        let weights: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
+        let backlogged: Vec<bool> = self
+            .tenants
+            .iter()
+            .map(|t| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window)
+            .collect();
+        let total_bw: f64 = bw.iter().sum();
+        let backlogged_w: f64 = (0..tenants.len()).filter(|&i| backlogged[i]).map(|i| weights[i]).sum();
+        let results = self
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TenantResult {
+                name: tenants[i].name.clone(),
+                weight: weights[i],
+                workload: workloads.get(i).cloned().unwrap_or_default(),
+                bytes: t.bytes,
+                ios: t.ios,
+                iops: t.ios as f64 / secs,
+                bandwidth_bytes_per_s: bw[i],
+                share: if total_bw > 0.0 { bw[i] / total_bw } else { 0.0 },
+                ideal_share: if backlogged[i] { weights[i] / backlogged_w } else { 0.0 },
+                backlogged: backlogged[i],
+                latency_us: LatencySummary::from_histogram(&t.hist),
+                slo_satisfaction: t
+                    .slo_rt
+                    .map(|_| if t.ios == 0 { 1.0 } else { t.slo_met as f64 / t.ios as f64 }),
+                rejected: t.rejected,
+            })
+            .collect();
+        RunResult {
+            policy: policy.to_string(),
+            total_bandwidth_bytes_per_s: total_bw,
+            share_error: share_error(&bw, &weights, &backlogged),
+            ratio_error: ratio_error(&bw, &weights, &backlogged),
+            jain: jain(&bw, &weights, &backlogged),
+            tenants: results,
+            device,
+            sim: SimStats {
+                requests: self.completed,
+                ..sim
+            },
+            policy_stats,
+            timeseries: self.series,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Op, Request, Slo};
+
+    const ALL: [bool; 4] = [true; 4];
+
+    #[test]
+    fn share_error_hand_computed() {
+        // Weights 10:7:4:1 (Σ 22); measured 100:70:40:10 MB/s (Σ 220).
+        // Ideal shares 10/22, 7/22, 4/22, 1/22; measured the same except the last:
+        // 10/220 = 1/22 as well → error 0.
+        let w = [10.0, 7.0, 4.0, 1.0];
+        assert!(share_error(&[100.0, 70.0, 40.0, 10.0], &w, &ALL).abs() < 1e-12);
+        // Two tenants, weights 1:1, bandwidth 3:1 → shares .75/.25 vs .5/.5:
+        // errors .5 and .5 → mean .5.
+        assert!((share_error(&[3.0, 1.0], &[1.0, 1.0], &[true, true]) - 0.5).abs() < 1e-12);
+        // A tenant not backlogged is ignored: its bandwidth and weight leave the sums.
+        let e = share_error(&[3.0, 1.0, 50.0], &[1.0, 1.0, 5.0], &[true, true, false]);
+        assert!((e - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ratio_error_hand_computed() {
+        // Weights 10:1, measured 5:1 (the paper's example): |5 − 10| / 10 = 0.5.
+        assert!((ratio_error(&[5.0, 1.0], &[10.0, 1.0], &[true, true]) - 0.5).abs() < 1e-12);
+        // Table 1, BW = 10: 10.3 : 7.6 : 4.4 : 1 vs 10 : 7 : 4 : 1.
+        // (0.3/10 + 0.6/7 + 0.4/4) / 3 = (0.03 + 0.0857142857 + 0.1) / 3.
+        let e = ratio_error(&[10.3, 7.6, 4.4, 1.0], &[10.0, 7.0, 4.0, 1.0], &ALL);
+        assert!((e - (0.03 + 0.6 / 7.0 + 0.1) / 3.0).abs() < 1e-12, "{e}");
+        assert_eq!(ratio_error(&[1.0, 0.0], &[2.0, 1.0], &[true, true]), f64::INFINITY);
+        assert_eq!(ratio_error(&[1.0], &[2.0], &[true]), 0.0);
+    }
+
+    #[test]
+    fn jain_hand_computed() {
+        assert!((jain(&[10.0, 7.0], &[10.0, 7.0], &[true, true]) - 1.0).abs() < 1e-12);
+        // x = (2, 1, 1): (4)^2 / (3 · 6) = 16/18.
+        let j = jain(&[2.0, 1.0, 1.0], &[1.0, 1.0, 1.0], &[true; 3]);
+        assert!((j - 16.0 / 18.0).abs() < 1e-12);
+    }
+
+    fn done(tenant: u32, len: u32, arrival: Nanos, finish: Nanos) -> Completion {
+        Completion {
+            request: Request {
+                id: 0,
+                tenant,
+                op: Op::Read,
+                offset: 0,
+                len,
+                arrival,
+            },
+            start: arrival,
+            finish,
+        }
+    }
+
+    #[test]
+    fn recorder_bins_counts_and_slo() {
+        let mut a = TenantSpec::weighted("a", 2.0);
+        a.slo = Some(Slo {
+            iops: 100.0,
+            size: 4096,
+            rt_us: 1000,
+        });
+        let b = TenantSpec::weighted("b", 1.0);
+        let specs = [a, b];
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, 0, 2 * s, s);
+        for (t, arr, fin) in [(0, 0, 500_000), (0, 10, 2_000_010), (1, 0, s + 5)] {
+            r.arrived(t, arr);
+            r.completed(&done(t, 4096, arr, fin));
+        }
+        // Completion after the end is not measured.
+        r.arrived(1, s + 10);
+        r.completed(&done(1, 4096, s + 10, 3 * s));
+        let res = r.finish("none", &specs, &[], DeviceStats::default(), SimStats::default(), serde_json::Value::Null);
+        assert_eq!(res.sim.requests, 4);
+        assert_eq!(res.tenants[0].bytes, 8192);
+        assert_eq!(res.tenants[1].bytes, 4096);
+        assert_eq!(res.timeseries.bytes[0], vec![8192, 0]);
+        assert_eq!(res.timeseries.bytes[1], vec![0, 4096]);
+        assert_eq!(res.tenants[0].slo_satisfaction, Some(0.5));
+        assert_eq!(res.tenants[1].slo_satisfaction, None);
+        assert!((res.tenants[0].bandwidth_bytes_per_s - 4096.0).abs() < 1e-9);
+        // Tenant a was busy 2 ms of 2 s: not backlogged; b was busy to the end.
+        assert!(!res.tenants[0].backlogged);
+        assert!(res.tenants[1].backlogged);
+        assert_eq!(res.tenants[1].ideal_share, 1.0);
+    }
+}

@@ -1,0 +1,189 @@
+//! Schedulers as sans-I/O state machines, and the registry that finds them by name.
+//!
+//! A policy is handed requests, completions and the current time and answers what to
+//! dispatch next. It never reads a clock, spawns a thread or does I/O, so the same object
+//! runs in the simulator (virtual time) and in the live server (wall time).
+
+mod none;
+
+pub use none::Fifo;
+
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+use std::collections::BTreeSet;
+
+/// The policy's answer to "what should the device do now?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Send this request to the device now.
+    Request(Request),
+    /// Nothing now; ask again at this time (for example when a bucket refills).
+    Wait(Nanos),
+    /// Nothing until a new request arrives or a request completes.
+    Idle,
+}
+
+/// A scheduler. See the module docs for the contract.
+pub trait Policy: Send {
+    /// Registry name of the policy (`none`, `cfq`, ...).
+    fn name(&self) -> &'static str;
+
+    /// A new request from a tenant.
+    fn enqueue(&mut self, request: Request, now: Nanos);
+
+    /// The next request to send to the device, or when to ask again. The caller asks
+    /// only while the device has a free slot.
+    fn dispatch(&mut self, now: Nanos) -> Dispatch;
+
+    /// A dispatched request finished.
+    fn complete(&mut self, completion: &Completion, now: Nanos);
+
+    /// When the policy next wants [`Policy::on_timer`] called even if nothing happens
+    /// (periodic ticks, refills). `None` when it has no timer.
+    fn next_timer(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Called at (or after) the time answered by [`Policy::next_timer`].
+    fn on_timer(&mut self, _now: Nanos) {}
+
+    /// A tenant's weight, SLO, reservation or limit changed while running. The policy
+    /// applies it from its next period/slice.
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos);
+
+    /// Requests held by the policy (not yet dispatched), over all tenants.
+    fn queued(&self) -> usize;
+
+    /// Policy-specific state and counters for reports (keep/new queue counts, credits,
+    /// switch states). `Null` when there is nothing to tell.
+    fn stats(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// Error building a policy from its configuration.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PolicyError {
+    #[error("unknown policy '{name}' (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("policy '{policy}': unknown parameter '{param}'")]
+    UnknownParam { policy: String, param: String },
+    #[error("policy '{policy}': parameter '{param}': {problem}")]
+    BadParam {
+        policy: String,
+        param: String,
+        problem: String,
+    },
+}
+
+/// Parameters given to a policy in a scenario or server config. Every key must be read
+/// by the policy's constructor; [`PolicyParams::finish`] reports the ones left over, so a
+/// misspelt parameter is an error instead of a silent default.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyParams {
+    policy: String,
+    table: toml::Table,
+    used: BTreeSet<String>,
+}
+
+impl PolicyParams {
+    pub fn new(policy: &str, table: toml::Table) -> Self {
+        PolicyParams {
+            policy: policy.to_string(),
+            table,
+            used: BTreeSet::new(),
+        }
+    }
+
+    fn bad(&self, param: &str, problem: impl Into<String>) -> PolicyError {
+        PolicyError::BadParam {
+            policy: self.policy.clone(),
+            param: param.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    /// A non-negative number, or `default` when absent.
+    pub fn f64_or(&mut self, key: &str, default: f64) -> Result<f64, PolicyError> {
+        self.used.insert(key.to_string());
+        match self.table.get(key) {
+            None => Ok(default),
+            Some(toml::Value::Float(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
+            Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as f64),
+            Some(other) => Err(self.bad(key, format!("expected a non-negative number, got {other}"))),
+        }
+    }
+
+    /// A non-negative integer, or `default` when absent.
+    pub fn u64_or(&mut self, key: &str, default: u64) -> Result<u64, PolicyError> {
+        self.used.insert(key.to_string());
+        match self.table.get(key) {
+            None => Ok(default),
+            Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as u64),
+            Some(other) => Err(self.bad(key, format!("expected a non-negative integer, got {other}"))),
+        }
+    }
+
+    /// A boolean, or `default` when absent.
+    pub fn bool_or(&mut self, key: &str, default: bool) -> Result<bool, PolicyError> {
+        self.used.insert(key.to_string());
+        match self.table.get(key) {
+            None => Ok(default),
+            Some(toml::Value::Boolean(v)) => Ok(*v),
+            Some(other) => Err(self.bad(key, format!("expected true or false, got {other}"))),
+        }
+    }
+
+    /// Fails on any key the constructor did not read.
+    pub fn finish(self) -> Result<(), PolicyError> {
+        match self.table.keys().find(|k| !self.used.contains(*k)) {
+            Some(k) => Err(PolicyError::UnknownParam {
+                policy: self.policy,
+                param: k.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Builds a policy for the given tenants from its parameters.
+pub type PolicyBuilder = fn(&mut PolicyParams, &[TenantSpec]) -> Result<Box<dyn Policy>, PolicyError>;
+
+/// One registered policy.
+pub struct PolicyInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub build: PolicyBuilder,
+}
+
+/// Every policy ioshare knows, in the order reports list them.
+pub fn registry() -> &'static [PolicyInfo] {
+    &[PolicyInfo {
+        name: "none",
+        summary: "FIFO across tenants, no control (the baseline)",
+        build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
+    }]
+}
+
+/// Names of all registered policies.
+pub fn names() -> Vec<&'static str> {
+    registry().iter().map(|p| p.name).collect()
+}
+
+/// Finds a policy by name and builds it; unknown names and parameters are errors.
+pub fn build(
+    name: &str,
+    params: toml::Table,
+    tenants: &[TenantSpec],
+) -> Result<Box<dyn Policy>, PolicyError> {
+    let info = registry()
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| PolicyError::Unknown {
+            name: name.to_string(),
+            known: names().join(", "),
+        })?;
+    let mut params = PolicyParams::new(name, params);
+    let policy = (info.build)(&mut params, tenants)?;
+    params.finish()?;
+    Ok(policy)
+}

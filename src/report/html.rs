@@ -1,0 +1,207 @@
+//! `report.html`: one self-contained page (inline SVG, no scripts, no external files).
+
+use crate::metrics::RunResult;
+use crate::sim::ScenarioResult;
+use crate::types::nanos_to_secs;
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Bandwidth of each tenant per interval for one run.
+fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 300)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let ts = &run.timeseries;
+        let secs = nanos_to_secs(ts.interval);
+        let start = nanos_to_secs(ts.start);
+        let bins = ts.bytes.first().map_or(0, |b| b.len());
+        let end = start + bins as f64 * secs;
+        let max = ts
+            .bytes
+            .iter()
+            .flatten()
+            .map(|&b| b as f64 / secs / 1e6)
+            .fold(0.0, f64::max)
+            .max(1e-3);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{}: bandwidth per tenant", run.policy), ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(56)
+            .build_cartesian_2d(start..end.max(start + secs), 0.0..max * 1.1)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("MB/s")
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        for (i, t) in run.tenants.iter().enumerate() {
+            let c = color(i);
+            let points = ts.bytes[i]
+                .iter()
+                .enumerate()
+                .map(|(b, &bytes)| (start + (b as f64 + 0.5) * secs, bytes as f64 / secs / 1e6));
+            chart
+                .draw_series(LineSeries::new(points, c.stroke_width(2)))?
+                .label(format!("{} (w={})", t.name, t.weight))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Measured vs ideal share per tenant, grouped by policy.
+fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Error>> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 320)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let n_tenants = result.runs.first().map_or(0, |r| r.tenants.len());
+        let groups = result.runs.len();
+        let width = (n_tenants + 1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("measured share (bars) vs ideal share (black ticks)", ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), 0.0..1.0)?;
+        let labels: Vec<String> = result.runs.iter().map(|r| r.policy.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(groups.max(1) * 2 + 1)
+            .x_label_formatter(&|x| {
+                let g = (x / width).floor();
+                let centre = g * width + width / 2.0;
+                if (x - centre).abs() < 0.3 {
+                    labels.get(g as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("share")
+            .draw()?;
+        for (g, run) in result.runs.iter().enumerate() {
+            for (i, t) in run.tenants.iter().enumerate() {
+                let x0 = g as f64 * width + 0.5 + i as f64;
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x0 + 0.9, t.share)],
+                    color(i).filled(),
+                )))?;
+                if t.backlogged {
+                    chart.draw_series(std::iter::once(PathElement::new(
+                        vec![(x0, t.ideal_share), (x0 + 0.9, t.ideal_share)],
+                        BLACK.stroke_width(2),
+                    )))?;
+                }
+            }
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+fn policy_section(out: &mut String, run: &RunResult) -> PlotResult {
+    let _ = writeln!(out, "<h2>{}</h2>", escape(&run.policy));
+    let _ = writeln!(
+        out,
+        "<p>total {:.1} MB/s · share error {:.2}% · ratio error {:.2}% · Jain {:.3} · write amplification {:.2} · GC runs {} · pages moved {}</p>",
+        run.total_bandwidth_bytes_per_s / 1e6,
+        run.share_error * 100.0,
+        run.ratio_error * 100.0,
+        run.jain,
+        run.device.write_amplification,
+        run.device.gc_runs,
+        run.device.pages_moved
+    );
+    out.push_str("<table><tr><th>tenant</th><th>weight</th><th>workload</th><th>MB/s</th><th>IOPS</th><th>share</th><th>ideal</th><th>mean µs</th><th>p50 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>SLO</th></tr>\n");
+    for t in &run.tenants {
+        let l = t.latency_us;
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}%</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
+            escape(&t.name),
+            t.weight,
+            escape(&t.workload),
+            t.bandwidth_bytes_per_s / 1e6,
+            t.iops,
+            t.share * 100.0,
+            if t.backlogged { format!("{:.1}%", t.ideal_share * 100.0) } else { "not backlogged".into() },
+            l.mean,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max,
+            t.slo_satisfaction.map_or("-".into(), |s| format!("{:.2}%", s * 100.0)),
+        );
+    }
+    out.push_str("</table>\n");
+    out.push_str(&bandwidth_plot(run)?);
+    out.push('\n');
+    Ok(())
+}
+
+/// Renders the whole report as one HTML string.
+pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Error>> {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare: {}</title>\n<style>body{{font-family:sans-serif;max-width:800px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:13px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style></head><body>\n",
+        escape(&result.scenario)
+    );
+    let _ = writeln!(out, "<h1>ioshare report: {}</h1>", escape(&result.scenario));
+    if !result.description.is_empty() {
+        let _ = writeln!(out, "<p>{}</p>", escape(&result.description));
+    }
+    let _ = writeln!(
+        out,
+        "<p>device: {} · duration {:.0} s · seed {} · policies: {}</p>",
+        escape(&result.device),
+        result.duration_s,
+        result.seed,
+        escape(&result.runs.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>().join(", "))
+    );
+    out.push_str(&share_plot(result)?);
+    out.push('\n');
+    for run in &result.runs {
+        policy_section(&mut out, run)?;
+    }
+    out.push_str("<p><small>Workloads marked \"synthetic stand-in\" are generators with the published read/write mix and mean request size of the named workload, not the original traces.</small></p>\n</body></html>\n");
+    Ok(out)
+}
+
+/// Writes `report.html`.
+pub fn write_html(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
+    let html = render(result).map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
+    std::fs::write(path, html).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,137 @@
+//! Turning results into things people read: a terminal table, `results.json`,
+//! `timeseries.csv`, and a self-contained `report.html` with SVG plots.
+
+mod html;
+
+pub use html::write_html;
+
+use crate::sim::ScenarioResult;
+use crate::types::nanos_to_secs;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+fn mb(bytes_per_s: f64) -> f64 {
+    bytes_per_s / 1e6
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() { format!("{:.1}%", x * 100.0) } else { "inf".into() }
+}
+
+/// The comparison table: one row per policy × tenant and a summary row per policy.
+pub fn table(result: &ScenarioResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "scenario {} (seed {}), {:.0} s, {}",
+        result.scenario, result.seed, result.duration_s, result.device
+    );
+    let none_total = result
+        .runs
+        .iter()
+        .find(|r| r.policy == "none")
+        .map(|r| r.total_bandwidth_bytes_per_s);
+    let _ = writeln!(
+        out,
+        "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  {}",
+        "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50 µs", "p99 µs", "SLO / workload"
+    );
+    for run in &result.runs {
+        for t in &run.tenants {
+            let extra = match t.slo_satisfaction {
+                Some(s) => format!("SLO {} | {}", pct(s), t.workload),
+                None => t.workload.clone(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9.0} {:>9.0}  {}",
+                run.policy,
+                t.name,
+                t.weight,
+                mb(t.bandwidth_bytes_per_s),
+                t.iops,
+                pct(t.share),
+                if t.backlogged { pct(t.ideal_share) } else { "-".into() },
+                t.latency_us.p50,
+                t.latency_us.p99,
+                extra
+            );
+        }
+        let rel = none_total
+            .filter(|&n| n > 0.0)
+            .map(|n| format!(" ({:.2}x none)", run.total_bandwidth_bytes_per_s / n))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<12} {:<10} total {:.1} MB/s{rel}, share error {}, ratio error {}, Jain {:.3}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
+            run.policy,
+            "= summary",
+            mb(run.total_bandwidth_bytes_per_s),
+            pct(run.share_error),
+            pct(run.ratio_error),
+            run.jain,
+            run.device.write_amplification,
+            run.device.gc_runs,
+            run.sim.requests,
+            run.sim.wall_seconds,
+        );
+    }
+    out
+}
+
+/// Writes `results.json`, `timeseries.csv` and `report.html` into `dir`.
+pub fn write_all(result: &ScenarioResult, dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let json = serde_json::to_string_pretty(result)?;
+    std::fs::write(dir.join("results.json"), json + "\n")
+        .with_context(|| format!("cannot write {}", dir.join("results.json").display()))?;
+    write_timeseries(result, &dir.join("timeseries.csv"))?;
+    write_html(result, &dir.join("report.html"))?;
+    Ok(())
+}
+
+/// One row per policy × tenant × interval.
+pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
+    w.write_record([
+        "policy",
+        "tenant",
+        "interval_start_s",
+        "bytes",
+        "bandwidth_bytes_per_s",
+        "iops",
+        "mean_latency_us",
+    ])?;
+    for run in &result.runs {
+        let ts = &run.timeseries;
+        let secs = nanos_to_secs(ts.interval);
+        for (i, t) in run.tenants.iter().enumerate() {
+            for (bin, &bytes) in ts.bytes[i].iter().enumerate() {
+                let ios = ts.ios[i][bin];
+                let start = nanos_to_secs(ts.start + bin as u64 * ts.interval);
+                let mean_lat = if ios > 0 {
+                    ts.latency_sum_ns[i][bin] as f64 / ios as f64 / 1000.0
+                } else {
+                    0.0
+                };
+                w.write_record([
+                    run.policy.clone(),
+                    t.name.clone(),
+                    format!("{start}"),
+                    bytes.to_string(),
+                    format!("{:.1}", bytes as f64 / secs),
+                    format!("{:.1}", ios as f64 / secs),
+                    format!("{mean_lat:.1}"),
+                ])?;
+            }
+        }
+    }
+    w.flush()?;
+    let mut inner = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    inner.flush()?;
+    Ok(())
+}

@@ -1,0 +1,504 @@
+//! Scenarios: an experiment as a TOML file (device, tenants with weights/SLOs and
+//! workloads, policies to compare, duration, seed). Loading validates everything and
+//! names the file, the field and the problem.
+
+use crate::device::fixed::{FixedDevice, FixedParams};
+use crate::device::ssd::{self, DEFAULT_AGING_PASSES, Precondition, SsdDevice, SsdParams};
+use crate::device::DeviceModel;
+use crate::policy;
+use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
+use crate::units::{ByteSize, format_bytes};
+use crate::workload::{Workload, WorkloadConfig};
+use serde::Deserialize;
+use std::path::Path;
+
+/// A scenario that could not be loaded: where and what.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {problem}")]
+pub struct ScenarioError {
+    pub source_name: String,
+    pub problem: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: Option<String>,
+    description: Option<String>,
+    seed: Option<u64>,
+    duration_s: f64,
+    warmup_s: Option<f64>,
+    interval_s: Option<f64>,
+    queue_depth: Option<u32>,
+    /// Give tenants without an explicit region equal consecutive partitions.
+    partition: Option<bool>,
+    policies: Option<Vec<PolicyEntry>>,
+    device: DeviceFile,
+    #[serde(default)]
+    tenant: Vec<TenantFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PolicyEntry {
+    Name(String),
+    Table(toml::Table),
+}
+
+#[derive(Debug, Deserialize)]
+struct DeviceFile {
+    model: String,
+    preset: Option<String>,
+    precondition: Option<Precondition>,
+    aging_passes: Option<f64>,
+    #[serde(flatten)]
+    overrides: toml::Table,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantFile {
+    name: String,
+    weight: Option<f64>,
+    slo: Option<Slo>,
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
+    offset: Option<ByteSize>,
+    size: Option<ByteSize>,
+    workload: WorkloadConfig,
+}
+
+/// The device of a scenario, ready to build.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceSpec {
+    Fixed(FixedParams),
+    Ssd {
+        preset: Option<String>,
+        params: SsdParams,
+        precondition: Precondition,
+        aging_passes: f64,
+    },
+}
+
+impl DeviceSpec {
+    /// Logical capacity in bytes (without building the device).
+    pub fn capacity_bytes(&self) -> u64 {
+        let gib = match self {
+            DeviceSpec::Fixed(p) => p.capacity_gib,
+            DeviceSpec::Ssd { params, .. } => params.capacity_gib,
+        };
+        ((gib * (1u64 << 30) as f64) as u64) / 4096 * 4096
+    }
+
+    /// Builds and preconditions the device. Aging is seeded, so deterministic.
+    pub fn build(&self, seed: u64) -> Box<dyn DeviceModel> {
+        match self {
+            DeviceSpec::Fixed(p) => Box::new(FixedDevice::new(*p)),
+            DeviceSpec::Ssd {
+                params,
+                precondition,
+                aging_passes,
+                ..
+            } => {
+                let mut d = SsdDevice::new(*params);
+                d.precondition(*precondition, *aging_passes, seed);
+                Box::new(d)
+            }
+        }
+    }
+
+    /// One line for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            DeviceSpec::Fixed(p) => format!(
+                "fixed: {} µs + {} MB/s × {} units, {}",
+                p.latency_us,
+                p.bandwidth_mb_s,
+                p.parallelism,
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Ssd {
+                preset,
+                precondition,
+                ..
+            } => format!(
+                "ssd {} ({}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                format!("{precondition:?}").to_lowercase(),
+                format_bytes(self.capacity_bytes())
+            ),
+        }
+    }
+}
+
+/// One tenant of a scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantSetup {
+    pub spec: TenantSpec,
+    /// Byte offset of the tenant's region on the device.
+    pub offset: u64,
+    /// Byte size of the region.
+    pub size: u64,
+    pub workload: Workload,
+}
+
+/// A policy to run: registry name, parameters, and the label reports use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyChoice {
+    pub label: String,
+    pub name: String,
+    pub params: toml::Table,
+}
+
+impl PolicyChoice {
+    /// A registered policy with default parameters.
+    pub fn named(name: &str) -> Self {
+        PolicyChoice {
+            label: name.to_string(),
+            name: name.to_string(),
+            params: toml::Table::new(),
+        }
+    }
+}
+
+/// A loaded, validated scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub duration: Nanos,
+    pub warmup: Nanos,
+    pub interval: Nanos,
+    pub queue_depth: u32,
+    pub device: DeviceSpec,
+    pub tenants: Vec<TenantSetup>,
+    pub policies: Vec<PolicyChoice>,
+}
+
+impl Scenario {
+    /// Loads a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            source_name: name.clone(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "scenario".into());
+        Scenario::parse(&text, &name, &stem)
+    }
+
+    /// Parses scenario text; `source_name` names it in errors, `default_name` is used
+    /// when the file has no `name`.
+    pub fn parse(text: &str, source_name: &str, default_name: &str) -> Result<Scenario, ScenarioError> {
+        let err = |problem: String| ScenarioError {
+            source_name: source_name.to_string(),
+            problem,
+        };
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        validate(file, default_name).map_err(err)
+    }
+
+    pub fn specs(&self) -> Vec<TenantSpec> {
+        self.tenants.iter().map(|t| t.spec.clone()).collect()
+    }
+}
+
+fn positive_secs(field: &str, v: f64) -> Result<Nanos, String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(secs_to_nanos(v))
+    } else {
+        Err(format!("{field} must be > 0, got {v}"))
+    }
+}
+
+fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> {
+    let duration = positive_secs("duration_s", file.duration_s)?;
+    let warmup = match file.warmup_s {
+        None => 0,
+        Some(w) if w.is_finite() && w >= 0.0 && secs_to_nanos(w) < duration => secs_to_nanos(w),
+        Some(w) => return Err(format!("warmup_s must be ≥ 0 and shorter than duration_s, got {w}")),
+    };
+    let interval = positive_secs("interval_s", file.interval_s.unwrap_or(1.0))?;
+    let queue_depth = match file.queue_depth.unwrap_or(32) {
+        0 => return Err("queue_depth must be ≥ 1".into()),
+        q => q,
+    };
+    let device = device_spec(file.device).map_err(|e| format!("device: {e}"))?;
+    if file.tenant.is_empty() {
+        return Err("no tenants: add at least one [[tenant]]".into());
+    }
+    let capacity = device.capacity_bytes();
+    let partition = file.partition.unwrap_or(false);
+    let part_size = capacity / file.tenant.len() as u64 / 4096 * 4096;
+    let mut tenants = Vec::with_capacity(file.tenant.len());
+    for (i, t) in file.tenant.into_iter().enumerate() {
+        let ctx = |e: String| format!("tenant {} ('{}'): {e}", i + 1, t.name);
+        if t.name.trim().is_empty() {
+            return Err(format!("tenant {}: name is empty", i + 1));
+        }
+        if tenants.iter().any(|x: &TenantSetup| x.spec.name == t.name) {
+            return Err(ctx("name used twice".into()));
+        }
+        let weight = t.weight.unwrap_or(1.0);
+        if !(weight.is_finite() && weight > 0.0) {
+            return Err(ctx(format!("weight must be > 0, got {weight}")));
+        }
+        if let Some(slo) = &t.slo
+            && !(slo.iops > 0.0 && slo.size > 0 && slo.rt_us > 0)
+        {
+            return Err(ctx("slo needs iops > 0, size > 0 and rt_us > 0".into()));
+        }
+        for (field, v) in [("reservation_iops", t.reservation_iops), ("limit_iops", t.limit_iops)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(ctx(format!("{field} must be > 0, got {v}")));
+            }
+        }
+        if let (Some(r), Some(l)) = (t.reservation_iops, t.limit_iops)
+            && r > l
+        {
+            return Err(ctx(format!("reservation_iops {r} is above limit_iops {l}")));
+        }
+        let (default_offset, default_size) = if partition {
+            (i as u64 * part_size, part_size)
+        } else {
+            (0, capacity)
+        };
+        let offset = t.offset.map_or(default_offset, |b| b.0);
+        let size = t.size.map_or(capacity.saturating_sub(offset).min(default_size), |b| b.0);
+        if size == 0 {
+            return Err(ctx("region size is 0".into()));
+        }
+        if offset % 4096 != 0 || size % 4096 != 0 {
+            return Err(ctx("region offset and size must be multiples of 4 KiB".into()));
+        }
+        if offset.saturating_add(size) > capacity {
+            return Err(ctx(format!(
+                "region {}+{} runs past the device end ({})",
+                format_bytes(offset),
+                format_bytes(size),
+                format_bytes(capacity)
+            )));
+        }
+        let workload = t.workload.resolve().map_err(|e| ctx(format!("workload: {e}")))?;
+        if workload.max_size() as u64 > size {
+            return Err(ctx(format!(
+                "requests of up to {} do not fit the {} region",
+                format_bytes(workload.max_size() as u64),
+                format_bytes(size)
+            )));
+        }
+        tenants.push(TenantSetup {
+            spec: TenantSpec {
+                name: t.name.clone(),
+                weight,
+                slo: t.slo,
+                reservation_iops: t.reservation_iops,
+                limit_iops: t.limit_iops,
+            },
+            offset,
+            size,
+            workload,
+        });
+    }
+    let policies = match file.policies {
+        None => vec![PolicyChoice::named("none")],
+        Some(list) if list.is_empty() => return Err("policies is empty".into()),
+        Some(list) => list
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| policy_choice(e).map_err(|e| format!("policies[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let specs: Vec<TenantSpec> = tenants.iter().map(|t| t.spec.clone()).collect();
+    for (i, p) in policies.iter().enumerate() {
+        if policies[..i].iter().any(|q| q.label == p.label) {
+            return Err(format!("policies: label '{}' used twice (give one a `label`)", p.label));
+        }
+        policy::build(&p.name, p.params.clone(), &specs).map_err(|e| format!("policies[{i}]: {e}"))?;
+    }
+    Ok(Scenario {
+        name: file.name.unwrap_or_else(|| default_name.to_string()),
+        description: file.description.unwrap_or_default(),
+        seed: file.seed.unwrap_or(1),
+        duration,
+        warmup,
+        interval,
+        queue_depth,
+        device,
+        tenants,
+        policies,
+    })
+}
+
+fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
+    match entry {
+        PolicyEntry::Name(n) => Ok(PolicyChoice::named(&n)),
+        PolicyEntry::Table(mut t) => {
+            let name = match t.remove("name") {
+                Some(toml::Value::String(s)) => s,
+                Some(other) => return Err(format!("name must be a string, got {other}")),
+                None => return Err("a policy table needs `name`".into()),
+            };
+            let label = match t.remove("label") {
+                Some(toml::Value::String(s)) => s,
+                Some(other) => return Err(format!("label must be a string, got {other}")),
+                None => name.clone(),
+            };
+            Ok(PolicyChoice { label, name, params: t })
+        }
+    }
+}
+
+fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
+    match d.model.as_str() {
+        "fixed" => {
+            if d.preset.is_some() || d.precondition.is_some() || d.aging_passes.is_some() {
+                return Err("the fixed model takes no preset, precondition or aging_passes".into());
+            }
+            toml::Value::Table(d.overrides)
+                .try_into::<FixedParams>()
+                .map(DeviceSpec::Fixed)
+                .map_err(|e| e.to_string().trim_end().to_string())
+        }
+        "ssd" => {
+            let preset_name = d.preset.unwrap_or_else(|| "sata-840pro".into());
+            let preset = ssd::preset(&preset_name).ok_or_else(|| {
+                let known: Vec<_> = ssd::presets().iter().map(|p| p.name).collect();
+                format!("unknown preset '{preset_name}' (known: {})", known.join(", "))
+            })?;
+            let mut table = toml::Table::try_from(preset.params).map_err(|e| e.to_string())?;
+            for (k, v) in d.overrides {
+                if !table.contains_key(&k) {
+                    let known: Vec<_> = table.keys().cloned().collect();
+                    return Err(format!("unknown field '{k}' (known: model, preset, precondition, aging_passes, {})", known.join(", ")));
+                }
+                table.insert(k, v);
+            }
+            let params: SsdParams = toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
+            check_ssd(&params)?;
+            let aging_passes = d.aging_passes.unwrap_or(DEFAULT_AGING_PASSES);
+            if !(aging_passes.is_finite() && aging_passes >= 0.0) {
+                return Err(format!("aging_passes must be ≥ 0, got {aging_passes}"));
+            }
+            Ok(DeviceSpec::Ssd {
+                preset: Some(preset_name),
+                params,
+                precondition: d.precondition.unwrap_or(Precondition::Clean),
+                aging_passes,
+            })
+        }
+        other => Err(format!("unknown model '{other}' (known: ssd, fixed)")),
+    }
+}
+
+fn check_ssd(p: &SsdParams) -> Result<(), String> {
+    let pages = p.capacity_gib * (1u64 << 30) as f64 / 4096.0;
+    if !(pages >= 1.0 && pages * (1.0 + p.op_ratio) < u32::MAX as f64 / 2.0) {
+        return Err(format!("capacity_gib {} is out of range (4 KiB .. 4 TiB)", p.capacity_gib));
+    }
+    if !(p.op_ratio > 0.0 && p.op_ratio < 4.0) {
+        return Err(format!("op_ratio must be in (0, 4), got {}", p.op_ratio));
+    }
+    if p.channels == 0 || p.dies_per_channel == 0 || p.pages_per_block < 2 {
+        return Err("channels and dies_per_channel must be ≥ 1 and pages_per_block ≥ 2".into());
+    }
+    for (name, v) in [
+        ("read_us", p.read_us),
+        ("program_us", p.program_us),
+        ("erase_us", p.erase_us),
+        ("command_us", p.command_us),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("{name} must be ≥ 0, got {v}"));
+        }
+    }
+    for (name, v) in [("channel_mb_s", p.channel_mb_s), ("host_mb_s", p.host_mb_s)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("{name} must be > 0, got {v}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        duration_s = 2
+        seed = 9
+        partition = true
+        [device]
+        model = "ssd"
+        preset = "sata-840pro"
+        capacity_gib = 1
+        [[tenant]]
+        name = "a"
+        weight = 3
+        workload = "varmail"
+        [[tenant]]
+        name = "b"
+        workload = { pattern = "randwrite", size = "4k", iodepth = 4 }
+    "#;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse(text, "test.toml", "test")
+    }
+
+    #[test]
+    fn loads_a_valid_scenario() {
+        let s = parse(BASE).unwrap();
+        assert_eq!(s.name, "test");
+        assert_eq!(s.seed, 9);
+        assert_eq!(s.tenants.len(), 2);
+        assert_eq!(s.tenants[1].offset, 512 << 20);
+        assert_eq!(s.tenants[1].size, 512 << 20);
+        assert_eq!(s.tenants[1].spec.weight, 1.0);
+        assert_eq!(s.policies, vec![PolicyChoice::named("none")]);
+        assert_eq!(s.device.capacity_bytes(), 1 << 30);
+    }
+
+    fn expect_err(text: &str, want: &str) {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.starts_with("test.toml: "), "{e}");
+        assert!(e.contains(want), "wanted '{want}' in: {e}");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_problem() {
+        expect_err(&BASE.replace("weight = 3", "weight = 0"), "tenant 1 ('a'): weight must be > 0");
+        expect_err(&BASE.replace("weight = 3", "wieght = 3"), "unknown field `wieght`");
+        expect_err(&format!("policies = [\"fifo\"]\n{BASE}"), "unknown policy 'fifo'");
+        expect_err(
+            &format!("policies = [{{ name = \"none\", depth = 3 }}]\n{BASE}"),
+            "policy 'none': unknown parameter 'depth'",
+        );
+        expect_err(&BASE.replace("size = \"4k\"", "size = 0"), "tenant 2 ('b'): workload: size must be > 0");
+        expect_err(
+            &BASE.replace("weight = 3", "weight = 3\noffset = \"900m\"\nsize = \"512m\""),
+            "runs past the device end",
+        );
+        expect_err(&BASE.replace("preset = \"sata-840pro\"", "preset = \"nope\""), "device: unknown preset 'nope'");
+        expect_err(&BASE.replace("capacity_gib = 1", "capacity_gib = 1\nchanels = 3"), "device: unknown field 'chanels'");
+        expect_err(&BASE.replace("model = \"ssd\"", "model = \"tape\""), "unknown model 'tape'");
+        expect_err(&BASE.replace("duration_s = 2", "duration_s = 0"), "duration_s must be > 0");
+        expect_err(&BASE.replace("workload = \"varmail\"", "workload = \"nope\""), "unknown workload 'nope'");
+        expect_err(&BASE.replace("name = \"b\"", "name = \"a\""), "name used twice");
+        expect_err("duration_s = 1\n[device]\nmodel = \"fixed\"\n", "no tenants");
+    }
+
+    #[test]
+    fn policy_tables_take_labels() {
+        let s = parse(&format!("policies = [\"none\", {{ name = \"none\", label = \"fifo2\" }}]\n{BASE}")).unwrap();
+        assert_eq!(s.policies[1].label, "fifo2");
+        expect_err(&format!("policies = [\"none\", \"none\"]\n{BASE}"), "label 'none' used twice");
+    }
+}

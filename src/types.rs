@@ -1,0 +1,123 @@
+//! Core vocabulary shared by every part of ioshare: time, tenants, requests, completions.
+
+use serde::{Deserialize, Serialize};
+
+/// Time in nanoseconds. Virtual time in the simulator, wall time (since server start) live.
+pub type Nanos = u64;
+
+/// Nanoseconds per second, for conversions.
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// Converts seconds (possibly fractional) to nanoseconds, saturating.
+pub fn secs_to_nanos(secs: f64) -> Nanos {
+    if secs <= 0.0 {
+        0
+    } else {
+        (secs * NANOS_PER_SEC as f64).round().min(u64::MAX as f64) as Nanos
+    }
+}
+
+/// Converts nanoseconds to seconds.
+pub fn nanos_to_secs(nanos: Nanos) -> f64 {
+    nanos as f64 / NANOS_PER_SEC as f64
+}
+
+/// Index of a tenant in the scenario or server configuration (0-based, dense).
+pub type TenantId = u32;
+
+/// A response-time objective `{iops, size, rt}`: while the tenant sends at most `iops`
+/// requests of mean size `size` per second, each should complete within `rt`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// Agreed mean request rate (requests per second).
+    pub iops: f64,
+    /// Agreed mean request size in bytes.
+    pub size: u32,
+    /// Required response time in microseconds.
+    pub rt_us: u64,
+}
+
+impl Slo {
+    /// Required response time in nanoseconds.
+    pub fn rt_nanos(&self) -> Nanos {
+        self.rt_us.saturating_mul(1_000)
+    }
+}
+
+/// What a tenant was promised. Policies read only the fields they implement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantSpec {
+    /// Name (export name when live, label in reports).
+    pub name: String,
+    /// Proportional-share weight, > 0.
+    pub weight: f64,
+    /// Optional response-time objective.
+    pub slo: Option<Slo>,
+    /// Optional reservation (minimum IOPS), mClock style.
+    pub reservation_iops: Option<f64>,
+    /// Optional limit (maximum IOPS), mClock style.
+    pub limit_iops: Option<f64>,
+}
+
+impl TenantSpec {
+    /// A tenant with a weight and nothing else.
+    pub fn weighted(name: impl Into<String>, weight: f64) -> Self {
+        TenantSpec {
+            name: name.into(),
+            weight,
+            slo: None,
+            reservation_iops: None,
+            limit_iops: None,
+        }
+    }
+}
+
+/// Kind of I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Trim,
+}
+
+impl Op {
+    /// True when the operation moves data to the device (counts as written bytes).
+    pub fn is_write(self) -> bool {
+        matches!(self, Op::Write)
+    }
+}
+
+/// One I/O as the engine sees it, whatever its frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Unique per run (simulator) or per server (live).
+    pub id: u64,
+    pub tenant: TenantId,
+    pub op: Op,
+    /// Byte offset inside the device (the tenant's region already applied).
+    pub offset: u64,
+    /// Length in bytes (0 for flush).
+    pub len: u32,
+    /// When the request arrived at the engine.
+    pub arrival: Nanos,
+}
+
+/// A request the device has finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub request: Request,
+    /// When the request was dispatched to the device.
+    pub start: Nanos,
+    /// When the device finished it.
+    pub finish: Nanos,
+}
+
+impl Completion {
+    /// Response time seen by the tenant: queueing in the engine plus device service.
+    pub fn latency(&self) -> Nanos {
+        self.finish.saturating_sub(self.request.arrival)
+    }
+}

@@ -1,0 +1,100 @@
+//! Byte sizes as people write them in configuration: `4096`, `"4k"`, `"512KiB"`, `"30g"`.
+//! Suffixes are binary (k = 1024), as in fio.
+
+use serde::{Deserialize, Deserializer};
+use std::fmt;
+
+/// A size in bytes that deserializes from an integer or a string with a suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ByteSize(pub u64);
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_bytes(self.0))
+    }
+}
+
+/// Parses `"4k"`, `"4KiB"`, `"1.5g"`, `"512"`. Binary multiples.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (examples: 4096, \"4k\", \"30g\")"))?;
+    let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("'{text}': unknown size suffix '{other}' (use k, m, g or t)")),
+    };
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes > u64::MAX as f64 {
+        return Err(format!("'{text}' is too large"));
+    }
+    if bytes.fract() != 0.0 {
+        return Err(format!("'{text}' is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Short human form: `4 KiB`, `1.5 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) if v >= 0 => Ok(ByteSize(v as u64)),
+            Raw::Int(v) => Err(serde::de::Error::custom(format!("size {v} is negative"))),
+            Raw::Text(s) => parse_bytes(&s).map(ByteSize).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_forms() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("4k"), Ok(4096));
+        assert_eq!(parse_bytes("4KiB"), Ok(4096));
+        assert_eq!(parse_bytes("512 KB"), Ok(512 * 1024));
+        assert_eq!(parse_bytes("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_bytes("30G"), Ok(30 << 30));
+        assert!(parse_bytes("4q").unwrap_err().contains("unknown size suffix"));
+        assert!(parse_bytes("big").unwrap_err().contains("not a size"));
+        assert!(parse_bytes("0.3k").unwrap_err().contains("whole number"));
+    }
+
+    #[test]
+    fn formats_round_units() {
+        assert_eq!(format_bytes(4096), "4 KiB");
+        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(format_bytes(100), "100 B");
+    }
+}

@@ -1,0 +1,505 @@
+//! Workload generators: one per tenant, fio-like (pattern, request size, region, closed
+//! loop with an iodepth or open loop with Poisson arrivals), optionally in phases whose
+//! load changes over time. Every random choice comes from the tenant's seeded RNG.
+
+pub mod standins;
+
+use crate::types::{Nanos, Op, secs_to_nanos};
+use crate::units::ByteSize;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+
+/// Access pattern, named as in fio's `rw=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Sequential mixed reads and writes (`read_mix` of them reads).
+    Rw,
+    RandRead,
+    RandWrite,
+    /// Random mixed reads and writes (`read_mix` of them reads).
+    RandRw,
+}
+
+impl Pattern {
+    fn is_random(self) -> bool {
+        matches!(self, Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw)
+    }
+}
+
+/// A workload as written in a scenario: either a stand-in's name or this table. Phases
+/// take the same keys (plus `duration_s` and `idle`) and override the base.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadTable {
+    /// A named stand-in (`fileserver`, `varmail`, ...) whose mix and size become defaults.
+    pub standin: Option<String>,
+    pub pattern: Option<Pattern>,
+    /// Fraction of reads for `rw` and `randrw` (0..=1).
+    pub read_mix: Option<f64>,
+    /// Fixed request size.
+    pub size: Option<ByteSize>,
+    /// Mean request size; sizes are drawn uniformly from aligned sizes around it.
+    pub size_mean: Option<ByteSize>,
+    /// Alignment of offsets and sizes (default 4 KiB).
+    pub align: Option<ByteSize>,
+    /// Closed loop: requests kept outstanding.
+    pub iodepth: Option<u32>,
+    /// Open loop: mean arrival rate (Poisson), requests per second.
+    pub rate_iops: Option<f64>,
+    /// Phase length in seconds (phases only; the last phase may omit it to run to the end).
+    pub duration_s: Option<f64>,
+    /// No I/O in this phase.
+    pub idle: Option<bool>,
+    /// Segments run one after another; after the last one ends the tenant is idle.
+    pub phases: Option<Vec<WorkloadTable>>,
+}
+
+/// A workload in a scenario: a stand-in name or a table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum WorkloadConfig {
+    Named(String),
+    Table(WorkloadTable),
+}
+
+/// How request sizes are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeDist {
+    Fixed(u32),
+    /// Uniform over multiples of `align` in `[min, max]`; mean (min + max) / 2.
+    Uniform { min: u32, max: u32, align: u32 },
+}
+
+impl SizeDist {
+    pub fn mean(&self) -> f64 {
+        match *self {
+            SizeDist::Fixed(s) => s as f64,
+            SizeDist::Uniform { min, max, .. } => (min as f64 + max as f64) / 2.0,
+        }
+    }
+
+    pub fn max(&self) -> u32 {
+        match *self {
+            SizeDist::Fixed(s) => s,
+            SizeDist::Uniform { max, .. } => max,
+        }
+    }
+}
+
+/// How requests arrive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrivals {
+    /// Keep `iodepth` requests outstanding.
+    Closed { iodepth: u32 },
+    /// Poisson arrivals at a mean rate (requests per second).
+    Open { rate_iops: f64 },
+    /// No I/O.
+    Idle,
+}
+
+/// One resolved phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phase {
+    pub start: Nanos,
+    /// `None`: runs to the end of the run.
+    pub end: Option<Nanos>,
+    pub pattern: Pattern,
+    pub read_mix: f64,
+    pub size: SizeDist,
+    pub align: u32,
+    pub arrivals: Arrivals,
+}
+
+/// A resolved, validated workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Short description for reports (`fileserver (synthetic stand-in)`, `randwrite 4 KiB qd32`).
+    pub label: String,
+    pub phases: Vec<Phase>,
+}
+
+impl Workload {
+    /// Phase active at time `t`, if any.
+    pub fn phase_at(&self, t: Nanos) -> Option<(usize, &Phase)> {
+        self.phases
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.start <= t && p.end.is_none_or(|e| t < e))
+    }
+
+    /// Largest request this workload can issue.
+    pub fn max_size(&self) -> u32 {
+        self.phases.iter().map(|p| p.size.max()).max().unwrap_or(0)
+    }
+}
+
+/// The settings a phase inherits and overrides.
+#[derive(Debug, Clone)]
+struct Knobs {
+    pattern: Option<Pattern>,
+    read_mix: Option<f64>,
+    size: Option<u64>,
+    size_mean: Option<u64>,
+    align: u64,
+    iodepth: Option<u32>,
+    rate_iops: Option<f64>,
+    idle: bool,
+}
+
+impl Knobs {
+    fn apply(&mut self, t: &WorkloadTable) {
+        if t.pattern.is_some() {
+            self.pattern = t.pattern;
+        }
+        if t.read_mix.is_some() {
+            self.read_mix = t.read_mix;
+        }
+        if let Some(s) = t.size {
+            self.size = Some(s.0);
+            self.size_mean = None;
+        }
+        if let Some(s) = t.size_mean {
+            self.size_mean = Some(s.0);
+            self.size = None;
+        }
+        if let Some(a) = t.align {
+            self.align = a.0;
+        }
+        if let Some(d) = t.iodepth {
+            self.iodepth = Some(d);
+            self.rate_iops = None;
+        }
+        if let Some(r) = t.rate_iops {
+            self.rate_iops = Some(r);
+            self.iodepth = None;
+        }
+        self.idle = t.idle.unwrap_or(false);
+    }
+
+    fn resolve(&self, start: Nanos, end: Option<Nanos>) -> Result<Phase, String> {
+        let pattern = self
+            .pattern
+            .ok_or("no pattern: set `pattern` (read, write, rw, randread, randwrite, randrw) or `standin`")?;
+        let read_mix = match pattern {
+            Pattern::Read | Pattern::RandRead => 1.0,
+            Pattern::Write | Pattern::RandWrite => 0.0,
+            Pattern::Rw | Pattern::RandRw => self.read_mix.unwrap_or(0.5),
+        };
+        if !(0.0..=1.0).contains(&read_mix) {
+            return Err(format!("read_mix must be between 0 and 1, got {read_mix}"));
+        }
+        let align = self.align;
+        if align == 0 || align % 512 != 0 {
+            return Err(format!("align must be a positive multiple of 512 bytes, got {align}"));
+        }
+        const MAX_REQUEST: u64 = 32 << 20;
+        let size = match (self.size, self.size_mean) {
+            (Some(0), _) | (_, Some(0)) => return Err("size must be > 0".into()),
+            (Some(s), _) if s > MAX_REQUEST => return Err(format!("size {s} exceeds the 32 MiB request cap")),
+            (Some(s), _) => SizeDist::Fixed(s as u32),
+            (None, Some(mean)) => {
+                // Uniform over aligned sizes in [align, 2·mean − align]: mean preserved.
+                let max = (2 * mean).saturating_sub(align).max(align) / align * align;
+                if max > MAX_REQUEST {
+                    return Err(format!("size_mean {mean} draws sizes past the 32 MiB request cap"));
+                }
+                SizeDist::Uniform {
+                    min: align as u32,
+                    max: max as u32,
+                    align: align as u32,
+                }
+            }
+            (None, None) => SizeDist::Fixed(4096),
+        };
+        let arrivals = if self.idle {
+            Arrivals::Idle
+        } else {
+            match (self.iodepth, self.rate_iops) {
+                (_, Some(r)) if !(r.is_finite() && r > 0.0) => {
+                    return Err(format!("rate_iops must be > 0, got {r}"));
+                }
+                (_, Some(r)) => Arrivals::Open { rate_iops: r },
+                (Some(0), None) => return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into()),
+                (Some(d), None) => Arrivals::Closed { iodepth: d },
+                (None, None) => Arrivals::Closed { iodepth: 1 },
+            }
+        };
+        Ok(Phase {
+            start,
+            end,
+            pattern,
+            read_mix,
+            size,
+            align: align as u32,
+            arrivals,
+        })
+    }
+}
+
+/// Default iodepth of a stand-in (a few application threads).
+pub const STANDIN_IODEPTH: u32 = 16;
+
+impl WorkloadConfig {
+    /// Validates and resolves the workload. Errors say what is wrong; the caller adds
+    /// where (file, tenant).
+    pub fn resolve(&self) -> Result<Workload, String> {
+        let table = match self {
+            WorkloadConfig::Named(n) => WorkloadTable {
+                standin: Some(n.clone()),
+                ..WorkloadTable::default()
+            },
+            WorkloadConfig::Table(t) => t.clone(),
+        };
+        let mut base = Knobs {
+            pattern: None,
+            read_mix: None,
+            size: None,
+            size_mean: None,
+            align: 4096,
+            iodepth: None,
+            rate_iops: None,
+            idle: false,
+        };
+        let mut label = String::new();
+        if let Some(name) = &table.standin {
+            let s = standins::standin(name).ok_or_else(|| {
+                format!(
+                    "unknown workload '{name}' (known: {})",
+                    standins::names().join(", ")
+                )
+            })?;
+            base.pattern = Some(Pattern::RandRw);
+            base.read_mix = Some(s.read_mix);
+            base.size_mean = Some(s.mean_size as u64);
+            base.align = s.align as u64;
+            base.iodepth = Some(STANDIN_IODEPTH);
+            label = format!("{name} (synthetic stand-in)");
+        }
+        if table.duration_s.is_some() {
+            return Err("duration_s belongs to a phase, not to the workload".into());
+        }
+        base.apply(&table);
+        let phases = match &table.phases {
+            None => vec![base.resolve(0, None)?],
+            Some(list) if list.is_empty() => return Err("phases is empty".into()),
+            Some(list) => {
+                let mut out = Vec::with_capacity(list.len());
+                let mut start = 0;
+                for (i, p) in list.iter().enumerate() {
+                    let ctx = |e: String| format!("phase {}: {e}", i + 1);
+                    if p.phases.is_some() || p.standin.is_some() {
+                        return Err(ctx("phases cannot contain `phases` or `standin`".into()));
+                    }
+                    let mut knobs = base.clone();
+                    knobs.apply(p);
+                    let end = match p.duration_s {
+                        Some(d) if !(d.is_finite() && d > 0.0) => {
+                            return Err(ctx(format!("duration_s must be > 0, got {d}")));
+                        }
+                        Some(d) => Some(start + secs_to_nanos(d)),
+                        None if i + 1 == list.len() => None,
+                        None => return Err(ctx("duration_s is required except on the last phase".into())),
+                    };
+                    out.push(knobs.resolve(start, end).map_err(ctx)?);
+                    start = end.unwrap_or(start);
+                }
+                out
+            }
+        };
+        if label.is_empty() {
+            label = describe(&phases[0]);
+            if phases.len() > 1 {
+                label.push_str(&format!(" (+{} phases)", phases.len() - 1));
+            }
+        }
+        Ok(Workload { label, phases })
+    }
+}
+
+fn describe(p: &Phase) -> String {
+    let pat = format!("{:?}", p.pattern).to_lowercase();
+    let size = match p.size {
+        SizeDist::Fixed(s) => crate::units::format_bytes(s as u64),
+        SizeDist::Uniform { .. } => format!("~{}", crate::units::format_bytes(p.size.mean() as u64)),
+    };
+    let load = match p.arrivals {
+        Arrivals::Closed { iodepth } => format!("qd{iodepth}"),
+        Arrivals::Open { rate_iops } => format!("{rate_iops} IOPS"),
+        Arrivals::Idle => "idle".into(),
+    };
+    format!("{pat} {size} {load}")
+}
+
+/// Draws the requests of one tenant inside its region.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    rng: ChaCha8Rng,
+    region_start: u64,
+    region_len: u64,
+    cursor: u64,
+}
+
+impl Generator {
+    /// `seed` is the scenario seed; `stream` separates tenants so each has its own
+    /// sequence whatever the others do.
+    pub fn new(seed: u64, stream: u64, region_start: u64, region_len: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(stream);
+        Generator {
+            rng,
+            region_start,
+            region_len,
+            cursor: 0,
+        }
+    }
+
+    /// The next request's operation, absolute offset and length.
+    pub fn next_io(&mut self, phase: &Phase) -> (Op, u64, u32) {
+        let len = match phase.size {
+            SizeDist::Fixed(s) => s,
+            SizeDist::Uniform { min, max, align } => {
+                let steps = (max - min) / align;
+                min + self.rng.random_range(0..=steps) * align
+            }
+        };
+        let op = match phase.read_mix {
+            m if m >= 1.0 => Op::Read,
+            m if m <= 0.0 => Op::Write,
+            m => {
+                if self.rng.random::<f64>() < m {
+                    Op::Read
+                } else {
+                    Op::Write
+                }
+            }
+        };
+        let len64 = (len as u64).min(self.region_len);
+        let offset = if phase.pattern.is_random() {
+            let slots = (self.region_len - len64) / phase.align as u64 + 1;
+            self.rng.random_range(0..slots) * phase.align as u64
+        } else {
+            if self.cursor + len64 > self.region_len {
+                self.cursor = 0;
+            }
+            let o = self.cursor;
+            self.cursor += len64;
+            o
+        };
+        (op, self.region_start + offset, len64 as u32)
+    }
+
+    /// Time to the next open-loop arrival (exponential with the given rate).
+    pub fn interarrival(&mut self, rate_iops: f64) -> Nanos {
+        let u: f64 = self.rng.random::<f64>();
+        // 1 - u is in (0, 1]: ln is finite.
+        secs_to_nanos(-(1.0 - u).ln() / rate_iops).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(toml_text: &str) -> WorkloadConfig {
+        toml::from_str::<WorkloadTable>(toml_text).map(WorkloadConfig::Table).unwrap()
+    }
+
+    #[test]
+    fn standin_resolves_with_published_statistics() {
+        let w = WorkloadConfig::Named("fileserver".into()).resolve().unwrap();
+        let p = w.phases[0];
+        assert!((p.read_mix - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(p.size.mean(), 72.0 * 1024.0);
+        assert_eq!(p.arrivals, Arrivals::Closed { iodepth: STANDIN_IODEPTH });
+        assert!(w.label.contains("synthetic stand-in"));
+    }
+
+    #[test]
+    fn unknown_standin_lists_known_names() {
+        let e = WorkloadConfig::Named("nope".into()).resolve().unwrap_err();
+        assert!(e.contains("unknown workload 'nope'") && e.contains("varmail"), "{e}");
+    }
+
+    #[test]
+    fn phases_inherit_and_override() {
+        let w = table(
+            r#"
+            pattern = "randread"
+            size = "4k"
+            rate_iops = 100.0
+            [[phases]]
+            duration_s = 2
+            [[phases]]
+            duration_s = 1
+            rate_iops = 300.0
+            [[phases]]
+            idle = true
+            "#,
+        )
+        .resolve()
+        .unwrap();
+        assert_eq!(w.phases.len(), 3);
+        assert_eq!(w.phases[0].arrivals, Arrivals::Open { rate_iops: 100.0 });
+        assert_eq!(w.phases[1].arrivals, Arrivals::Open { rate_iops: 300.0 });
+        assert_eq!((w.phases[1].start, w.phases[1].end), (2_000_000_000, Some(3_000_000_000)));
+        assert_eq!(w.phases[2].arrivals, Arrivals::Idle);
+        assert_eq!(w.phase_at(2_500_000_000).unwrap().0, 1);
+        assert_eq!(w.phase_at(9_000_000_000).unwrap().0, 2);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let cases = [
+            ("pattern = \"randread\"\nsize = 0", "size must be > 0"),
+            ("pattern = \"randrw\"\nread_mix = 1.5", "read_mix"),
+            ("pattern = \"randread\"\niodepth = 0", "iodepth"),
+            ("size = \"4k\"", "no pattern"),
+            ("pattern = \"read\"\n[[phases]]\nidle = true\n[[phases]]\nidle = false", "phase 1: duration_s is required"),
+        ];
+        for (text, want) in cases {
+            let e = table(text).resolve().unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn generator_stays_in_region_and_is_aligned() {
+        let w = WorkloadConfig::Named("varmail".into()).resolve().unwrap();
+        let mut g = Generator::new(1, 3, 1 << 30, 64 << 20);
+        let mut reads = 0;
+        for _ in 0..10_000 {
+            let (op, off, len) = g.next_io(&w.phases[0]);
+            assert!(off >= 1 << 30 && off + len as u64 <= (1 << 30) + (64 << 20));
+            assert_eq!(off % 4096, 0);
+            assert_eq!(len % 4096, 0);
+            reads += (op == Op::Read) as u32;
+        }
+        assert!((4_500..5_500).contains(&reads), "{reads}");
+    }
+
+    #[test]
+    fn generator_is_deterministic_per_seed_and_stream() {
+        let w = WorkloadConfig::Named("exchange".into()).resolve().unwrap();
+        let draw = |seed, stream| {
+            let mut g = Generator::new(seed, stream, 0, 1 << 30);
+            (0..100).map(|_| g.next_io(&w.phases[0])).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(5, 1), draw(5, 1));
+        assert_ne!(draw(5, 1), draw(5, 2));
+        assert_ne!(draw(5, 1), draw(6, 1));
+    }
+
+    #[test]
+    fn sequential_pattern_walks_and_wraps() {
+        let w = table("pattern = \"write\"\nsize = \"512k\"").resolve().unwrap();
+        let mut g = Generator::new(0, 0, 0, 2 << 20);
+        let offs: Vec<u64> = (0..5).map(|_| g.next_io(&w.phases[0]).1).collect();
+        assert_eq!(offs, vec![0, 512 << 10, 1 << 20, 3 << 19, 0]);
+    }
+}

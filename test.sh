@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs ioshare's tests. Installs what the tests need when it is missing, then `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# System packages used by the tests that talk to real NBD clients (live server).
+need=()
+for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit; do
+    cmd=${pair%%:*}
+    pkg=${pair#*:}
+    command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "test.sh: installing ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "test.sh: missing ${need[*]} (install them, or run as root with apt-get); tests needing them will fail" >&2
+    fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "test.sh: cargo not found; install Rust (https://rustup.rs)" >&2
+    exit 1
+fi
+
+cargo test --release "$@"
