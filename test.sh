@@ -14,8 +14,9 @@ if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${need[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        # A failed install is reported, not fatal: only the live-server tests need these.
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } ||
+            echo "test.sh: could not install ${need[*]}; tests needing them will fail" >&2
     else
         echo "test.sh: missing ${need[*]} (install them, or run as root with apt-get); tests needing them will fail" >&2
     fi

@@ -82,40 +82,16 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             quiet,
         } => {
-            let mut s = Scenario::load(&scenario)?;
-            if let Some(seed) = seed {
-                s.seed = seed;
+            let mut all = Scenario::load(&scenario)?;
+            for s in &mut all {
+                override_scenario(s, seed, duration, &policies)?;
             }
-            if let Some(d) = duration {
-                if !(d.is_finite() && d > 0.0) {
-                    bail!("--duration must be > 0");
-                }
-                s.duration = ioshare::types::secs_to_nanos(d);
-                if s.warmup >= s.duration {
-                    s.warmup = 0;
-                }
-            }
-            if !policies.is_empty() {
-                s.policies = policies
-                    .iter()
-                    .map(|p| {
-                        s.policies
-                            .iter()
-                            .find(|c| &c.label == p)
-                            .cloned()
-                            .unwrap_or_else(|| PolicyChoice::named(p))
-                    })
-                    .collect();
-                for p in &s.policies {
-                    policy::build(&p.name, p.params.clone(), &s.specs())?;
-                }
-            }
-            simulate(&s, out.as_deref(), !quiet)
+            simulate(&all, out.as_deref(), !quiet)
         }
         Command::Demo { out } => {
             let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "built-in demo scenario", "demo")?;
             s.policies = policy::names().into_iter().map(PolicyChoice::named).collect();
-            simulate(&s, Some(&out), true)
+            simulate(&[s], Some(&out), true)
         }
         Command::List => {
             println!("policies:");
@@ -164,12 +140,49 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn simulate(s: &Scenario, out: Option<&Path>, progress: bool) -> Result<()> {
+/// Applies the command line's overrides to one scenario.
+fn override_scenario(s: &mut Scenario, seed: Option<u64>, duration: Option<f64>, policies: &[String]) -> Result<()> {
+    if let Some(seed) = seed {
+        s.seed = seed;
+    }
+    if let Some(d) = duration {
+        if !(d.is_finite() && d > 0.0) {
+            bail!("--duration must be > 0");
+        }
+        s.duration = ioshare::types::secs_to_nanos(d);
+        if s.warmup >= s.duration {
+            s.warmup = 0;
+        }
+    }
+    if !policies.is_empty() {
+        // A name that matches one of the scenario's labels keeps its parameters.
+        s.policies = policies
+            .iter()
+            .map(|p| {
+                s.policies
+                    .iter()
+                    .find(|c| &c.label == p)
+                    .cloned()
+                    .unwrap_or_else(|| PolicyChoice::named(p))
+            })
+            .collect();
+        for p in &s.policies {
+            policy::build(&p.name, p.params.clone(), &s.specs())?;
+        }
+    }
+    Ok(())
+}
+
+fn simulate(all: &[Scenario], out: Option<&Path>, progress: bool) -> Result<()> {
     let show = progress && std::io::stderr().is_terminal();
-    if show && matches!(s.device, ioshare::scenario::DeviceSpec::Ssd { precondition: Precondition::Aged, .. }) {
+    if show
+        && all
+            .iter()
+            .any(|s| matches!(s.device, ioshare::scenario::DeviceSpec::Ssd { precondition: Precondition::Aged, .. }))
+    {
         eprintln!("preconditioning the device (aging)...");
     }
-    let result = sim::run_scenario(s, show)?;
+    let result = sim::run_scenarios(all, show)?;
     print!("{}", report::table(&result));
     if let Some(dir) = out {
         report::write_all(&result, dir)?;

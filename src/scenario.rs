@@ -33,6 +33,9 @@ struct ScenarioFile {
     /// Give tenants without an explicit region equal consecutive partitions.
     partition: Option<bool>,
     policies: Option<Vec<PolicyEntry>>,
+    /// Expanded before deserializing (see [`expand_sweep`]); never read here.
+    #[allow(dead_code)]
+    sweep: Option<toml::Table>,
     device: DeviceFile,
     #[serde(default)]
     tenant: Vec<TenantFile>,
@@ -165,6 +168,8 @@ impl PolicyChoice {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     pub name: String,
+    /// Which point of a `[sweep]` this is (`size=4k, precondition=aged`); empty without one.
+    pub variant: String,
     pub description: String,
     pub seed: u64,
     pub duration: Nanos,
@@ -177,8 +182,8 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Loads a scenario file.
-    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    /// Loads a scenario file: one scenario per point of its `[sweep]` (one without).
+    pub fn load(path: &Path) -> Result<Vec<Scenario>, ScenarioError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
             source_name: name.clone(),
@@ -188,18 +193,43 @@ impl Scenario {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "scenario".into());
-        Scenario::parse(&text, &name, &stem)
+        Scenario::parse_all(&text, &name, &stem)
     }
 
-    /// Parses scenario text; `source_name` names it in errors, `default_name` is used
-    /// when the file has no `name`.
-    pub fn parse(text: &str, source_name: &str, default_name: &str) -> Result<Scenario, ScenarioError> {
+    /// Parses scenario text with its sweep expanded; `source_name` names it in errors,
+    /// `default_name` is used when the file has no `name`.
+    pub fn parse_all(text: &str, source_name: &str, default_name: &str) -> Result<Vec<Scenario>, ScenarioError> {
         let err = |problem: String| ScenarioError {
             source_name: source_name.to_string(),
             problem,
         };
-        let file: ScenarioFile = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
-        validate(file, default_name).map_err(err)
+        let doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let variants = expand_sweep(doc).map_err(|e| err(format!("sweep: {e}")))?;
+        variants
+            .into_iter()
+            .map(|(label, doc)| {
+                let file: ScenarioFile = toml::Value::Table(doc)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| err(e.to_string().trim_end().to_string()))?;
+                let mut s = validate(file, default_name).map_err(|e| {
+                    err(if label.is_empty() { e } else { format!("[{label}] {e}") })
+                })?;
+                s.variant = label;
+                Ok(s)
+            })
+            .collect()
+    }
+
+    /// Parses a scenario that has no sweep.
+    pub fn parse(text: &str, source_name: &str, default_name: &str) -> Result<Scenario, ScenarioError> {
+        let mut all = Scenario::parse_all(text, source_name, default_name)?;
+        if all.len() != 1 {
+            return Err(ScenarioError {
+                source_name: source_name.to_string(),
+                problem: format!("expected one scenario, the sweep makes {}", all.len()),
+            });
+        }
+        Ok(all.remove(0))
     }
 
     pub fn specs(&self) -> Vec<TenantSpec> {
@@ -324,6 +354,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
     }
     Ok(Scenario {
         name: file.name.unwrap_or_else(|| default_name.to_string()),
+        variant: String::new(),
         description: file.description.unwrap_or_default(),
         seed: file.seed.unwrap_or(1),
         duration,
@@ -334,6 +365,77 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
         tenants,
         policies,
     })
+}
+
+/// Expands `[sweep]`: each key is a dotted path into the scenario (`device.precondition`,
+/// `tenant.B.workload.size`; inside an array of tables a segment picks the entry with
+/// that `name`, or an index), each value a list. Returns one document per point of the
+/// cartesian product, in order (the first key varies slowest), with its label.
+fn expand_sweep(mut doc: toml::Table) -> Result<Vec<(String, toml::Table)>, String> {
+    let Some(sweep) = doc.remove("sweep") else {
+        return Ok(vec![(String::new(), doc)]);
+    };
+    let toml::Value::Table(sweep) = sweep else {
+        return Err("must be a table of `path = [values]`".into());
+    };
+    let mut points: Vec<(String, toml::Table)> = vec![(String::new(), doc)];
+    for (path, values) in sweep {
+        let toml::Value::Array(values) = values else {
+            return Err(format!("'{path}' must be a list of values"));
+        };
+        if values.is_empty() {
+            return Err(format!("'{path}' has no values"));
+        }
+        let mut next = Vec::with_capacity(points.len() * values.len());
+        for (label, doc) in &points {
+            for v in &values {
+                let mut d = doc.clone();
+                set_path(&mut d, &path, v.clone()).map_err(|e| format!("'{path}': {e}"))?;
+                let shown = match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let l = if label.is_empty() {
+                    format!("{path}={shown}")
+                } else {
+                    format!("{label}, {path}={shown}")
+                };
+                next.push((l, d));
+            }
+        }
+        points = next;
+    }
+    Ok(points)
+}
+
+fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
+    let segments: Vec<&str> = path.split('.').collect();
+    let (last, parents) = segments.split_last().ok_or("empty path")?;
+    let mut table = doc;
+    let mut iter = parents.iter().peekable();
+    while let Some(seg) = iter.next() {
+        let entry = table
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = match entry {
+            toml::Value::Table(t) => t,
+            toml::Value::Array(items) => {
+                let pick = iter.next().ok_or_else(|| format!("'{seg}' is a list: name an entry after it"))?;
+                let idx = items
+                    .iter()
+                    .position(|it| it.get("name").and_then(|n| n.as_str()) == Some(pick))
+                    .or_else(|| pick.parse::<usize>().ok().filter(|&i| i < items.len()))
+                    .ok_or_else(|| format!("no entry '{pick}' in '{seg}'"))?;
+                match &mut items[idx] {
+                    toml::Value::Table(t) => t,
+                    _ => return Err(format!("entry '{pick}' of '{seg}' is not a table")),
+                }
+            }
+            _ => return Err(format!("'{seg}' is not a table (write it as a table to sweep inside it)")),
+        };
+    }
+    table.insert(last.to_string(), value);
+    Ok(())
 }
 
 fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
@@ -493,6 +595,25 @@ mod tests {
         expect_err(&BASE.replace("workload = \"varmail\"", "workload = \"nope\""), "unknown workload 'nope'");
         expect_err(&BASE.replace("name = \"b\"", "name = \"a\""), "name used twice");
         expect_err("duration_s = 1\n[device]\nmodel = \"fixed\"\n", "no tenants");
+    }
+
+    #[test]
+    fn sweep_expands_the_cartesian_product() {
+        let text = format!(
+            "{BASE}\n[sweep]\n\"device.precondition\" = [\"clean\", \"aged\"]\n\"tenant.b.workload.size\" = [\"4k\", \"8k\", \"16k\"]\n"
+        );
+        let all = Scenario::parse_all(&text, "test.toml", "test").unwrap();
+        assert_eq!(all.len(), 6);
+        assert_eq!(all[0].variant, "device.precondition=clean, tenant.b.workload.size=4k");
+        assert_eq!(all[5].variant, "device.precondition=aged, tenant.b.workload.size=16k");
+        assert!(matches!(all[5].device, DeviceSpec::Ssd { precondition: Precondition::Aged, .. }));
+        assert_eq!(all[4].tenants[1].workload.phases[0].size, crate::workload::SizeDist::Fixed(8192));
+        let bad = format!("{BASE}\n[sweep]\n\"tenant.zz.weight\" = [1]\n");
+        let e = Scenario::parse_all(&bad, "test.toml", "test").unwrap_err().to_string();
+        assert!(e.contains("sweep: 'tenant.zz.weight': no entry 'zz' in 'tenant'"), "{e}");
+        let bad = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 0]\n");
+        let e = Scenario::parse_all(&bad, "test.toml", "test").unwrap_err().to_string();
+        assert!(e.contains("[tenant.a.weight=0] tenant 1 ('a'): weight must be > 0"), "{e}");
     }
 
     #[test]

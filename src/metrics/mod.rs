@@ -74,6 +74,9 @@ pub struct SimStats {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunResult {
     pub policy: String,
+    /// The sweep point this run belongs to; absent without a sweep.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub variant: String,
     pub total_bandwidth_bytes_per_s: f64,
     pub share_error: f64,
     pub ratio_error: f64,
@@ -322,6 +325,7 @@ impl Recorder {
             .collect();
         RunResult {
             policy: policy.to_string(),
+            variant: String::new(),
             total_bandwidth_bytes_per_s: total_bw,
             share_error: share_error(&bw, &weights, &backlogged),
             ratio_error: ratio_error(&bw, &weights, &backlogged),

@@ -26,6 +26,14 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+fn run_label(run: &RunResult) -> String {
+    if run.variant.is_empty() {
+        run.policy.clone()
+    } else {
+        format!("{} [{}]", run.policy, run.variant)
+    }
+}
+
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Bandwidth of each tenant per interval for one run.
@@ -47,7 +55,7 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
             .fold(0.0, f64::max)
             .max(1e-3);
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{}: bandwidth per tenant", run.policy), ("sans-serif", 16))
+            .caption(format!("{}: bandwidth per tenant", run_label(run)), ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(56)
@@ -95,7 +103,7 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
             .x_label_area_size(32)
             .y_label_area_size(48)
             .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), 0.0..1.0)?;
-        let labels: Vec<String> = result.runs.iter().map(|r| r.policy.clone()).collect();
+        let labels: Vec<String> = result.runs.iter().map(run_label).collect();
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -132,7 +140,11 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
 }
 
 fn policy_section(out: &mut String, run: &RunResult) -> PlotResult {
-    let _ = writeln!(out, "<h2>{}</h2>", escape(&run.policy));
+    if run.variant.is_empty() {
+        let _ = writeln!(out, "<h2>{}</h2>", escape(&run.policy));
+    } else {
+        let _ = writeln!(out, "<h2>{} <small>[{}]</small></h2>", escape(&run.policy), escape(&run.variant));
+    }
     let _ = writeln!(
         out,
         "<p>total {:.1} MB/s · share error {:.2}% · ratio error {:.2}% · Jain {:.3} · write amplification {:.2} · GC runs {} · pages moved {}</p>",

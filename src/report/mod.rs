@@ -27,17 +27,22 @@ pub fn table(result: &ScenarioResult) -> String {
         "scenario {} (seed {}), {:.0} s, {}",
         result.scenario, result.seed, result.duration_s, result.device
     );
-    let none_total = result
-        .runs
-        .iter()
-        .find(|r| r.policy == "none")
-        .map(|r| r.total_bandwidth_bytes_per_s);
     let _ = writeln!(
         out,
         "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  {}",
         "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50 µs", "p99 µs", "SLO / workload"
     );
+    let mut variant = "";
     for run in &result.runs {
+        if run.variant != variant {
+            variant = &run.variant;
+            let _ = writeln!(out, "-- {variant}");
+        }
+        let none_total = result
+            .runs
+            .iter()
+            .find(|r| r.policy == "none" && r.variant == run.variant)
+            .map(|r| r.total_bandwidth_bytes_per_s);
         for t in &run.tenants {
             let extra = match t.slo_satisfaction {
                 Some(s) => format!("SLO {} | {}", pct(s), t.workload),

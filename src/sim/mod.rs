@@ -302,39 +302,60 @@ pub fn run_policy(
     ))
 }
 
-/// Runs every policy of the scenario, each on a fresh copy of the same preconditioned
-/// device. `on_progress` is told (label, bar) as each run starts so a caller may show it.
-pub fn run_scenario(
-    scenario: &Scenario,
-    show_progress: bool,
-) -> Result<ScenarioResult, PolicyError> {
-    let base = scenario.device.build(scenario.seed);
-    let mut runs = Vec::with_capacity(scenario.policies.len());
-    for choice in &scenario.policies {
-        let bar = show_progress.then(|| progress_bar(scenario, &choice.label));
-        let result = run_policy(scenario, choice, base.clone_box(), bar.as_ref())?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
+/// Runs every policy of every scenario (the points of a sweep), each run on a fresh
+/// copy of its preconditioned device. Devices with the same spec and seed are built
+/// (and aged) once.
+pub fn run_scenarios(scenarios: &[Scenario], show_progress: bool) -> Result<ScenarioResult, PolicyError> {
+    let first = scenarios.first().expect("at least one scenario");
+    let mut devices: Vec<(&crate::scenario::DeviceSpec, u64, Box<dyn DeviceModel>)> = Vec::new();
+    let mut runs = Vec::new();
+    for scenario in scenarios {
+        let idx = match devices.iter().position(|(d, s, _)| **d == scenario.device && *s == scenario.seed) {
+            Some(i) => i,
+            None => {
+                devices.push((&scenario.device, scenario.seed, scenario.device.build(scenario.seed)));
+                devices.len() - 1
+            }
+        };
+        for choice in &scenario.policies {
+            let label = if scenario.variant.is_empty() {
+                choice.label.clone()
+            } else {
+                format!("{} [{}]", choice.label, scenario.variant)
+            };
+            let bar = show_progress.then(|| progress_bar(scenario, &label));
+            let mut result = run_policy(scenario, choice, devices[idx].2.clone_box(), bar.as_ref())?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            result.variant = scenario.variant.clone();
+            runs.push(result);
         }
-        runs.push(result);
     }
     Ok(ScenarioResult {
-        scenario: scenario.name.clone(),
-        description: scenario.description.clone(),
-        seed: scenario.seed,
-        duration_s: crate::types::nanos_to_secs(scenario.duration),
-        device: scenario.device.describe(),
+        scenario: first.name.clone(),
+        description: first.description.clone(),
+        seed: first.seed,
+        duration_s: crate::types::nanos_to_secs(first.duration),
+        device: first.device.describe(),
         runs,
     })
 }
 
+/// Runs every policy of one scenario.
+pub fn run_scenario(scenario: &Scenario, show_progress: bool) -> Result<ScenarioResult, PolicyError> {
+    run_scenarios(std::slice::from_ref(scenario), show_progress)
+}
+
 fn progress_bar(scenario: &Scenario, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(scenario.duration / 1_000_000);
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
         indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} ms simulated ({elapsed})")
             .expect("valid template")
             .progress_chars("=> "),
     );
     bar.set_prefix(label.to_string());
+    bar.set_position(0);
     bar
 }

@@ -1,0 +1,82 @@
+//! The `ioshare` binary as a user runs it.
+
+use std::process::Command;
+
+fn ioshare() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ioshare"))
+}
+
+const SCENARIO: &str = r#"
+name = "cli"
+seed = 5
+duration_s = 2
+policies = ["none"]
+[device]
+model = "fixed"
+[[tenant]]
+name = "x"
+weight = 2
+workload = { pattern = "randrw", size = "8k", iodepth = 4 }
+[[tenant]]
+name = "y"
+workload = { pattern = "read", size = "64k", iodepth = 2 }
+"#;
+
+#[test]
+fn sim_prints_table_and_writes_outputs_deterministically() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("cli.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let mut outputs = Vec::new();
+    for run in ["a", "b"] {
+        let out = dir.path().join(run);
+        let o = ioshare().arg("sim").arg(&scenario).arg("--out").arg(&out).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stdout = String::from_utf8(o.stdout).unwrap();
+        assert!(stdout.contains("share error") && stdout.contains(" x "), "{stdout}");
+        let csv = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
+        assert!(csv.starts_with("policy,tenant,interval_start_s,bytes,"));
+        assert_eq!(csv.lines().count(), 1 + 2 * 2);
+        let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(html.contains("<svg") && html.contains("bandwidth per tenant"));
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+        outputs.push((json, csv));
+    }
+    let strip = |mut v: serde_json::Value| {
+        v["runs"][0]["sim"].as_object_mut().unwrap().remove("wall_seconds");
+        v
+    };
+    let (a, b) = (outputs.remove(0), outputs.remove(0));
+    assert_eq!(strip(a.0), strip(b.0));
+    assert_eq!(a.1, b.1);
+}
+
+#[test]
+fn bad_scenario_names_file_field_and_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("bad.toml");
+    std::fs::write(&scenario, SCENARIO.replace("weight = 2", "weight = -1")).unwrap();
+    let o = ioshare().arg("sim").arg(&scenario).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("bad.toml") && err.contains("tenant 1 ('x'): weight must be > 0"), "{err}");
+
+    let o = ioshare().arg("sim").arg(dir.path().join("missing.toml")).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing.toml: cannot read"));
+
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let o = ioshare().arg("sim").arg(&scenario).args(["--policy", "nope"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy 'nope'"));
+}
+
+#[test]
+fn list_names_policies_presets_and_standins() {
+    let o = ioshare().arg("list").output().unwrap();
+    assert!(o.status.success());
+    let s = String::from_utf8(o.stdout).unwrap();
+    for name in ["none", "sata-840pro", "nvme-p4500", "fileserver", "msnmeta"] {
+        assert!(s.contains(name), "{name} missing from:\n{s}");
+    }
+}

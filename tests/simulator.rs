@@ -1,0 +1,138 @@
+//! End-to-end behaviour of the simulator: determinism, shipped scenarios, and the GC
+//! model's interference shape (MCFQ Figs. 1-2).
+
+use ioshare::scenario::Scenario;
+use ioshare::sim::{ScenarioResult, run_scenario, run_scenarios};
+use std::path::Path;
+
+const SMALL: &str = r#"
+    seed = 11
+    duration_s = 1.5
+    warmup_s = 0.2
+    interval_s = 0.25
+    partition = true
+    [device]
+    model = "ssd"
+    preset = "sata-840pro"
+    precondition = "aged"
+    capacity_gib = 0.25
+    [[tenant]]
+    name = "a"
+    weight = 4
+    workload = "varmail"
+    [[tenant]]
+    name = "b"
+    weight = 1
+    workload = { pattern = "randrw", read_mix = 0.3, size_mean = "16k", rate_iops = 800.0 }
+"#;
+
+/// results.json without the one field that measures the host (wall time).
+fn canonical(result: &ScenarioResult) -> String {
+    let mut v = serde_json::to_value(result).unwrap();
+    for run in v["runs"].as_array_mut().unwrap() {
+        run["sim"].as_object_mut().unwrap().remove("wall_seconds");
+    }
+    serde_json::to_string(&v).unwrap()
+}
+
+#[test]
+fn same_seed_gives_identical_results() {
+    let s = Scenario::parse(SMALL, "small.toml", "small").unwrap();
+    let a = run_scenario(&s, false).unwrap();
+    let b = run_scenario(&s, false).unwrap();
+    assert_eq!(canonical(&a), canonical(&b));
+    assert_eq!(a.runs[0].timeseries, b.runs[0].timeseries);
+    assert!(a.runs[0].sim.requests > 1000, "{}", a.runs[0].sim.requests);
+    // A different seed changes the run.
+    let mut s2 = s.clone();
+    s2.seed = 12;
+    let c = run_scenario(&s2, false).unwrap();
+    assert_ne!(canonical(&a), canonical(&c));
+}
+
+#[test]
+fn results_follow_the_json_contract() {
+    let s = Scenario::parse(SMALL, "small.toml", "small").unwrap();
+    let v = serde_json::to_value(run_scenario(&s, false).unwrap()).unwrap();
+    assert_eq!(v["scenario"], "small");
+    assert_eq!(v["seed"], 11);
+    let run = &v["runs"][0];
+    for key in ["policy", "total_bandwidth_bytes_per_s", "share_error", "ratio_error", "jain", "tenants", "device", "sim"] {
+        assert!(run.get(key).is_some(), "run lacks {key}");
+    }
+    for key in ["gc_runs", "pages_moved", "write_amplification"] {
+        assert!(run["device"].get(key).is_some(), "device lacks {key}");
+    }
+    for key in ["requests", "wall_seconds"] {
+        assert!(run["sim"].get(key).is_some(), "sim lacks {key}");
+    }
+    let t = &run["tenants"][0];
+    for key in ["name", "weight", "bytes", "iops", "bandwidth_bytes_per_s", "share", "ideal_share", "latency_us"] {
+        assert!(t.get(key).is_some(), "tenant lacks {key}");
+    }
+    for key in ["mean", "p50", "p99", "p999", "max"] {
+        assert!(t["latency_us"].get(key).is_some(), "latency lacks {key}");
+    }
+    // The aged device collects garbage under this mixed load.
+    assert!(run["device"]["gc_runs"].as_u64().unwrap() > 0);
+    assert!(run["device"]["write_amplification"].as_f64().unwrap() > 1.0);
+}
+
+#[test]
+fn open_loop_tenant_gets_its_rate_on_an_idle_device() {
+    let text = r#"
+        seed = 3
+        duration_s = 4
+        [device]
+        model = "fixed"
+        latency_us = 100
+        parallelism = 4
+        [[tenant]]
+        name = "only"
+        workload = { pattern = "randread", size = "4k", rate_iops = 2000.0 }
+    "#;
+    let s = Scenario::parse(text, "t.toml", "t").unwrap();
+    let r = run_scenario(&s, false).unwrap();
+    let t = &r.runs[0].tenants[0];
+    // Poisson arrivals at 2000/s over 4 s: within a few percent of 8000 requests.
+    assert!((t.iops - 2000.0).abs() < 100.0, "{}", t.iops);
+    // Latency on an unloaded fixed device is its service time: 100 µs + 4 KiB at 500 MB/s.
+    assert!((t.latency_us.p50 - 108.2).abs() < 1.0, "{}", t.latency_us.p50);
+}
+
+#[test]
+fn every_shipped_scenario_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let all = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!all.is_empty());
+            n += 1;
+        }
+    }
+    assert!(n >= 2);
+    Scenario::parse(ioshare::DEMO_SCENARIO, "demo", "demo").unwrap();
+}
+
+/// MCFQ Figs. 1-2 in small: on a clean drive the sequential writer's bandwidth does not
+/// depend on the random writer's request size; on an aged drive it falls as it grows.
+#[test]
+fn gc_interference_shape_of_mcfq_figs_1_2() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/mcfq-fig1-2.toml");
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("capacity_gib = 32", "capacity_gib = 2")
+        .replace("duration_s = 20", "duration_s = 6")
+        .replace(r#"["4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k"]"#, r#"["4k", "512k"]"#);
+    let all = Scenario::parse_all(&text, "fig", "fig").unwrap();
+    assert_eq!(all.len(), 4);
+    let r = run_scenarios(&all, false).unwrap();
+    let a_bw: Vec<f64> = r.runs.iter().map(|run| run.tenants[0].bandwidth_bytes_per_s).collect();
+    let (clean_small, clean_big, aged_small, aged_big) = (a_bw[0], a_bw[1], a_bw[2], a_bw[3]);
+    assert!((clean_big / clean_small - 1.0).abs() < 0.02, "clean: {clean_small} vs {clean_big}");
+    assert!(aged_big < 0.8 * aged_small, "aged: {aged_small} vs {aged_big}");
+    assert!(r.runs[3].device.write_amplification > 2.0);
+    assert_eq!(r.runs[0].device.gc_runs, 0);
+}
