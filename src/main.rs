@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use ioshare::device::ssd::{self, Precondition, SsdDevice};
 use ioshare::device::DeviceModel;
+use ioshare::device::ssd::{self, Precondition, SsdDevice};
 use ioshare::scenario::{PolicyChoice, Scenario};
 use ioshare::{policy, report, sim, workload};
 use std::io::IsTerminal;
@@ -11,7 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "ioshare", version, about = "Storage QoS for tenants sharing one device: proportional share, SLOs, and the measurements to prove it.")]
+#[command(
+    name = "ioshare",
+    version,
+    about = "Storage QoS for tenants sharing one device: proportional share, SLOs, and the measurements to prove it."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -90,7 +94,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo { out } => {
             let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "built-in demo scenario", "demo")?;
-            s.policies = policy::names().into_iter().map(PolicyChoice::named).collect();
+            s.policies = policy::names()
+                .into_iter()
+                .map(PolicyChoice::named)
+                .collect();
             simulate(&[s], Some(&out), true)
         }
         Command::List => {
@@ -102,7 +109,9 @@ fn run(cli: Cli) -> Result<()> {
             for p in ssd::presets() {
                 println!("  {:<12} {}", p.name, p.description);
             }
-            println!("workload stand-ins (synthetic: published mix and mean size, not the traces):");
+            println!(
+                "workload stand-ins (synthetic: published mix and mean size, not the traces):"
+            );
             for w in workload::standins::STANDINS {
                 println!("  {:<12} {}", w.name, w.source);
             }
@@ -141,7 +150,12 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// Applies the command line's overrides to one scenario.
-fn override_scenario(s: &mut Scenario, seed: Option<u64>, duration: Option<f64>, policies: &[String]) -> Result<()> {
+fn override_scenario(
+    s: &mut Scenario,
+    seed: Option<u64>,
+    duration: Option<f64>,
+    policies: &[String],
+) -> Result<()> {
     if let Some(seed) = seed {
         s.seed = seed;
     }
@@ -176,9 +190,15 @@ fn override_scenario(s: &mut Scenario, seed: Option<u64>, duration: Option<f64>,
 fn simulate(all: &[Scenario], out: Option<&Path>, progress: bool) -> Result<()> {
     let show = progress && std::io::stderr().is_terminal();
     if show
-        && all
-            .iter()
-            .any(|s| matches!(s.device, ioshare::scenario::DeviceSpec::Ssd { precondition: Precondition::Aged, .. }))
+        && all.iter().any(|s| {
+            matches!(
+                s.device,
+                ioshare::scenario::DeviceSpec::Ssd {
+                    precondition: Precondition::Aged,
+                    ..
+                }
+            )
+        })
     {
         eprintln!("preconditioning the device (aging)...");
     }

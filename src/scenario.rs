@@ -2,9 +2,9 @@
 //! workloads, policies to compare, duration, seed). Loading validates everything and
 //! names the file, the field and the problem.
 
+use crate::device::DeviceModel;
 use crate::device::fixed::{FixedDevice, FixedParams};
 use crate::device::ssd::{self, DEFAULT_AGING_PASSES, Precondition, SsdDevice, SsdParams};
-use crate::device::DeviceModel;
 use crate::policy;
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
@@ -198,12 +198,17 @@ impl Scenario {
 
     /// Parses scenario text with its sweep expanded; `source_name` names it in errors,
     /// `default_name` is used when the file has no `name`.
-    pub fn parse_all(text: &str, source_name: &str, default_name: &str) -> Result<Vec<Scenario>, ScenarioError> {
+    pub fn parse_all(
+        text: &str,
+        source_name: &str,
+        default_name: &str,
+    ) -> Result<Vec<Scenario>, ScenarioError> {
         let err = |problem: String| ScenarioError {
             source_name: source_name.to_string(),
             problem,
         };
-        let doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let doc: toml::Table =
+            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().to_string()))?;
         let variants = expand_sweep(doc).map_err(|e| err(format!("sweep: {e}")))?;
         variants
             .into_iter()
@@ -212,7 +217,11 @@ impl Scenario {
                     .try_into()
                     .map_err(|e: toml::de::Error| err(e.to_string().trim_end().to_string()))?;
                 let mut s = validate(file, default_name).map_err(|e| {
-                    err(if label.is_empty() { e } else { format!("[{label}] {e}") })
+                    err(if label.is_empty() {
+                        e
+                    } else {
+                        format!("[{label}] {e}")
+                    })
                 })?;
                 s.variant = label;
                 Ok(s)
@@ -221,7 +230,11 @@ impl Scenario {
     }
 
     /// Parses a scenario that has no sweep.
-    pub fn parse(text: &str, source_name: &str, default_name: &str) -> Result<Scenario, ScenarioError> {
+    pub fn parse(
+        text: &str,
+        source_name: &str,
+        default_name: &str,
+    ) -> Result<Scenario, ScenarioError> {
         let mut all = Scenario::parse_all(text, source_name, default_name)?;
         if all.len() != 1 {
             return Err(ScenarioError {
@@ -250,7 +263,11 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
     let warmup = match file.warmup_s {
         None => 0,
         Some(w) if w.is_finite() && w >= 0.0 && secs_to_nanos(w) < duration => secs_to_nanos(w),
-        Some(w) => return Err(format!("warmup_s must be ≥ 0 and shorter than duration_s, got {w}")),
+        Some(w) => {
+            return Err(format!(
+                "warmup_s must be ≥ 0 and shorter than duration_s, got {w}"
+            ));
+        }
     };
     let interval = positive_secs("interval_s", file.interval_s.unwrap_or(1.0))?;
     let queue_depth = match file.queue_depth.unwrap_or(32) {
@@ -282,7 +299,10 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
         {
             return Err(ctx("slo needs iops > 0, size > 0 and rt_us > 0".into()));
         }
-        for (field, v) in [("reservation_iops", t.reservation_iops), ("limit_iops", t.limit_iops)] {
+        for (field, v) in [
+            ("reservation_iops", t.reservation_iops),
+            ("limit_iops", t.limit_iops),
+        ] {
             if let Some(v) = v
                 && !(v.is_finite() && v > 0.0)
             {
@@ -300,12 +320,16 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
             (0, capacity)
         };
         let offset = t.offset.map_or(default_offset, |b| b.0);
-        let size = t.size.map_or(capacity.saturating_sub(offset).min(default_size), |b| b.0);
+        let size = t
+            .size
+            .map_or(capacity.saturating_sub(offset).min(default_size), |b| b.0);
         if size == 0 {
             return Err(ctx("region size is 0".into()));
         }
         if offset % 4096 != 0 || size % 4096 != 0 {
-            return Err(ctx("region offset and size must be multiples of 4 KiB".into()));
+            return Err(ctx(
+                "region offset and size must be multiples of 4 KiB".into()
+            ));
         }
         if offset.saturating_add(size) > capacity {
             return Err(ctx(format!(
@@ -315,7 +339,10 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
                 format_bytes(capacity)
             )));
         }
-        let workload = t.workload.resolve().map_err(|e| ctx(format!("workload: {e}")))?;
+        let workload = t
+            .workload
+            .resolve()
+            .map_err(|e| ctx(format!("workload: {e}")))?;
         if workload.max_size() as u64 > size {
             return Err(ctx(format!(
                 "requests of up to {} do not fit the {} region",
@@ -348,9 +375,13 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
     let specs: Vec<TenantSpec> = tenants.iter().map(|t| t.spec.clone()).collect();
     for (i, p) in policies.iter().enumerate() {
         if policies[..i].iter().any(|q| q.label == p.label) {
-            return Err(format!("policies: label '{}' used twice (give one a `label`)", p.label));
+            return Err(format!(
+                "policies: label '{}' used twice (give one a `label`)",
+                p.label
+            ));
         }
-        policy::build(&p.name, p.params.clone(), &specs).map_err(|e| format!("policies[{i}]: {e}"))?;
+        policy::build(&p.name, p.params.clone(), &specs)
+            .map_err(|e| format!("policies[{i}]: {e}"))?;
     }
     Ok(Scenario {
         name: file.name.unwrap_or_else(|| default_name.to_string()),
@@ -420,7 +451,9 @@ fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(),
         table = match entry {
             toml::Value::Table(t) => t,
             toml::Value::Array(items) => {
-                let pick = iter.next().ok_or_else(|| format!("'{seg}' is a list: name an entry after it"))?;
+                let pick = iter
+                    .next()
+                    .ok_or_else(|| format!("'{seg}' is a list: name an entry after it"))?;
                 let idx = items
                     .iter()
                     .position(|it| it.get("name").and_then(|n| n.as_str()) == Some(pick))
@@ -431,7 +464,11 @@ fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(),
                     _ => return Err(format!("entry '{pick}' of '{seg}' is not a table")),
                 }
             }
-            _ => return Err(format!("'{seg}' is not a table (write it as a table to sweep inside it)")),
+            _ => {
+                return Err(format!(
+                    "'{seg}' is not a table (write it as a table to sweep inside it)"
+                ));
+            }
         };
     }
     table.insert(last.to_string(), value);
@@ -452,7 +489,11 @@ fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
                 Some(other) => return Err(format!("label must be a string, got {other}")),
                 None => name.clone(),
             };
-            Ok(PolicyChoice { label, name, params: t })
+            Ok(PolicyChoice {
+                label,
+                name,
+                params: t,
+            })
         }
     }
 }
@@ -472,13 +513,19 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
             let preset_name = d.preset.unwrap_or_else(|| "sata-840pro".into());
             let preset = ssd::preset(&preset_name).ok_or_else(|| {
                 let known: Vec<_> = ssd::presets().iter().map(|p| p.name).collect();
-                format!("unknown preset '{preset_name}' (known: {})", known.join(", "))
+                format!(
+                    "unknown preset '{preset_name}' (known: {})",
+                    known.join(", ")
+                )
             })?;
             let mut table = toml::Table::try_from(preset.params).map_err(|e| e.to_string())?;
             for (k, v) in d.overrides {
                 if !table.contains_key(&k) {
                     let known: Vec<_> = table.keys().cloned().collect();
-                    return Err(format!("unknown field '{k}' (known: model, preset, precondition, aging_passes, {})", known.join(", ")));
+                    return Err(format!(
+                        "unknown field '{k}' (known: model, preset, precondition, aging_passes, {})",
+                        known.join(", ")
+                    ));
                 }
                 table.insert(k, v);
             }
@@ -504,7 +551,10 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
 fn check_ssd(p: &SsdParams) -> Result<(), String> {
     let pages = p.capacity_gib * (1u64 << 30) as f64 / 4096.0;
     if !(pages >= 1.0 && pages * (1.0 + p.op_ratio) < u32::MAX as f64 / 2.0) {
-        return Err(format!("capacity_gib {} is out of range (4 KiB .. 4 TiB)", p.capacity_gib));
+        return Err(format!(
+            "capacity_gib {} is out of range (4 KiB .. 4 TiB)",
+            p.capacity_gib
+        ));
     }
     if !(p.op_ratio > 0.0 && p.op_ratio < 4.0) {
         return Err(format!("op_ratio must be in (0, 4), got {}", p.op_ratio));
@@ -576,25 +626,61 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_problem() {
-        expect_err(&BASE.replace("weight = 3", "weight = 0"), "tenant 1 ('a'): weight must be > 0");
-        expect_err(&BASE.replace("weight = 3", "wieght = 3"), "unknown field `wieght`");
-        expect_err(&format!("policies = [\"fifo\"]\n{BASE}"), "unknown policy 'fifo'");
+        expect_err(
+            &BASE.replace("weight = 3", "weight = 0"),
+            "tenant 1 ('a'): weight must be > 0",
+        );
+        expect_err(
+            &BASE.replace("weight = 3", "wieght = 3"),
+            "unknown field `wieght`",
+        );
+        expect_err(
+            &format!("policies = [\"fifo\"]\n{BASE}"),
+            "unknown policy 'fifo'",
+        );
         expect_err(
             &format!("policies = [{{ name = \"none\", depth = 3 }}]\n{BASE}"),
             "policy 'none': unknown parameter 'depth'",
         );
-        expect_err(&BASE.replace("size = \"4k\"", "size = 0"), "tenant 2 ('b'): workload: size must be > 0");
         expect_err(
-            &BASE.replace("weight = 3", "weight = 3\noffset = \"900m\"\nsize = \"512m\""),
+            &BASE.replace("size = \"4k\"", "size = 0"),
+            "tenant 2 ('b'): workload: size must be > 0",
+        );
+        expect_err(
+            &BASE.replace(
+                "weight = 3",
+                "weight = 3\noffset = \"900m\"\nsize = \"512m\"",
+            ),
             "runs past the device end",
         );
-        expect_err(&BASE.replace("preset = \"sata-840pro\"", "preset = \"nope\""), "device: unknown preset 'nope'");
-        expect_err(&BASE.replace("capacity_gib = 1", "capacity_gib = 1\nchanels = 3"), "device: unknown field 'chanels'");
-        expect_err(&BASE.replace("model = \"ssd\"", "model = \"tape\""), "unknown model 'tape'");
-        expect_err(&BASE.replace("duration_s = 2", "duration_s = 0"), "duration_s must be > 0");
-        expect_err(&BASE.replace("workload = \"varmail\"", "workload = \"nope\""), "unknown workload 'nope'");
-        expect_err(&BASE.replace("name = \"b\"", "name = \"a\""), "name used twice");
-        expect_err("duration_s = 1\n[device]\nmodel = \"fixed\"\n", "no tenants");
+        expect_err(
+            &BASE.replace("preset = \"sata-840pro\"", "preset = \"nope\""),
+            "device: unknown preset 'nope'",
+        );
+        expect_err(
+            &BASE.replace("capacity_gib = 1", "capacity_gib = 1\nchanels = 3"),
+            "device: unknown field 'chanels'",
+        );
+        expect_err(
+            &BASE.replace("model = \"ssd\"", "model = \"tape\""),
+            "unknown model 'tape'",
+        );
+        expect_err(
+            &BASE.replace("duration_s = 2", "duration_s = 0"),
+            "duration_s must be > 0",
+        );
+        expect_err(
+            &BASE.replace("workload = \"varmail\"", "workload = \"nope\""),
+            "unknown workload 'nope'",
+        );
+        expect_err(
+            &BASE.replace("name = \"b\"", "name = \"a\""),
+            "name used twice",
+        );
+        expect_err(
+            "duration_s = 1\n[device]\nmodel = \"fixed\"\n",
+            "no tenants",
+        );
     }
 
     #[test]
@@ -604,22 +690,53 @@ mod tests {
         );
         let all = Scenario::parse_all(&text, "test.toml", "test").unwrap();
         assert_eq!(all.len(), 6);
-        assert_eq!(all[0].variant, "device.precondition=clean, tenant.b.workload.size=4k");
-        assert_eq!(all[5].variant, "device.precondition=aged, tenant.b.workload.size=16k");
-        assert!(matches!(all[5].device, DeviceSpec::Ssd { precondition: Precondition::Aged, .. }));
-        assert_eq!(all[4].tenants[1].workload.phases[0].size, crate::workload::SizeDist::Fixed(8192));
+        assert_eq!(
+            all[0].variant,
+            "device.precondition=clean, tenant.b.workload.size=4k"
+        );
+        assert_eq!(
+            all[5].variant,
+            "device.precondition=aged, tenant.b.workload.size=16k"
+        );
+        assert!(matches!(
+            all[5].device,
+            DeviceSpec::Ssd {
+                precondition: Precondition::Aged,
+                ..
+            }
+        ));
+        assert_eq!(
+            all[4].tenants[1].workload.phases[0].size,
+            crate::workload::SizeDist::Fixed(8192)
+        );
         let bad = format!("{BASE}\n[sweep]\n\"tenant.zz.weight\" = [1]\n");
-        let e = Scenario::parse_all(&bad, "test.toml", "test").unwrap_err().to_string();
-        assert!(e.contains("sweep: 'tenant.zz.weight': no entry 'zz' in 'tenant'"), "{e}");
+        let e = Scenario::parse_all(&bad, "test.toml", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sweep: 'tenant.zz.weight': no entry 'zz' in 'tenant'"),
+            "{e}"
+        );
         let bad = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 0]\n");
-        let e = Scenario::parse_all(&bad, "test.toml", "test").unwrap_err().to_string();
-        assert!(e.contains("[tenant.a.weight=0] tenant 1 ('a'): weight must be > 0"), "{e}");
+        let e = Scenario::parse_all(&bad, "test.toml", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[tenant.a.weight=0] tenant 1 ('a'): weight must be > 0"),
+            "{e}"
+        );
     }
 
     #[test]
     fn policy_tables_take_labels() {
-        let s = parse(&format!("policies = [\"none\", {{ name = \"none\", label = \"fifo2\" }}]\n{BASE}")).unwrap();
+        let s = parse(&format!(
+            "policies = [\"none\", {{ name = \"none\", label = \"fifo2\" }}]\n{BASE}"
+        ))
+        .unwrap();
         assert_eq!(s.policies[1].label, "fifo2");
-        expect_err(&format!("policies = [\"none\", \"none\"]\n{BASE}"), "label 'none' used twice");
+        expect_err(
+            &format!("policies = [\"none\", \"none\"]\n{BASE}"),
+            "label 'none' used twice",
+        );
     }
 }

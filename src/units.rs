@@ -30,7 +30,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("'{text}': unknown size suffix '{other}' (use k, m, g or t)")),
+        other => {
+            return Err(format!(
+                "'{text}': unknown size suffix '{other}' (use k, m, g or t)"
+            ));
+        }
     };
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes > u64::MAX as f64 {
@@ -69,7 +73,9 @@ impl<'de> Deserialize<'de> for ByteSize {
         match Raw::deserialize(d)? {
             Raw::Int(v) if v >= 0 => Ok(ByteSize(v as u64)),
             Raw::Int(v) => Err(serde::de::Error::custom(format!("size {v} is negative"))),
-            Raw::Text(s) => parse_bytes(&s).map(ByteSize).map_err(serde::de::Error::custom),
+            Raw::Text(s) => parse_bytes(&s)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -86,7 +92,11 @@ mod tests {
         assert_eq!(parse_bytes("512 KB"), Ok(512 * 1024));
         assert_eq!(parse_bytes("1.5g"), Ok(3 << 29));
         assert_eq!(parse_bytes("30G"), Ok(30 << 30));
-        assert!(parse_bytes("4q").unwrap_err().contains("unknown size suffix"));
+        assert!(
+            parse_bytes("4q")
+                .unwrap_err()
+                .contains("unknown size suffix")
+        );
         assert!(parse_bytes("big").unwrap_err().contains("not a size"));
         assert!(parse_bytes("0.3k").unwrap_err().contains("whole number"));
     }

@@ -30,20 +30,33 @@ fn sim_prints_table_and_writes_outputs_deterministically() {
     let mut outputs = Vec::new();
     for run in ["a", "b"] {
         let out = dir.path().join(run);
-        let o = ioshare().arg("sim").arg(&scenario).arg("--out").arg(&out).output().unwrap();
+        let o = ioshare()
+            .arg("sim")
+            .arg(&scenario)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let stdout = String::from_utf8(o.stdout).unwrap();
-        assert!(stdout.contains("share error") && stdout.contains(" x "), "{stdout}");
+        assert!(
+            stdout.contains("share error") && stdout.contains(" x "),
+            "{stdout}"
+        );
         let csv = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
         assert!(csv.starts_with("policy,tenant,interval_start_s,bytes,"));
         assert_eq!(csv.lines().count(), 1 + 2 * 2);
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
         assert!(html.contains("<svg") && html.contains("bandwidth per tenant"));
-        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
         outputs.push((json, csv));
     }
     let strip = |mut v: serde_json::Value| {
-        v["runs"][0]["sim"].as_object_mut().unwrap().remove("wall_seconds");
+        v["runs"][0]["sim"]
+            .as_object_mut()
+            .unwrap()
+            .remove("wall_seconds");
         v
     };
     let (a, b) = (outputs.remove(0), outputs.remove(0));
@@ -59,14 +72,26 @@ fn bad_scenario_names_file_field_and_problem() {
     let o = ioshare().arg("sim").arg(&scenario).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8(o.stderr).unwrap();
-    assert!(err.contains("bad.toml") && err.contains("tenant 1 ('x'): weight must be > 0"), "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("tenant 1 ('x'): weight must be > 0"),
+        "{err}"
+    );
 
-    let o = ioshare().arg("sim").arg(dir.path().join("missing.toml")).output().unwrap();
+    let o = ioshare()
+        .arg("sim")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("missing.toml: cannot read"));
 
     std::fs::write(&scenario, SCENARIO).unwrap();
-    let o = ioshare().arg("sim").arg(&scenario).args(["--policy", "nope"]).output().unwrap();
+    let o = ioshare()
+        .arg("sim")
+        .arg(&scenario)
+        .args(["--policy", "nope"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy 'nope'"));
 }

@@ -57,7 +57,16 @@ fn results_follow_the_json_contract() {
     assert_eq!(v["scenario"], "small");
     assert_eq!(v["seed"], 11);
     let run = &v["runs"][0];
-    for key in ["policy", "total_bandwidth_bytes_per_s", "share_error", "ratio_error", "jain", "tenants", "device", "sim"] {
+    for key in [
+        "policy",
+        "total_bandwidth_bytes_per_s",
+        "share_error",
+        "ratio_error",
+        "jain",
+        "tenants",
+        "device",
+        "sim",
+    ] {
         assert!(run.get(key).is_some(), "run lacks {key}");
     }
     for key in ["gc_runs", "pages_moved", "write_amplification"] {
@@ -67,7 +76,16 @@ fn results_follow_the_json_contract() {
         assert!(run["sim"].get(key).is_some(), "sim lacks {key}");
     }
     let t = &run["tenants"][0];
-    for key in ["name", "weight", "bytes", "iops", "bandwidth_bytes_per_s", "share", "ideal_share", "latency_us"] {
+    for key in [
+        "name",
+        "weight",
+        "bytes",
+        "iops",
+        "bandwidth_bytes_per_s",
+        "share",
+        "ideal_share",
+        "latency_us",
+    ] {
         assert!(t.get(key).is_some(), "tenant lacks {key}");
     }
     for key in ["mean", "p50", "p99", "p999", "max"] {
@@ -97,7 +115,11 @@ fn open_loop_tenant_gets_its_rate_on_an_idle_device() {
     // Poisson arrivals at 2000/s over 4 s: within a few percent of 8000 requests.
     assert!((t.iops - 2000.0).abs() < 100.0, "{}", t.iops);
     // Latency on an unloaded fixed device is its service time: 100 µs + 4 KiB at 500 MB/s.
-    assert!((t.latency_us.p50 - 108.2).abs() < 1.0, "{}", t.latency_us.p50);
+    assert!(
+        (t.latency_us.p50 - 108.2).abs() < 1.0,
+        "{}",
+        t.latency_us.p50
+    );
 }
 
 #[test]
@@ -125,14 +147,27 @@ fn gc_interference_shape_of_mcfq_figs_1_2() {
         .unwrap()
         .replace("capacity_gib = 32", "capacity_gib = 2")
         .replace("duration_s = 20", "duration_s = 6")
-        .replace(r#"["4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k"]"#, r#"["4k", "512k"]"#);
+        .replace(
+            r#"["4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k"]"#,
+            r#"["4k", "512k"]"#,
+        );
     let all = Scenario::parse_all(&text, "fig", "fig").unwrap();
     assert_eq!(all.len(), 4);
     let r = run_scenarios(&all, false).unwrap();
-    let a_bw: Vec<f64> = r.runs.iter().map(|run| run.tenants[0].bandwidth_bytes_per_s).collect();
+    let a_bw: Vec<f64> = r
+        .runs
+        .iter()
+        .map(|run| run.tenants[0].bandwidth_bytes_per_s)
+        .collect();
     let (clean_small, clean_big, aged_small, aged_big) = (a_bw[0], a_bw[1], a_bw[2], a_bw[3]);
-    assert!((clean_big / clean_small - 1.0).abs() < 0.02, "clean: {clean_small} vs {clean_big}");
-    assert!(aged_big < 0.8 * aged_small, "aged: {aged_small} vs {aged_big}");
+    assert!(
+        (clean_big / clean_small - 1.0).abs() < 0.02,
+        "clean: {clean_small} vs {clean_big}"
+    );
+    assert!(
+        aged_big < 0.8 * aged_small,
+        "aged: {aged_small} vs {aged_big}"
+    );
     assert!(r.runs[3].device.write_amplification > 2.0);
     assert_eq!(r.runs[0].device.gc_runs, 0);
 }

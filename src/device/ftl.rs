@@ -38,11 +38,19 @@ pub struct Geometry {
 impl Geometry {
     /// Lays out `logical_pages` over `dies` with `op_ratio` extra physical space, making
     /// sure each die keeps room for its two open blocks and the GC reserve.
-    pub fn new(logical_pages: u32, op_ratio: f64, dies: u32, pages_per_block: u32, gc_threshold: u32) -> Self {
+    pub fn new(
+        logical_pages: u32,
+        op_ratio: f64,
+        dies: u32,
+        pages_per_block: u32,
+        gc_threshold: u32,
+    ) -> Self {
         let gc_threshold = gc_threshold.max(2);
         let physical = (logical_pages as f64 * (1.0 + op_ratio.max(0.0))).ceil() as u64;
         let per_die = physical.div_ceil(dies as u64);
-        let min_blocks = (logical_pages as u64).div_ceil(dies as u64).div_ceil(pages_per_block as u64)
+        let min_blocks = (logical_pages as u64)
+            .div_ceil(dies as u64)
+            .div_ceil(pages_per_block as u64)
             + gc_threshold as u64
             + 3;
         let blocks_per_die = per_die.div_ceil(pages_per_block as u64).max(min_blocks) as u32;
@@ -258,7 +266,10 @@ impl Ftl {
         if let Some(ob) = self.dies[die as usize].host
             && ob.next < self.geo.pages_per_block
         {
-            self.dies[die as usize].host = Some(OpenBlock { next: ob.next + 1, ..ob });
+            self.dies[die as usize].host = Some(OpenBlock {
+                next: ob.next + 1,
+                ..ob
+            });
             return Some(ob.block * self.geo.pages_per_block + ob.next);
         }
         if self.dies[die as usize].free.len() < 2 {
@@ -269,14 +280,20 @@ impl Ftl {
             return None;
         }
         let block = self.open_block(die);
-        if let Some(old) = self.dies[die as usize].host.replace(OpenBlock { block, next: 1 }) {
+        if let Some(old) = self.dies[die as usize]
+            .host
+            .replace(OpenBlock { block, next: 1 })
+        {
             self.state[old.block as usize] = BlockState::Full;
         }
         Some(block * self.geo.pages_per_block)
     }
 
     fn open_block(&mut self, die: u32) -> u32 {
-        let block = self.dies[die as usize].free.pop().expect("caller checked the pool");
+        let block = self.dies[die as usize]
+            .free
+            .pop()
+            .expect("caller checked the pool");
         self.state[block as usize] = BlockState::Open;
         block
     }
@@ -389,14 +406,20 @@ impl Ftl {
         if let Some(ob) = self.dies[die as usize].gc
             && ob.next < ppb
         {
-            self.dies[die as usize].gc = Some(OpenBlock { next: ob.next + 1, ..ob });
+            self.dies[die as usize].gc = Some(OpenBlock {
+                next: ob.next + 1,
+                ..ob
+            });
             return Some(ob.block * ppb + ob.next);
         }
         if self.dies[die as usize].free.is_empty() {
             return None;
         }
         let block = self.open_block(die);
-        if let Some(old) = self.dies[die as usize].gc.replace(OpenBlock { block, next: 1 }) {
+        if let Some(old) = self.dies[die as usize]
+            .gc
+            .replace(OpenBlock { block, next: 1 })
+        {
             self.state[old.block as usize] = BlockState::Full;
         }
         Some(block * ppb)
@@ -428,7 +451,9 @@ impl Ftl {
                 continue;
             }
             if self.l2p[lpn as usize] != ppn as u32 {
-                return Err(format!("physical page {ppn} claims logical {lpn}, which maps elsewhere"));
+                return Err(format!(
+                    "physical page {ppn} claims logical {lpn}, which maps elsewhere"
+                ));
             }
             valid[ppn / ppb as usize] += 1;
         }
@@ -439,7 +464,9 @@ impl Ftl {
             }
             mapped += 1;
             if self.p2l[ppn as usize] != lpn as u32 {
-                return Err(format!("logical page {lpn} maps to {ppn}, which holds something else"));
+                return Err(format!(
+                    "logical page {lpn} maps to {ppn}, which holds something else"
+                ));
             }
         }
         if valid != self.valid {
@@ -447,7 +474,9 @@ impl Ftl {
         }
         let total: u64 = self.valid.iter().map(|&v| v as u64).sum();
         if total != mapped {
-            return Err(format!("{total} valid physical pages for {mapped} mapped logical pages"));
+            return Err(format!(
+                "{total} valid physical pages for {mapped} mapped logical pages"
+            ));
         }
         for (d, die) in self.dies.iter().enumerate() {
             for &b in &die.free {
@@ -516,7 +545,10 @@ mod tests {
             f.write((l * 7919) % 512);
         }
         let c = f.counters();
-        assert!(c.gc_runs > 0 && c.pages_moved > 0 && c.blocks_erased > 0, "{c:?}");
+        assert!(
+            c.gc_runs > 0 && c.pages_moved > 0 && c.blocks_erased > 0,
+            "{c:?}"
+        );
         assert_eq!(c.host_pages_written, 2000);
         f.check_invariants().unwrap();
     }
@@ -528,7 +560,8 @@ mod tests {
             for l in 0..512 {
                 f.write(l);
             }
-            f.check_invariants().unwrap_or_else(|e| panic!("round {round}: {e}"));
+            f.check_invariants()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
         }
         // Whole blocks become invalid together: greedy GC finds empty victims.
         assert_eq!(f.counters().pages_moved, 0);

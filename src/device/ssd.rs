@@ -63,7 +63,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 capacity_gib: 238.4, // 256 GB (10^9) user capacity
                 op_ratio: 0.0737,    // 256 GiB of NAND behind 256 GB
                 channels: 8,
-                dies_per_channel: 4, // 32 × 64 Gbit MLC dies
+                dies_per_channel: 4,  // 32 × 64 Gbit MLC dies
                 pages_per_block: 512, // 2 MiB blocks
                 read_us: 60.0,
                 program_us: 250.0, // 32 dies × 4 KiB / 250 µs ≈ 524 MB/s sequential write
@@ -81,7 +81,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 capacity_gib: 931.3, // 1 TB (10^12) user capacity
                 op_ratio: 0.12,
                 channels: 12,
-                dies_per_channel: 3, // 36 × 256 Gbit TLC dies
+                dies_per_channel: 3,   // 36 × 256 Gbit TLC dies
                 pages_per_block: 1024, // 4 MiB blocks
                 read_us: 85.0,         // 36 dies / 85 µs ≈ 420K 4 KiB random reads/s
                 program_us: 150.0,     // ≈ 980 MB/s sequential write
@@ -252,7 +252,8 @@ impl DeviceModel for SsdDevice {
             }
             Op::Write => {
                 // Command and data cross the host link first.
-                let arrived = self.host_free.max(now) + self.command_ns + npages * self.host_page_ns;
+                let arrived =
+                    self.host_free.max(now) + self.command_ns + npages * self.host_page_ns;
                 self.host_free = arrived;
                 let mut last = arrived;
                 for lpn in pages {

@@ -212,7 +212,8 @@ impl Recorder {
                 .map(|t| TenantMeter {
                     bytes: 0,
                     ios: 0,
-                    hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("valid histogram bounds"),
+                    hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
+                        .expect("valid histogram bounds"),
                     slo_rt: t.slo.map(|s| s.rt_nanos()),
                     slo_met: 0,
                     outstanding: 0,
@@ -300,7 +301,10 @@ impl Recorder {
             .map(|t| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window)
             .collect();
         let total_bw: f64 = bw.iter().sum();
-        let backlogged_w: f64 = (0..tenants.len()).filter(|&i| backlogged[i]).map(|i| weights[i]).sum();
+        let backlogged_w: f64 = (0..tenants.len())
+            .filter(|&i| backlogged[i])
+            .map(|i| weights[i])
+            .sum();
         let results = self
             .tenants
             .iter()
@@ -313,13 +317,25 @@ impl Recorder {
                 ios: t.ios,
                 iops: t.ios as f64 / secs,
                 bandwidth_bytes_per_s: bw[i],
-                share: if total_bw > 0.0 { bw[i] / total_bw } else { 0.0 },
-                ideal_share: if backlogged[i] { weights[i] / backlogged_w } else { 0.0 },
+                share: if total_bw > 0.0 {
+                    bw[i] / total_bw
+                } else {
+                    0.0
+                },
+                ideal_share: if backlogged[i] {
+                    weights[i] / backlogged_w
+                } else {
+                    0.0
+                },
                 backlogged: backlogged[i],
                 latency_us: LatencySummary::from_histogram(&t.hist),
-                slo_satisfaction: t
-                    .slo_rt
-                    .map(|_| if t.ios == 0 { 1.0 } else { t.slo_met as f64 / t.ios as f64 }),
+                slo_satisfaction: t.slo_rt.map(|_| {
+                    if t.ios == 0 {
+                        1.0
+                    } else {
+                        t.slo_met as f64 / t.ios as f64
+                    }
+                }),
                 rejected: t.rejected,
             })
             .collect();
@@ -372,7 +388,10 @@ mod tests {
         // (0.3/10 + 0.6/7 + 0.4/4) / 3 = (0.03 + 0.0857142857 + 0.1) / 3.
         let e = ratio_error(&[10.3, 7.6, 4.4, 1.0], &[10.0, 7.0, 4.0, 1.0], &ALL);
         assert!((e - (0.03 + 0.6 / 7.0 + 0.1) / 3.0).abs() < 1e-12, "{e}");
-        assert_eq!(ratio_error(&[1.0, 0.0], &[2.0, 1.0], &[true, true]), f64::INFINITY);
+        assert_eq!(
+            ratio_error(&[1.0, 0.0], &[2.0, 1.0], &[true, true]),
+            f64::INFINITY
+        );
         assert_eq!(ratio_error(&[1.0], &[2.0], &[true]), 0.0);
     }
 
@@ -418,7 +437,14 @@ mod tests {
         // Completion after the end is not measured.
         r.arrived(1, s + 10);
         r.completed(&done(1, 4096, s + 10, 3 * s));
-        let res = r.finish("none", &specs, &[], DeviceStats::default(), SimStats::default(), serde_json::Value::Null);
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            SimStats::default(),
+            serde_json::Value::Null,
+        );
         assert_eq!(res.sim.requests, 4);
         assert_eq!(res.tenants[0].bytes, 8192);
         assert_eq!(res.tenants[1].bytes, 4096);

@@ -109,7 +109,9 @@ impl PolicyParams {
             None => Ok(default),
             Some(toml::Value::Float(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
             Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as f64),
-            Some(other) => Err(self.bad(key, format!("expected a non-negative number, got {other}"))),
+            Some(other) => {
+                Err(self.bad(key, format!("expected a non-negative number, got {other}")))
+            }
         }
     }
 
@@ -119,7 +121,9 @@ impl PolicyParams {
         match self.table.get(key) {
             None => Ok(default),
             Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as u64),
-            Some(other) => Err(self.bad(key, format!("expected a non-negative integer, got {other}"))),
+            Some(other) => {
+                Err(self.bad(key, format!("expected a non-negative integer, got {other}")))
+            }
         }
     }
 
@@ -146,7 +150,8 @@ impl PolicyParams {
 }
 
 /// Builds a policy for the given tenants from its parameters.
-pub type PolicyBuilder = fn(&mut PolicyParams, &[TenantSpec]) -> Result<Box<dyn Policy>, PolicyError>;
+pub type PolicyBuilder =
+    fn(&mut PolicyParams, &[TenantSpec]) -> Result<Box<dyn Policy>, PolicyError>;
 
 /// One registered policy.
 pub struct PolicyInfo {

@@ -23,7 +23,10 @@ fn color(i: usize) -> RGBColor {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn run_label(run: &RunResult) -> String {
@@ -55,7 +58,10 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
             .fold(0.0, f64::max)
             .max(1e-3);
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{}: bandwidth per tenant", run_label(run)), ("sans-serif", 16))
+            .caption(
+                format!("{}: bandwidth per tenant", run_label(run)),
+                ("sans-serif", 16),
+            )
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(56)
@@ -75,7 +81,9 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
             chart
                 .draw_series(LineSeries::new(points, c.stroke_width(2)))?
                 .label(format!("{} (w={})", t.name, t.weight))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
@@ -98,7 +106,10 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
         let groups = result.runs.len();
         let width = (n_tenants + 1) as f64;
         let mut chart = ChartBuilder::on(&root)
-            .caption("measured share (bars) vs ideal share (black ticks)", ("sans-serif", 16))
+            .caption(
+                "measured share (bars) vs ideal share (black ticks)",
+                ("sans-serif", 16),
+            )
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(48)
@@ -143,7 +154,12 @@ fn policy_section(out: &mut String, run: &RunResult) -> PlotResult {
     if run.variant.is_empty() {
         let _ = writeln!(out, "<h2>{}</h2>", escape(&run.policy));
     } else {
-        let _ = writeln!(out, "<h2>{} <small>[{}]</small></h2>", escape(&run.policy), escape(&run.variant));
+        let _ = writeln!(
+            out,
+            "<h2>{} <small>[{}]</small></h2>",
+            escape(&run.policy),
+            escape(&run.variant)
+        );
     }
     let _ = writeln!(
         out,
@@ -168,13 +184,18 @@ fn policy_section(out: &mut String, run: &RunResult) -> PlotResult {
             t.bandwidth_bytes_per_s / 1e6,
             t.iops,
             t.share * 100.0,
-            if t.backlogged { format!("{:.1}%", t.ideal_share * 100.0) } else { "not backlogged".into() },
+            if t.backlogged {
+                format!("{:.1}%", t.ideal_share * 100.0)
+            } else {
+                "not backlogged".into()
+            },
             l.mean,
             l.p50,
             l.p99,
             l.p999,
             l.max,
-            t.slo_satisfaction.map_or("-".into(), |s| format!("{:.2}%", s * 100.0)),
+            t.slo_satisfaction
+                .map_or("-".into(), |s| format!("{:.2}%", s * 100.0)),
         );
     }
     out.push_str("</table>\n");
@@ -201,7 +222,14 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
         escape(&result.device),
         result.duration_s,
         result.seed,
-        escape(&result.runs.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>().join(", "))
+        escape(
+            &result
+                .runs
+                .iter()
+                .map(|r| r.policy.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     );
     out.push_str(&share_plot(result)?);
     out.push('\n');

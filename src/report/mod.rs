@@ -16,7 +16,11 @@ fn mb(bytes_per_s: f64) -> f64 {
 }
 
 fn pct(x: f64) -> String {
-    if x.is_finite() { format!("{:.1}%", x * 100.0) } else { "inf".into() }
+    if x.is_finite() {
+        format!("{:.1}%", x * 100.0)
+    } else {
+        "inf".into()
+    }
 }
 
 /// The comparison table: one row per policy × tenant and a summary row per policy.
@@ -29,8 +33,8 @@ pub fn table(result: &ScenarioResult) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  {}",
-        "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50 µs", "p99 µs", "SLO / workload"
+        "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  SLO / workload",
+        "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50 µs", "p99 µs"
     );
     let mut variant = "";
     for run in &result.runs {
@@ -57,7 +61,11 @@ pub fn table(result: &ScenarioResult) -> String {
                 mb(t.bandwidth_bytes_per_s),
                 t.iops,
                 pct(t.share),
-                if t.backlogged { pct(t.ideal_share) } else { "-".into() },
+                if t.backlogged {
+                    pct(t.ideal_share)
+                } else {
+                    "-".into()
+                },
                 t.latency_us.p50,
                 t.latency_us.p99,
                 extra
@@ -100,7 +108,8 @@ pub fn write_all(result: &ScenarioResult, dir: &Path) -> anyhow::Result<()> {
 /// One row per policy × tenant × interval.
 pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
     use anyhow::Context;
-    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
     let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
     w.write_record([
         "policy",

@@ -128,7 +128,13 @@ impl<'a> Run<'a> {
         };
         t.phase = Some(phase as usize);
         if let Some(end) = p.end {
-            self.push(end, EventKind::Phase { tenant, phase: phase + 1 });
+            self.push(
+                end,
+                EventKind::Phase {
+                    tenant,
+                    phase: phase + 1,
+                },
+            );
         }
         match p.arrivals {
             Arrivals::Closed { iodepth } => {
@@ -154,7 +160,13 @@ impl<'a> Run<'a> {
                 Dispatch::Request(request) => {
                     let finish = self.device.submit(&request, now).max(now);
                     self.in_flight += 1;
-                    self.push(finish, EventKind::Complete { request, start: now });
+                    self.push(
+                        finish,
+                        EventKind::Complete {
+                            request,
+                            start: now,
+                        },
+                    );
                 }
                 Dispatch::Wait(at) => {
                     let at = at.max(now + 1);
@@ -206,7 +218,9 @@ impl<'a> Run<'a> {
                     return;
                 }
                 let Some(p) = t.phase else { return };
-                if let Arrivals::Open { rate_iops } = self.scenario.tenants[tenant as usize].workload.phases[p].arrivals {
+                if let Arrivals::Open { rate_iops } =
+                    self.scenario.tenants[tenant as usize].workload.phases[p].arrivals
+                {
                     let next = now + t.generator.interarrival(rate_iops);
                     self.push(next, EventKind::Arrival { tenant, epoch });
                     self.issue(tenant, now);
@@ -244,7 +258,12 @@ pub fn run_policy(
         scenario,
         policy,
         device,
-        recorder: Recorder::new(&specs, scenario.warmup, scenario.duration, scenario.interval),
+        recorder: Recorder::new(
+            &specs,
+            scenario.warmup,
+            scenario.duration,
+            scenario.interval,
+        ),
         events: BinaryHeap::with_capacity(1024),
         seq: 0,
         next_id: 0,
@@ -286,7 +305,11 @@ pub fn run_policy(
         }
     }
     let wall_seconds = wall.elapsed().as_secs_f64();
-    let workloads: Vec<String> = scenario.tenants.iter().map(|t| t.workload.label.clone()).collect();
+    let workloads: Vec<String> = scenario
+        .tenants
+        .iter()
+        .map(|t| t.workload.label.clone())
+        .collect();
     let device_stats = run.device.stats();
     let policy_stats = run.policy.stats();
     Ok(run.recorder.finish(
@@ -305,15 +328,25 @@ pub fn run_policy(
 /// Runs every policy of every scenario (the points of a sweep), each run on a fresh
 /// copy of its preconditioned device. Devices with the same spec and seed are built
 /// (and aged) once.
-pub fn run_scenarios(scenarios: &[Scenario], show_progress: bool) -> Result<ScenarioResult, PolicyError> {
+pub fn run_scenarios(
+    scenarios: &[Scenario],
+    show_progress: bool,
+) -> Result<ScenarioResult, PolicyError> {
     let first = scenarios.first().expect("at least one scenario");
     let mut devices: Vec<(&crate::scenario::DeviceSpec, u64, Box<dyn DeviceModel>)> = Vec::new();
     let mut runs = Vec::new();
     for scenario in scenarios {
-        let idx = match devices.iter().position(|(d, s, _)| **d == scenario.device && *s == scenario.seed) {
+        let idx = match devices
+            .iter()
+            .position(|(d, s, _)| **d == scenario.device && *s == scenario.seed)
+        {
             Some(i) => i,
             None => {
-                devices.push((&scenario.device, scenario.seed, scenario.device.build(scenario.seed)));
+                devices.push((
+                    &scenario.device,
+                    scenario.seed,
+                    scenario.device.build(scenario.seed),
+                ));
                 devices.len() - 1
             }
         };
@@ -324,7 +357,8 @@ pub fn run_scenarios(scenarios: &[Scenario], show_progress: bool) -> Result<Scen
                 format!("{} [{}]", choice.label, scenario.variant)
             };
             let bar = show_progress.then(|| progress_bar(scenario, &label));
-            let mut result = run_policy(scenario, choice, devices[idx].2.clone_box(), bar.as_ref())?;
+            let mut result =
+                run_policy(scenario, choice, devices[idx].2.clone_box(), bar.as_ref())?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
@@ -343,7 +377,10 @@ pub fn run_scenarios(scenarios: &[Scenario], show_progress: bool) -> Result<Scen
 }
 
 /// Runs every policy of one scenario.
-pub fn run_scenario(scenario: &Scenario, show_progress: bool) -> Result<ScenarioResult, PolicyError> {
+pub fn run_scenario(
+    scenario: &Scenario,
+    show_progress: bool,
+) -> Result<ScenarioResult, PolicyError> {
     run_scenarios(std::slice::from_ref(scenario), show_progress)
 }
 
@@ -351,9 +388,11 @@ fn progress_bar(scenario: &Scenario, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(scenario.duration / 1_000_000);
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} ms simulated ({elapsed})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{prefix:>10} [{bar:30}] {pos}/{len} ms simulated ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_prefix(label.to_string());
     bar.set_position(0);

@@ -28,7 +28,10 @@ pub enum Pattern {
 
 impl Pattern {
     fn is_random(self) -> bool {
-        matches!(self, Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw)
+        matches!(
+            self,
+            Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw
+        )
     }
 }
 
@@ -73,7 +76,11 @@ pub enum WorkloadConfig {
 pub enum SizeDist {
     Fixed(u32),
     /// Uniform over multiples of `align` in `[min, max]`; mean (min + max) / 2.
-    Uniform { min: u32, max: u32, align: u32 },
+    Uniform {
+        min: u32,
+        max: u32,
+        align: u32,
+    },
 }
 
 impl SizeDist {
@@ -183,9 +190,9 @@ impl Knobs {
     }
 
     fn resolve(&self, start: Nanos, end: Option<Nanos>) -> Result<Phase, String> {
-        let pattern = self
-            .pattern
-            .ok_or("no pattern: set `pattern` (read, write, rw, randread, randwrite, randrw) or `standin`")?;
+        let pattern = self.pattern.ok_or(
+            "no pattern: set `pattern` (read, write, rw, randread, randwrite, randrw) or `standin`",
+        )?;
         let read_mix = match pattern {
             Pattern::Read | Pattern::RandRead => 1.0,
             Pattern::Write | Pattern::RandWrite => 0.0,
@@ -195,19 +202,25 @@ impl Knobs {
             return Err(format!("read_mix must be between 0 and 1, got {read_mix}"));
         }
         let align = self.align;
-        if align == 0 || align % 512 != 0 {
-            return Err(format!("align must be a positive multiple of 512 bytes, got {align}"));
+        if align == 0 || !align.is_multiple_of(512) {
+            return Err(format!(
+                "align must be a positive multiple of 512 bytes, got {align}"
+            ));
         }
         const MAX_REQUEST: u64 = 32 << 20;
         let size = match (self.size, self.size_mean) {
             (Some(0), _) | (_, Some(0)) => return Err("size must be > 0".into()),
-            (Some(s), _) if s > MAX_REQUEST => return Err(format!("size {s} exceeds the 32 MiB request cap")),
+            (Some(s), _) if s > MAX_REQUEST => {
+                return Err(format!("size {s} exceeds the 32 MiB request cap"));
+            }
             (Some(s), _) => SizeDist::Fixed(s as u32),
             (None, Some(mean)) => {
                 // Uniform over aligned sizes in [align, 2·mean − align]: mean preserved.
                 let max = (2 * mean).saturating_sub(align).max(align) / align * align;
                 if max > MAX_REQUEST {
-                    return Err(format!("size_mean {mean} draws sizes past the 32 MiB request cap"));
+                    return Err(format!(
+                        "size_mean {mean} draws sizes past the 32 MiB request cap"
+                    ));
                 }
                 SizeDist::Uniform {
                     min: align as u32,
@@ -225,7 +238,9 @@ impl Knobs {
                     return Err(format!("rate_iops must be > 0, got {r}"));
                 }
                 (_, Some(r)) => Arrivals::Open { rate_iops: r },
-                (Some(0), None) => return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into()),
+                (Some(0), None) => {
+                    return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into());
+                }
                 (Some(d), None) => Arrivals::Closed { iodepth: d },
                 (None, None) => Arrivals::Closed { iodepth: 1 },
             }
@@ -304,7 +319,11 @@ impl WorkloadConfig {
                         }
                         Some(d) => Some(start + secs_to_nanos(d)),
                         None if i + 1 == list.len() => None,
-                        None => return Err(ctx("duration_s is required except on the last phase".into())),
+                        None => {
+                            return Err(ctx(
+                                "duration_s is required except on the last phase".into()
+                            ));
+                        }
                     };
                     out.push(knobs.resolve(start, end).map_err(ctx)?);
                     start = end.unwrap_or(start);
@@ -326,7 +345,9 @@ fn describe(p: &Phase) -> String {
     let pat = format!("{:?}", p.pattern).to_lowercase();
     let size = match p.size {
         SizeDist::Fixed(s) => crate::units::format_bytes(s as u64),
-        SizeDist::Uniform { .. } => format!("~{}", crate::units::format_bytes(p.size.mean() as u64)),
+        SizeDist::Uniform { .. } => {
+            format!("~{}", crate::units::format_bytes(p.size.mean() as u64))
+        }
     };
     let load = match p.arrivals {
         Arrivals::Closed { iodepth } => format!("qd{iodepth}"),
@@ -407,23 +428,35 @@ mod tests {
     use super::*;
 
     fn table(toml_text: &str) -> WorkloadConfig {
-        toml::from_str::<WorkloadTable>(toml_text).map(WorkloadConfig::Table).unwrap()
+        toml::from_str::<WorkloadTable>(toml_text)
+            .map(WorkloadConfig::Table)
+            .unwrap()
     }
 
     #[test]
     fn standin_resolves_with_published_statistics() {
-        let w = WorkloadConfig::Named("fileserver".into()).resolve().unwrap();
+        let w = WorkloadConfig::Named("fileserver".into())
+            .resolve()
+            .unwrap();
         let p = w.phases[0];
         assert!((p.read_mix - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(p.size.mean(), 72.0 * 1024.0);
-        assert_eq!(p.arrivals, Arrivals::Closed { iodepth: STANDIN_IODEPTH });
+        assert_eq!(
+            p.arrivals,
+            Arrivals::Closed {
+                iodepth: STANDIN_IODEPTH
+            }
+        );
         assert!(w.label.contains("synthetic stand-in"));
     }
 
     #[test]
     fn unknown_standin_lists_known_names() {
         let e = WorkloadConfig::Named("nope".into()).resolve().unwrap_err();
-        assert!(e.contains("unknown workload 'nope'") && e.contains("varmail"), "{e}");
+        assert!(
+            e.contains("unknown workload 'nope'") && e.contains("varmail"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -447,7 +480,10 @@ mod tests {
         assert_eq!(w.phases.len(), 3);
         assert_eq!(w.phases[0].arrivals, Arrivals::Open { rate_iops: 100.0 });
         assert_eq!(w.phases[1].arrivals, Arrivals::Open { rate_iops: 300.0 });
-        assert_eq!((w.phases[1].start, w.phases[1].end), (2_000_000_000, Some(3_000_000_000)));
+        assert_eq!(
+            (w.phases[1].start, w.phases[1].end),
+            (2_000_000_000, Some(3_000_000_000))
+        );
         assert_eq!(w.phases[2].arrivals, Arrivals::Idle);
         assert_eq!(w.phase_at(2_500_000_000).unwrap().0, 1);
         assert_eq!(w.phase_at(9_000_000_000).unwrap().0, 2);
@@ -460,7 +496,10 @@ mod tests {
             ("pattern = \"randrw\"\nread_mix = 1.5", "read_mix"),
             ("pattern = \"randread\"\niodepth = 0", "iodepth"),
             ("size = \"4k\"", "no pattern"),
-            ("pattern = \"read\"\n[[phases]]\nidle = true\n[[phases]]\nidle = false", "phase 1: duration_s is required"),
+            (
+                "pattern = \"read\"\n[[phases]]\nidle = true\n[[phases]]\nidle = false",
+                "phase 1: duration_s is required",
+            ),
         ];
         for (text, want) in cases {
             let e = table(text).resolve().unwrap_err();
@@ -488,7 +527,9 @@ mod tests {
         let w = WorkloadConfig::Named("exchange".into()).resolve().unwrap();
         let draw = |seed, stream| {
             let mut g = Generator::new(seed, stream, 0, 1 << 30);
-            (0..100).map(|_| g.next_io(&w.phases[0])).collect::<Vec<_>>()
+            (0..100)
+                .map(|_| g.next_io(&w.phases[0]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(5, 1), draw(5, 1));
         assert_ne!(draw(5, 1), draw(5, 2));
@@ -497,7 +538,9 @@ mod tests {
 
     #[test]
     fn sequential_pattern_walks_and_wraps() {
-        let w = table("pattern = \"write\"\nsize = \"512k\"").resolve().unwrap();
+        let w = table("pattern = \"write\"\nsize = \"512k\"")
+            .resolve()
+            .unwrap();
         let mut g = Generator::new(0, 0, 0, 2 << 20);
         let offs: Vec<u64> = (0..5).map(|_| g.next_io(&w.phases[0]).1).collect();
         assert_eq!(offs, vec![0, 512 << 10, 1 << 20, 3 << 19, 0]);
