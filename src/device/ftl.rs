@@ -36,8 +36,11 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Lays out `logical_pages` over `dies` with `op_ratio` extra physical space, making
-    /// sure each die keeps room for its two open blocks and the GC reserve.
+    /// Lays out `logical_pages` over `dies` with `op_ratio` extra physical space. The
+    /// blocks GC keeps out of use (about `gc_threshold` free ones plus the unfilled
+    /// halves of the two open blocks) come on top of the over-provisioning, so a
+    /// scaled-down drive with few blocks per die keeps the same effective spare space,
+    /// and GC behaves about the same, as a full-size one.
     pub fn new(
         logical_pages: u32,
         op_ratio: f64,
@@ -48,12 +51,12 @@ impl Geometry {
         let gc_threshold = gc_threshold.max(2);
         let physical = (logical_pages as f64 * (1.0 + op_ratio.max(0.0))).ceil() as u64;
         let per_die = physical.div_ceil(dies as u64);
-        let min_blocks = (logical_pages as u64)
-            .div_ceil(dies as u64)
-            .div_ceil(pages_per_block as u64)
-            + gc_threshold as u64
-            + 3;
-        let blocks_per_die = per_die.div_ceil(pages_per_block as u64).max(min_blocks) as u32;
+        let data_blocks = ((per_die as f64 / pages_per_block as f64).round() as u64).max(
+            (logical_pages as u64)
+                .div_ceil(dies as u64)
+                .div_ceil(pages_per_block as u64),
+        );
+        let blocks_per_die = (data_blocks + gc_threshold as u64 + 1) as u32;
         Geometry {
             logical_pages,
             dies,
