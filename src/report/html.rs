@@ -4,6 +4,7 @@ use crate::metrics::RunResult;
 use crate::sim::ScenarioResult;
 use crate::types::nanos_to_secs;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -113,30 +114,40 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(48)
-            .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), 0.0..1.0)?;
-        let labels: Vec<String> = result.runs.iter().map(run_label).collect();
+            .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), -0.08..1.0)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(groups.max(1) * 2 + 1)
-            .x_label_formatter(&|x| {
-                let g = (x / width).floor();
-                let centre = g * width + width / 2.0;
-                if (x - centre).abs() < 0.3 {
-                    labels.get(g as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
+            .x_labels(0)
             .y_desc("share")
             .draw()?;
         for (g, run) in result.runs.iter().enumerate() {
+            let centre = g as f64 * width + width / 2.0;
+            // Long sweeps get numbers that match the section headings below.
+            let label = if groups <= 6 {
+                run_label(run)
+            } else {
+                format!("{}", g + 1)
+            };
+            chart.draw_series(std::iter::once(Text::new(
+                label,
+                (centre, -0.03),
+                TextStyle::from(("sans-serif", 12).into_font())
+                    .pos(Pos::new(HPos::Center, VPos::Top)),
+            )))?;
             for (i, t) in run.tenants.iter().enumerate() {
                 let x0 = g as f64 * width + 0.5 + i as f64;
-                chart.draw_series(std::iter::once(Rectangle::new(
+                let c = color(i);
+                let bar = chart.draw_series(std::iter::once(Rectangle::new(
                     [(x0, 0.0), (x0 + 0.9, t.share)],
-                    color(i).filled(),
+                    c.filled(),
                 )))?;
+                if g == 0 {
+                    bar.label(format!("{} (w={})", t.name, t.weight))
+                        .legend(move |(x, y)| {
+                            Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                        });
+                }
                 if t.backlogged {
                     chart.draw_series(std::iter::once(PathElement::new(
                         vec![(x0, t.ideal_share), (x0 + 0.9, t.ideal_share)],
@@ -145,18 +156,24 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
                 }
             }
         }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
         root.present()?;
     }
     Ok(svg)
 }
 
-fn policy_section(out: &mut String, run: &RunResult) -> PlotResult {
+fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResult {
     if run.variant.is_empty() {
-        let _ = writeln!(out, "<h2>{}</h2>", escape(&run.policy));
+        let _ = writeln!(out, "<h2>{number}. {}</h2>", escape(&run.policy));
     } else {
         let _ = writeln!(
             out,
-            "<h2>{} <small>[{}]</small></h2>",
+            "<h2>{number}. {} <small>[{}]</small></h2>",
             escape(&run.policy),
             escape(&run.variant)
         );
@@ -233,8 +250,8 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
     );
     out.push_str(&share_plot(result)?);
     out.push('\n');
-    for run in &result.runs {
-        policy_section(&mut out, run)?;
+    for (i, run) in result.runs.iter().enumerate() {
+        policy_section(&mut out, i + 1, run)?;
     }
     out.push_str("<p><small>Workloads marked \"synthetic stand-in\" are generators with the published read/write mix and mean request size of the named workload, not the original traces.</small></p>\n</body></html>\n");
     Ok(out)
