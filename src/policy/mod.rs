@@ -5,8 +5,10 @@
 //! runs in the simulator (virtual time) and in the live server (wall time).
 
 mod none;
+mod sfq;
 
 pub use none::Fifo;
+pub use sfq::Sfq;
 
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::BTreeSet;
@@ -162,11 +164,18 @@ pub struct PolicyInfo {
 
 /// Every policy ioshare knows, in the order reports list them.
 pub fn registry() -> &'static [PolicyInfo] {
-    &[PolicyInfo {
-        name: "none",
-        summary: "FIFO across tenants, no control (the baseline)",
-        build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
-    }]
+    &[
+        PolicyInfo {
+            name: "none",
+            summary: "FIFO across tenants, no control (the baseline)",
+            build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
+        },
+        PolicyInfo {
+            name: "sfq",
+            summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by bytes",
+            build: Sfq::build,
+        },
+    ]
 }
 
 /// Names of all registered policies.
