@@ -4,9 +4,13 @@
 //! dispatch next. It never reads a clock, spawns a thread or does I/O, so the same object
 //! runs in the simulator (virtual time) and in the live server (wall time).
 
+mod cfq;
+mod mots;
 mod none;
 mod sfq;
 
+pub use cfq::Cfq;
+pub use mots::Mots;
 pub use none::Fifo;
 pub use sfq::Sfq;
 
@@ -169,6 +173,16 @@ pub fn registry() -> &'static [PolicyInfo] {
             name: "none",
             summary: "FIFO across tenants, no control (the baseline)",
             build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
+        },
+        PolicyInfo {
+            name: "cfq",
+            summary: "time slices proportional to weight, round-robin, optional idling (Linux CFQ style)",
+            build: Cfq::build,
+        },
+        PolicyInfo {
+            name: "mots",
+            summary: "CFQ slices corrected every second by the MoTS feedback controller (MCFQ)",
+            build: Mots::build,
         },
         PolicyInfo {
             name: "sfq",

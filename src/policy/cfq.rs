@@ -1,0 +1,348 @@
+//! `cfq`: time-slice fair queueing in the manner of Linux CFQ — the baseline of MoTS
+//! (`specs/mots.md`, "Base scheduler").
+//!
+//! One FIFO queue per tenant. Tenants with queued requests take turns, round-robin, owning
+//! the dispatch for a *time slice* `slice_i = base_slice × w_i / w_min`; while a tenant
+//! owns its slice only its requests are dispatched (the engine's device queue depth
+//! bounds how many are in flight). When the owner's queue empties before its slice ends,
+//! the scheduler keeps the slice while the owner still has requests in the device, then
+//! idles up to `slice_idle` after its last completion waiting for its next request (CFQ
+//! does both: `cfqq->dispatched` keeps the queue, then the idle timer); with
+//! `slice_idle = 0` it yields to the next tenant at once. Requests still in the device
+//! when a slice ends finish there (as with NCQ).
+//!
+//! Parameters: `base_slice_ms` (default 10: slices of 100/70/40/10 ms for weights
+//! 10:7:4:1; CFQ's 100 ms base was chosen for disks), `slice_idle_ms` (default 8, CFQ's
+//! `group_idle`: tenants are cgroups, and CFQ idles on a group even on SSDs; without it a
+//! closed-loop tenant empties its queue into the device at once, yields, and slices stop
+//! meaning anything). A weight change applies from the tenant's next slice.
+//!
+//! [`Cfq::set_slice_factor`] scales one tenant's slice; MoTS drives it.
+
+use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
+use std::collections::VecDeque;
+
+struct Queue {
+    weight: f64,
+    factor: f64,
+    requests: VecDeque<Request>,
+    in_flight: u32,
+}
+
+/// What the scheduler is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    /// No tenant owns the device.
+    None,
+    /// `tenant` owns the device until `slice_end`; while its queue is empty the
+    /// scheduler idles for it until `idle_until`.
+    Slice {
+        tenant: TenantId,
+        slice_end: Nanos,
+        idle_until: Option<Nanos>,
+    },
+}
+
+/// CFQ state.
+pub struct Cfq {
+    queues: Vec<Queue>,
+    base_slice: Nanos,
+    slice_idle: Nanos,
+    service: Service,
+    /// Next tenant to consider in round-robin order.
+    cursor: usize,
+    queued: usize,
+    slices: u64,
+}
+
+impl Cfq {
+    pub fn new(tenants: &[TenantSpec], base_slice: Nanos, slice_idle: Nanos) -> Self {
+        Cfq {
+            queues: tenants
+                .iter()
+                .map(|t| Queue {
+                    weight: t.weight,
+                    factor: 1.0,
+                    requests: VecDeque::new(),
+                    in_flight: 0,
+                })
+                .collect(),
+            base_slice,
+            slice_idle,
+            service: Service::None,
+            cursor: 0,
+            queued: 0,
+            slices: 0,
+        }
+    }
+
+    /// Reads `base_slice_ms` and `slice_idle_ms`.
+    pub fn from_params(
+        params: &mut PolicyParams,
+        tenants: &[TenantSpec],
+    ) -> Result<Cfq, PolicyError> {
+        let base = params.f64_or("base_slice_ms", 10.0)?;
+        let idle = params.f64_or("slice_idle_ms", 8.0)?;
+        if base <= 0.0 {
+            return Err(PolicyError::BadParam {
+                policy: "cfq".into(),
+                param: "base_slice_ms".into(),
+                problem: "must be > 0".into(),
+            });
+        }
+        Ok(Cfq::new(
+            tenants,
+            secs_to_nanos(base / 1e3),
+            secs_to_nanos(idle / 1e3),
+        ))
+    }
+
+    pub fn build(
+        params: &mut PolicyParams,
+        tenants: &[TenantSpec],
+    ) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(Cfq::from_params(params, tenants)?))
+    }
+
+    /// Smallest weight among all tenants (the reference slice).
+    fn min_weight(&self) -> f64 {
+        self.queues
+            .iter()
+            .map(|q| q.weight)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// The slice the tenant gets now: `base × w / w_min × factor`.
+    pub fn slice_of(&self, tenant: TenantId) -> Nanos {
+        let q = &self.queues[tenant as usize];
+        (self.base_slice as f64 * q.weight / self.min_weight() * q.factor)
+            .round()
+            .max(1.0) as Nanos
+    }
+
+    /// Scales a tenant's slice from its next slice on (MoTS).
+    pub fn set_slice_factor(&mut self, tenant: TenantId, factor: f64) {
+        self.queues[tenant as usize].factor = factor;
+    }
+
+    pub fn slice_factor(&self, tenant: TenantId) -> f64 {
+        self.queues[tenant as usize].factor
+    }
+
+    /// Starts the next backlogged tenant's slice (round-robin after the current owner).
+    fn next_slice(&mut self, now: Nanos) -> bool {
+        let n = self.queues.len();
+        for i in 0..n {
+            let t = (self.cursor + i) % n;
+            if !self.queues[t].requests.is_empty() {
+                self.cursor = (t + 1) % n;
+                self.service = Service::Slice {
+                    tenant: t as TenantId,
+                    slice_end: now + self.slice_of(t as TenantId),
+                    idle_until: None,
+                };
+                self.slices += 1;
+                return true;
+            }
+        }
+        self.service = Service::None;
+        false
+    }
+}
+
+impl Policy for Cfq {
+    fn name(&self) -> &'static str {
+        "cfq"
+    }
+
+    fn enqueue(&mut self, request: Request, _now: Nanos) {
+        self.queues[request.tenant as usize]
+            .requests
+            .push_back(request);
+        self.queued += 1;
+        if let Service::Slice {
+            tenant,
+            ref mut idle_until,
+            ..
+        } = self.service
+            && tenant == request.tenant
+        {
+            *idle_until = None;
+        }
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        loop {
+            match self.service {
+                Service::None => {
+                    if !self.next_slice(now) {
+                        return Dispatch::Idle;
+                    }
+                }
+                Service::Slice {
+                    tenant,
+                    slice_end,
+                    idle_until,
+                } => {
+                    if now >= slice_end {
+                        if !self.next_slice(now) {
+                            return Dispatch::Idle;
+                        }
+                        continue;
+                    }
+                    let q = &mut self.queues[tenant as usize];
+                    if let Some(r) = q.requests.pop_front() {
+                        q.in_flight += 1;
+                        self.queued -= 1;
+                        return Dispatch::Request(r);
+                    }
+                    // The owner's queue is empty: wait for its requests in flight, then
+                    // idle for its next one, or yield.
+                    if self.slice_idle > 0 && q.in_flight > 0 {
+                        return Dispatch::Wait(slice_end);
+                    }
+                    let deadline = match idle_until {
+                        Some(d) => d,
+                        None if self.slice_idle > 0 => {
+                            let d = (now + self.slice_idle).min(slice_end);
+                            self.service = Service::Slice {
+                                tenant,
+                                slice_end,
+                                idle_until: Some(d),
+                            };
+                            d
+                        }
+                        None => now,
+                    };
+                    if now < deadline {
+                        return Dispatch::Wait(deadline);
+                    }
+                    if !self.next_slice(now) {
+                        return Dispatch::Idle;
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, completion: &Completion, _now: Nanos) {
+        let q = &mut self.queues[completion.request.tenant as usize];
+        q.in_flight = q.in_flight.saturating_sub(1);
+    }
+
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
+        self.queues[tenant as usize].weight = spec.weight;
+    }
+
+    fn queued(&self) -> usize {
+        self.queued
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::json!({ "slices": self.slices })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Op;
+
+    const MS: Nanos = 1_000_000;
+
+    fn req(id: u64, tenant: TenantId) -> Request {
+        Request {
+            id,
+            tenant,
+            op: Op::Read,
+            offset: 0,
+            len: 4096,
+            arrival: 0,
+        }
+    }
+
+    fn tenants() -> Vec<TenantSpec> {
+        vec![
+            TenantSpec::weighted("a", 2.0),
+            TenantSpec::weighted("b", 1.0),
+        ]
+    }
+
+    #[test]
+    fn slices_are_proportional_to_weight() {
+        let p = Cfq::new(&tenants(), 10 * MS, 0);
+        assert_eq!(p.slice_of(0), 20 * MS);
+        assert_eq!(p.slice_of(1), 10 * MS);
+    }
+
+    #[test]
+    fn owner_dispatches_until_its_slice_ends() {
+        let mut p = Cfq::new(&tenants(), 10 * MS, 0);
+        for i in 0..5 {
+            p.enqueue(req(i, 0), 0);
+            p.enqueue(req(100 + i, 1), 0);
+        }
+        // a owns [0, 20 ms): only a's requests.
+        assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
+        assert_eq!(p.dispatch(19 * MS), Dispatch::Request(req(1, 0)));
+        // At 20 ms b's slice starts and lasts 10 ms.
+        assert_eq!(p.dispatch(20 * MS), Dispatch::Request(req(100, 1)));
+        assert_eq!(p.dispatch(29 * MS), Dispatch::Request(req(101, 1)));
+        assert_eq!(p.dispatch(30 * MS), Dispatch::Request(req(2, 0)));
+    }
+
+    #[test]
+    fn empty_owner_yields_without_idling() {
+        let mut p = Cfq::new(&tenants(), 10 * MS, 0);
+        p.enqueue(req(0, 0), 0);
+        p.enqueue(req(100, 1), 0);
+        assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
+        assert_eq!(p.dispatch(MS), Dispatch::Request(req(100, 1)));
+        assert_eq!(p.dispatch(MS), Dispatch::Idle);
+    }
+
+    fn done(r: Request, at: Nanos) -> Completion {
+        Completion {
+            request: r,
+            start: 0,
+            finish: at,
+        }
+    }
+
+    #[test]
+    fn empty_owner_keeps_slice_while_in_flight_then_idles_then_yields() {
+        let mut p = Cfq::new(&tenants(), 10 * MS, 2 * MS);
+        p.enqueue(req(0, 0), 0);
+        p.enqueue(req(100, 1), 0);
+        assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
+        // a's request is in the device: keep a's slice (until its end at 20 ms).
+        assert_eq!(p.dispatch(MS / 2), Dispatch::Wait(20 * MS));
+        p.complete(&done(req(0, 0), MS), MS);
+        // Last completion at 1 ms: idle until 3 ms.
+        assert_eq!(p.dispatch(MS), Dispatch::Wait(3 * MS));
+        // A new request from the owner while idling is served at once.
+        p.enqueue(req(1, 0), 2 * MS);
+        assert_eq!(p.dispatch(2 * MS), Dispatch::Request(req(1, 0)));
+        p.complete(&done(req(1, 0), 2 * MS), 2 * MS);
+        assert_eq!(p.dispatch(2 * MS), Dispatch::Wait(4 * MS));
+        // The idle window passes: b gets the device.
+        assert_eq!(p.dispatch(4 * MS), Dispatch::Request(req(100, 1)));
+    }
+
+    #[test]
+    fn weight_change_applies_at_the_next_slice() {
+        let mut p = Cfq::new(&tenants(), 10 * MS, 0);
+        for i in 0..4 {
+            p.enqueue(req(i, 0), 0);
+            p.enqueue(req(100 + i, 1), 0);
+        }
+        assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0))); // a: [0, 20 ms)
+        p.update_tenant(0, &TenantSpec::weighted("a", 4.0), MS);
+        assert_eq!(p.dispatch(19 * MS), Dispatch::Request(req(1, 0))); // still the old slice
+        assert_eq!(p.dispatch(20 * MS), Dispatch::Request(req(100, 1))); // b: [20, 30 ms)
+        assert_eq!(p.dispatch(30 * MS), Dispatch::Request(req(2, 0))); // a: [30, 70 ms)
+        assert_eq!(p.dispatch(69 * MS), Dispatch::Request(req(3, 0)));
+        assert_eq!(p.dispatch(70 * MS), Dispatch::Request(req(101, 1)));
+    }
+}
