@@ -400,7 +400,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
 
 /// Expands `[sweep]`: each key is a dotted path into the scenario (`device.precondition`,
 /// `tenant.B.workload.size`; inside an array of tables a segment picks the entry with
-/// that `name`, or an index), each value a list. Returns one document per point of the
+/// that `name`, an index, or `*` for all of them), each value a list. Returns one document per point of the
 /// cartesian product, in order (the first key varies slowest), with its label.
 fn expand_sweep(mut doc: toml::Table) -> Result<Vec<(String, toml::Table)>, String> {
     let Some(sweep) = doc.remove("sweep") else {
@@ -441,38 +441,55 @@ fn expand_sweep(mut doc: toml::Table) -> Result<Vec<(String, toml::Table)>, Stri
 
 fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {
     let segments: Vec<&str> = path.split('.').collect();
-    let (last, parents) = segments.split_last().ok_or("empty path")?;
-    let mut table = doc;
-    let mut iter = parents.iter().peekable();
-    while let Some(seg) = iter.next() {
-        let entry = table
-            .entry(seg.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        table = match entry {
-            toml::Value::Table(t) => t,
-            toml::Value::Array(items) => {
-                let pick = iter
-                    .next()
-                    .ok_or_else(|| format!("'{seg}' is a list: name an entry after it"))?;
+    set_segments(doc, &segments, &value)
+}
+
+/// Sets `value` at `segments` under `table`; in an array of tables the next segment picks
+/// an entry by `name` or index, or `*` for every entry.
+fn set_segments(
+    table: &mut toml::Table,
+    segments: &[&str],
+    value: &toml::Value,
+) -> Result<(), String> {
+    let (first, rest) = segments.split_first().ok_or("empty path")?;
+    if rest.is_empty() {
+        table.insert(first.to_string(), value.clone());
+        return Ok(());
+    }
+    let entry = table
+        .entry(first.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match entry {
+        toml::Value::Table(t) => set_segments(t, rest, value),
+        toml::Value::Array(items) => {
+            let (pick, rest) = rest
+                .split_first()
+                .filter(|(_, r)| !r.is_empty())
+                .ok_or_else(|| {
+                    format!("'{first}' is a list: name an entry and a field after it")
+                })?;
+            let picked: Vec<usize> = if *pick == "*" {
+                (0..items.len()).collect()
+            } else {
                 let idx = items
                     .iter()
-                    .position(|it| it.get("name").and_then(|n| n.as_str()) == Some(pick))
+                    .position(|it| it.get("name").and_then(|n| n.as_str()) == Some(*pick))
                     .or_else(|| pick.parse::<usize>().ok().filter(|&i| i < items.len()))
-                    .ok_or_else(|| format!("no entry '{pick}' in '{seg}'"))?;
-                match &mut items[idx] {
-                    toml::Value::Table(t) => t,
-                    _ => return Err(format!("entry '{pick}' of '{seg}' is not a table")),
+                    .ok_or_else(|| format!("no entry '{pick}' in '{first}'"))?;
+                vec![idx]
+            };
+            for i in picked {
+                match &mut items[i] {
+                    toml::Value::Table(t) => set_segments(t, rest, value)?,
+                    _ => return Err(format!("entry {i} of '{first}' is not a table")),
                 }
             }
-            _ => {
-                return Err(format!(
-                    "'{seg}' is not a table (write it as a table to sweep inside it)"
-                ));
-            }
-        };
+            Ok(())
+        }
+        _ => Err(format!(
+            "'{first}' is not a table (write it as a table to sweep inside it)"
+        )),
     }
-    table.insert(last.to_string(), value);
-    Ok(())
 }
 
 fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
@@ -709,6 +726,10 @@ mod tests {
             all[4].tenants[1].workload.phases[0].size,
             crate::workload::SizeDist::Fixed(8192)
         );
+        let all = format!("{BASE}\n[sweep]\n\"tenant.*.weight\" = [2, 5]\n");
+        let all = Scenario::parse_all(&all, "test.toml", "test").unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all[1].tenants.iter().all(|t| t.spec.weight == 5.0));
         let bad = format!("{BASE}\n[sweep]\n\"tenant.zz.weight\" = [1]\n");
         let e = Scenario::parse_all(&bad, "test.toml", "test")
             .unwrap_err()

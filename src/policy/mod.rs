@@ -4,12 +4,16 @@
 //! dispatch next. It never reads a clock, spawns a thread or does I/O, so the same object
 //! runs in the simulator (virtual time) and in the live server (wall time).
 
+mod bfq;
 mod cfq;
+mod feedbac;
 mod mots;
 mod none;
 mod sfq;
 
+pub use bfq::Bfq;
 pub use cfq::Cfq;
+pub use feedbac::FeedBac;
 pub use mots::Mots;
 pub use none::Fifo;
 pub use sfq::Sfq;
@@ -183,6 +187,16 @@ pub fn registry() -> &'static [PolicyInfo] {
             name: "mots",
             summary: "CFQ slices corrected every second by the MoTS feedback controller (MCFQ)",
             build: Mots::build,
+        },
+        PolicyInfo {
+            name: "bfq",
+            summary: "budget fair queueing: one tenant at a time, budgets by weight, idles on an empty queue (Linux BFQ style)",
+            build: Bfq::build,
+        },
+        PolicyInfo {
+            name: "feedbac",
+            summary: "credits by weight each period, total forecast by Holt smoothing, early refill, bounded carry-over",
+            build: FeedBac::build,
         },
         PolicyInfo {
             name: "sfq",

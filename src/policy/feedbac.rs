@@ -1,0 +1,575 @@
+//! `feedbac`: feedback-based allocation of credits — FeedBAC, `specs/feedbac.md`.
+//!
+//! * **Credit allocator.** Every allocation period (`period_ms`) each *active* tenant
+//!   (requests queued or in flight) receives `C × w_i / Σ_active w` credits, where `C` is
+//!   the forecast of what the device will consume in one period. A request costs its size
+//!   in bytes (`cost = "bytes"`, default) or one credit per request (`cost = "ios"`). Any
+//!   tenant with credits left and a queued request may dispatch — no idling — and among
+//!   those the oldest request goes first. The last request may overdraw; the debt is
+//!   paid from the next allocation. Inactive tenants get nothing and keep nothing.
+//! * **Early refill.** When every active tenant has exhausted its credits, the next
+//!   period starts at once, so a low forecast never leaves the device idle.
+//! * **Carry-over.** Credits left when a period ends are kept, up to `carry` × the
+//!   tenant's allocation (default 1: one period's worth), so a tenant that could not spend
+//!   in time keeps its share but cannot hoard a burst.
+//! * **Predictor.** Every prediction period (`prediction_periods` × `period_ms` of time;
+//!   early refills do not shorten it), the observation
+//!   `x` = credits consumed over the prediction period / its length feeds Holt's double
+//!   exponential smoothing: `S = αx + (1−α)(S + b)`, `b = β(S − S_prev) + (1−β)b`, forecast
+//!   `S + b`. **Reading for α:** it is re-chosen each prediction period from the relative
+//!   error e = |forecast − x| / x of the forecast just tested:
+//!   `α = α_min + (α_max − α_min) × min(1, e / e_full)`, with α ∈ [0.1, 0.9] and
+//!   e_full = 0.2 (a 20 % miss follows at full speed). β = 0.3 by default.
+//!
+//! A tenant that becomes active in the middle of a period waits for the next allocation
+//! (at most one period) unless an early refill comes first.
+//!
+//! Parameters: `period_ms` (10), `prediction_periods` (10), `carry` (1.0), `beta` (0.3),
+//! `initial_mb_s` (64: the forecast before the first observation; early refill covers a
+//! low guess), `cost` is fixed to bytes unless `cost_per_io = true`. Weight changes apply
+//! from the next allocation. `stats()` records predicted vs consumed credits per
+//! prediction period (the paper's Fig. 5).
+
+use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use crate::types::{
+    Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
+};
+use serde::Serialize;
+use std::collections::VecDeque;
+
+const ALPHA_MIN: f64 = 0.1;
+const ALPHA_MAX: f64 = 0.9;
+const ERROR_FULL: f64 = 0.2;
+/// Forecast records kept for reports (the most recent ones).
+const HISTORY_LIMIT: usize = 10_000;
+
+struct Tenant {
+    weight: f64,
+    requests: VecDeque<Request>,
+    in_flight: u32,
+    credits: f64,
+    allocation: f64,
+}
+
+impl Tenant {
+    fn active(&self) -> bool {
+        !self.requests.is_empty() || self.in_flight > 0
+    }
+}
+
+/// One prediction period: what was forecast and what was consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ForecastRecord {
+    /// End of the prediction period, seconds.
+    pub t_s: f64,
+    /// Credits the forecast said the period would consume.
+    pub predicted: f64,
+    /// Credits consumed.
+    pub consumed: f64,
+    pub alpha: f64,
+}
+
+/// Holt's double exponential smoothing with an error-driven α.
+#[derive(Debug, Clone)]
+pub struct Holt {
+    level: f64,
+    trend: f64,
+    alpha: f64,
+    beta: f64,
+    initialized: bool,
+}
+
+impl Holt {
+    pub fn new(beta: f64) -> Self {
+        Holt {
+            level: 0.0,
+            trend: 0.0,
+            alpha: ALPHA_MAX,
+            beta,
+            initialized: false,
+        }
+    }
+
+    /// Feeds an observation, given the forecast that was made for it; returns the next
+    /// forecast (never below zero).
+    pub fn observe(&mut self, x: f64, forecast_made: f64) -> f64 {
+        if !self.initialized {
+            self.level = x;
+            self.trend = 0.0;
+            self.initialized = true;
+        } else {
+            let e = if x > 0.0 {
+                (forecast_made - x).abs() / x
+            } else {
+                1.0
+            };
+            self.alpha = ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * (e / ERROR_FULL).min(1.0);
+            let prev = self.level;
+            self.level = self.alpha * x + (1.0 - self.alpha) * (self.level + self.trend);
+            self.trend = self.beta * (self.level - prev) + (1.0 - self.beta) * self.trend;
+        }
+        (self.level + self.trend).max(0.0)
+    }
+
+    pub fn alpha(&self) -> f64 {
+        self.alpha
+    }
+}
+
+/// FeedBAC state.
+pub struct FeedBac {
+    tenants: Vec<Tenant>,
+    period: Nanos,
+    carry: f64,
+    cost_per_io: bool,
+    /// Forecast consumption rate, credits per second.
+    rate: f64,
+    holt: Holt,
+    period_end: Nanos,
+    prediction_len: Nanos,
+    prediction_end: Nanos,
+    consumed_in_prediction: f64,
+    queued: usize,
+    periods: u64,
+    early_refills: u64,
+    history: VecDeque<ForecastRecord>,
+}
+
+impl FeedBac {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tenants: &[TenantSpec],
+        period: Nanos,
+        prediction_periods: u32,
+        carry: f64,
+        beta: f64,
+        initial_rate: f64,
+        cost_per_io: bool,
+    ) -> Self {
+        FeedBac {
+            tenants: tenants
+                .iter()
+                .map(|t| Tenant {
+                    weight: t.weight,
+                    requests: VecDeque::new(),
+                    in_flight: 0,
+                    credits: 0.0,
+                    allocation: 0.0,
+                })
+                .collect(),
+            period: period.max(1),
+            carry,
+            cost_per_io,
+            rate: initial_rate,
+            holt: Holt::new(beta),
+            period_end: 0,
+            prediction_len: period.max(1) * prediction_periods.max(1) as Nanos,
+            prediction_end: 0,
+            consumed_in_prediction: 0.0,
+            queued: 0,
+            periods: 0,
+            early_refills: 0,
+            history: VecDeque::new(),
+        }
+    }
+
+    pub fn build(
+        params: &mut PolicyParams,
+        tenants: &[TenantSpec],
+    ) -> Result<Box<dyn Policy>, PolicyError> {
+        let bad = |param: &str, problem: &str| PolicyError::BadParam {
+            policy: "feedbac".into(),
+            param: param.into(),
+            problem: problem.into(),
+        };
+        let period_ms = params.f64_or("period_ms", 10.0)?;
+        let prediction = params.u64_or("prediction_periods", 10)?;
+        let carry = params.f64_or("carry", 1.0)?;
+        let beta = params.f64_or("beta", 0.3)?;
+        let initial = params.f64_or("initial_mb_s", 64.0)?;
+        let per_io = params.bool_or("cost_per_io", false)?;
+        if period_ms <= 0.0 {
+            return Err(bad("period_ms", "must be > 0"));
+        }
+        if prediction == 0 {
+            return Err(bad("prediction_periods", "must be ≥ 1"));
+        }
+        if !(0.0..=1.0).contains(&beta) {
+            return Err(bad("beta", "must be between 0 and 1"));
+        }
+        if initial <= 0.0 {
+            return Err(bad("initial_mb_s", "must be > 0"));
+        }
+        // With per-I/O cost the initial guess is read as thousands of IOPS.
+        let initial_rate = if per_io { initial * 1e3 } else { initial * 1e6 };
+        Ok(Box::new(FeedBac::new(
+            tenants,
+            secs_to_nanos(period_ms / 1e3),
+            prediction as u32,
+            carry,
+            beta,
+            initial_rate,
+            per_io,
+        )))
+    }
+
+    fn cost(&self, r: &Request) -> f64 {
+        if self.cost_per_io {
+            1.0
+        } else {
+            r.len.max(1) as f64
+        }
+    }
+
+    /// Credits a tenant holds now.
+    pub fn credits(&self, tenant: TenantId) -> f64 {
+        self.tenants[tenant as usize].credits
+    }
+
+    /// Forecast consumption rate, credits per second.
+    pub fn forecast_rate(&self) -> f64 {
+        self.rate
+    }
+
+    pub fn forecast_history(&self) -> impl Iterator<Item = &ForecastRecord> {
+        self.history.iter()
+    }
+
+    /// Starts a new allocation period at `now` and hands out credits.
+    fn new_period(&mut self, now: Nanos) {
+        self.periods += 1;
+        self.period_end = now + self.period;
+        let total = self.rate * self.period as f64 / NANOS_PER_SEC as f64;
+        let active_w: f64 = self
+            .tenants
+            .iter()
+            .filter(|t| t.active())
+            .map(|t| t.weight)
+            .sum();
+        for t in &mut self.tenants {
+            if t.active() && active_w > 0.0 {
+                let alloc = total * t.weight / active_w;
+                t.credits = t.credits.min(self.carry * t.allocation) + alloc;
+                t.allocation = alloc;
+            } else {
+                t.credits = 0.0;
+                t.allocation = 0.0;
+            }
+        }
+    }
+
+    /// Closes the prediction period ending at `end`: observe, forecast, record.
+    fn predict(&mut self, end: Nanos) {
+        let secs = nanos_to_secs(self.prediction_len);
+        let x = self.consumed_in_prediction / secs;
+        let forecast_made = self.rate;
+        self.rate = self.holt.observe(x, forecast_made).max(1.0);
+        self.history.push_back(ForecastRecord {
+            t_s: nanos_to_secs(end),
+            predicted: forecast_made * secs,
+            consumed: self.consumed_in_prediction,
+            alpha: self.holt.alpha(),
+        });
+        if self.history.len() > HISTORY_LIMIT {
+            self.history.pop_front();
+        }
+        self.consumed_in_prediction = 0.0;
+    }
+
+    /// Rolls prediction and allocation periods forward to `now`; the first call starts
+    /// the clock.
+    fn advance(&mut self, now: Nanos) {
+        if self.periods == 0 {
+            self.prediction_end = now + self.prediction_len;
+            self.new_period(now);
+        }
+        while now >= self.prediction_end {
+            let end = self.prediction_end;
+            self.predict(end);
+            self.prediction_end += self.prediction_len;
+        }
+        while now >= self.period_end {
+            let next = self.period_end;
+            self.new_period(next);
+        }
+    }
+}
+
+impl Policy for FeedBac {
+    fn name(&self) -> &'static str {
+        "feedbac"
+    }
+
+    fn enqueue(&mut self, request: Request, now: Nanos) {
+        // The first allocation waits for the first dispatch, so tenants arriving at the
+        // same instant share it.
+        if self.periods > 0 {
+            self.advance(now);
+        }
+        self.tenants[request.tenant as usize]
+            .requests
+            .push_back(request);
+        self.queued += 1;
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        self.advance(now);
+        for attempt in 0..2 {
+            let mut best: Option<(Nanos, u64, usize)> = None;
+            for (i, t) in self.tenants.iter().enumerate() {
+                if t.credits > 0.0
+                    && let Some(r) = t.requests.front()
+                    && best.is_none_or(|(a, id, _)| (r.arrival, r.id) < (a, id))
+                {
+                    best = Some((r.arrival, r.id, i));
+                }
+            }
+            if let Some((_, _, i)) = best {
+                let r = self.tenants[i].requests.pop_front().expect("head exists");
+                let cost = self.cost(&r);
+                let t = &mut self.tenants[i];
+                t.credits -= cost;
+                t.in_flight += 1;
+                self.consumed_in_prediction += cost;
+                self.queued -= 1;
+                return Dispatch::Request(r);
+            }
+            if self.queued == 0 {
+                return Dispatch::Idle;
+            }
+            // Requests wait for credits. Early refill when no active tenant has any left.
+            let exhausted = self
+                .tenants
+                .iter()
+                .filter(|t| t.active())
+                .all(|t| t.credits <= 0.0);
+            if exhausted && attempt == 0 {
+                self.early_refills += 1;
+                self.new_period(now);
+                continue;
+            }
+            break;
+        }
+        Dispatch::Wait(self.period_end)
+    }
+
+    fn complete(&mut self, completion: &Completion, now: Nanos) {
+        if self.periods > 0 {
+            self.advance(now);
+        }
+        let t = &mut self.tenants[completion.request.tenant as usize];
+        t.in_flight = t.in_flight.saturating_sub(1);
+    }
+
+    fn next_timer(&self) -> Option<Nanos> {
+        (self.periods > 0).then_some(self.period_end.min(self.prediction_end))
+    }
+
+    fn on_timer(&mut self, now: Nanos) {
+        self.advance(now);
+    }
+
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
+        self.tenants[tenant as usize].weight = spec.weight;
+    }
+
+    fn queued(&self) -> usize {
+        self.queued
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let errors: Vec<f64> = self
+            .history
+            .iter()
+            .skip(1)
+            .filter(|r| r.consumed > 0.0)
+            .map(|r| (r.predicted - r.consumed).abs() / r.consumed)
+            .collect();
+        let mean_error = if errors.is_empty() {
+            0.0
+        } else {
+            errors.iter().sum::<f64>() / errors.len() as f64
+        };
+        serde_json::json!({
+            "periods": self.periods,
+            "early_refills": self.early_refills,
+            "forecast_mean_abs_error": mean_error,
+            "forecast": self.history,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Op;
+
+    const MS: Nanos = 1_000_000;
+
+    fn req(id: u64, tenant: TenantId, arrival: Nanos) -> Request {
+        Request {
+            id,
+            tenant,
+            op: Op::Read,
+            offset: 0,
+            len: 4096,
+            arrival,
+        }
+    }
+
+    /// Weights 3:1, 10 ms periods, forecast 1.6384 MB/s → 16 384 credits a period:
+    /// 12 288 (3 requests) for a, 4 096 (1 request) for b.
+    fn fb() -> FeedBac {
+        let t = [
+            TenantSpec::weighted("a", 3.0),
+            TenantSpec::weighted("b", 1.0),
+        ];
+        FeedBac::new(&t, 10 * MS, 10, 1.0, 0.3, 1_638_400.0, false)
+    }
+
+    fn take(p: &mut FeedBac, now: Nanos) -> Option<u64> {
+        match p.dispatch(now) {
+            Dispatch::Request(r) => Some(r.id),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn allocates_in_proportion_to_active_weights() {
+        let mut p = fb();
+        for i in 0..8 {
+            p.enqueue(req(i, 0, 0), 0);
+            p.enqueue(req(100 + i, 1, 0), 0);
+        }
+        p.on_timer(0); // the first allocation
+        assert_eq!(p.credits(0), 12_288.0);
+        assert_eq!(p.credits(1), 4_096.0);
+        // Oldest first among tenants with credits: ids tie on arrival, so by id.
+        let got: Vec<u64> = (0..4).filter_map(|_| take(&mut p, MS)).collect();
+        assert_eq!(got, vec![0, 1, 2, 100]);
+    }
+
+    #[test]
+    fn early_refill_fires_exactly_when_the_last_active_tenant_runs_out() {
+        let mut p = fb();
+        for i in 0..8 {
+            p.enqueue(req(i, 0, 0), 0);
+        }
+        p.enqueue(req(100, 1, 0), 0);
+        p.enqueue(req(101, 1, 0), 0);
+        p.on_timer(0);
+        for _ in 0..4 {
+            take(&mut p, MS).unwrap();
+        }
+        assert_eq!(p.early_refills, 0);
+        assert_eq!(p.credits(0), 0.0);
+        assert_eq!(p.credits(1), 0.0);
+        // Both active tenants are at zero: the next dispatch refills at once (at 1 ms,
+        // not at the 10 ms period end) and the new period ends at 11 ms.
+        assert_eq!(take(&mut p, MS), Some(3));
+        assert_eq!(p.early_refills, 1);
+        assert_eq!(p.period_end, 11 * MS);
+    }
+
+    #[test]
+    fn no_early_refill_while_an_active_tenant_still_has_credits() {
+        let mut p = fb();
+        p.enqueue(req(0, 0, 0), 0); // a: one request, 12 288 credits
+        for i in 0..3 {
+            p.enqueue(req(100 + i, 1, 0), 0);
+        }
+        p.on_timer(0);
+        assert_eq!(take(&mut p, 0), Some(0));
+        assert_eq!(take(&mut p, 0), Some(100));
+        // b is out of credits; a still has 8 192 and its request is in flight.
+        assert_eq!(p.dispatch(MS), Dispatch::Wait(10 * MS));
+        assert_eq!(p.early_refills, 0);
+        // At the period end b gets its next allocation.
+        assert_eq!(take(&mut p, 10 * MS), Some(101));
+    }
+
+    #[test]
+    fn carry_over_is_bounded_by_one_allocation() {
+        let mut p = fb();
+        p.enqueue(req(0, 0, 0), 0);
+        p.enqueue(req(100, 1, 0), 0);
+        p.on_timer(0);
+        assert_eq!(take(&mut p, 0), Some(0)); // a spends 4 096 of 12 288
+        // Period ends with a's requests in flight: a carries min(8 192, 12 288).
+        p.on_timer(10 * MS);
+        assert_eq!(p.credits(0), 8_192.0 + 12_288.0);
+        // Another unused period: carry capped at one allocation.
+        p.on_timer(20 * MS);
+        assert_eq!(p.credits(0), 12_288.0 + 12_288.0);
+    }
+
+    #[test]
+    fn weight_change_takes_effect_at_the_next_period() {
+        let mut p = fb();
+        p.enqueue(req(0, 0, 0), 0);
+        p.enqueue(req(100, 1, 0), 0);
+        p.on_timer(0);
+        p.update_tenant(1, &TenantSpec::weighted("b", 3.0), MS);
+        assert_eq!(p.credits(1), 4_096.0);
+        p.on_timer(10 * MS);
+        // 16 384 split 3:3 → 8 192 each (+ b's carry of its unspent 4 096).
+        assert_eq!(p.credits(1), 4_096.0 + 8_192.0);
+    }
+
+    #[test]
+    fn holt_follows_a_level_and_a_trend() {
+        let mut h = Holt::new(0.3);
+        assert_eq!(h.observe(100.0, 0.0), 100.0);
+        let mut f = 100.0;
+        for _ in 0..50 {
+            f = h.observe(100.0, f);
+        }
+        assert!((f - 100.0).abs() < 1e-6);
+        // A big miss raises α to its maximum.
+        h.observe(200.0, f);
+        assert!((h.alpha() - ALPHA_MAX).abs() < 1e-12);
+        // A linear ramp is tracked with a shrinking error.
+        let mut h = Holt::new(0.3);
+        let mut f = h.observe(0.0, 0.0);
+        let mut err = 0.0;
+        for i in 1..200 {
+            let x = 10.0 * i as f64;
+            err = (f - x).abs() / x;
+            f = h.observe(x, f);
+        }
+        assert!(err < 0.01, "{err}");
+    }
+
+    #[test]
+    fn forecast_converges_to_consumption() {
+        // A device that consumes exactly 4 requests (16 384 credits) per 10 ms period.
+        let t = [TenantSpec::weighted("a", 1.0)];
+        let mut p = FeedBac::new(&t, 10 * MS, 2, 1.0, 0.3, 100.0, false);
+        // A first period in which nothing is consumed must not break the forecast.
+        p.enqueue(req(0, 0, 0), 0);
+        take(&mut p, 0);
+        let mut id = 0;
+        for period in 0..200u64 {
+            let now = period * 10 * MS;
+            for _ in 0..4 {
+                p.enqueue(req(id, 0, now), now);
+                id += 1;
+                if let Some(i) = take(&mut p, now) {
+                    let r = req(i, 0, now);
+                    p.complete(
+                        &Completion {
+                            request: r,
+                            start: now,
+                            finish: now,
+                        },
+                        now,
+                    );
+                }
+            }
+            // Whatever the forecast, at most 4 requests per period reach the device.
+            while take(&mut p, now).is_some() {}
+        }
+        let rate = p.forecast_rate();
+        assert!((rate - 1_638_400.0).abs() / 1_638_400.0 < 0.05, "{rate}");
+    }
+}
