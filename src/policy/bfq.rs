@@ -82,11 +82,7 @@ impl Bfq {
         let idle = params.f64_or("slice_idle_ms", 8.0)?;
         let timeout = params.f64_or("timeout_ms", 125.0)?;
         if budget == 0 {
-            return Err(PolicyError::BadParam {
-                policy: "bfq".into(),
-                param: "max_budget_kib".into(),
-                problem: "must be ≥ 1".into(),
-            });
+            return Err(params.invalid("max_budget_kib", "must be ≥ 1"));
         }
         Ok(Box::new(Bfq::new(
             tenants,
@@ -221,19 +217,11 @@ impl Policy for Bfq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Op;
 
     const MS: Nanos = 1_000_000;
 
     fn req(id: u64, tenant: TenantId) -> Request {
-        Request {
-            id,
-            tenant,
-            op: Op::Read,
-            offset: 0,
-            len: 4096,
-            arrival: 0,
-        }
+        crate::policy::test_request(id, tenant, 4096, 0)
     }
 
     fn bfq() -> Bfq {

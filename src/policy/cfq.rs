@@ -85,11 +85,7 @@ impl Cfq {
         let base = params.f64_or("base_slice_ms", 10.0)?;
         let idle = params.f64_or("slice_idle_ms", 8.0)?;
         if base <= 0.0 {
-            return Err(PolicyError::BadParam {
-                policy: "cfq".into(),
-                param: "base_slice_ms".into(),
-                problem: "must be > 0".into(),
-            });
+            return Err(params.invalid("base_slice_ms", "must be > 0"));
         }
         Ok(Cfq::new(
             tenants,
@@ -247,19 +243,11 @@ impl Policy for Cfq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Op;
 
     const MS: Nanos = 1_000_000;
 
     fn req(id: u64, tenant: TenantId) -> Request {
-        Request {
-            id,
-            tenant,
-            op: Op::Read,
-            offset: 0,
-            len: 4096,
-            arrival: 0,
-        }
+        crate::policy::test_request(id, tenant, 4096, 0)
     }
 
     fn tenants() -> Vec<TenantSpec> {

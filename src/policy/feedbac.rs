@@ -177,11 +177,6 @@ impl FeedBac {
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
     ) -> Result<Box<dyn Policy>, PolicyError> {
-        let bad = |param: &str, problem: &str| PolicyError::BadParam {
-            policy: "feedbac".into(),
-            param: param.into(),
-            problem: problem.into(),
-        };
         let period_ms = params.f64_or("period_ms", 10.0)?;
         let prediction = params.u64_or("prediction_periods", 10)?;
         let carry = params.f64_or("carry", 1.0)?;
@@ -189,16 +184,16 @@ impl FeedBac {
         let initial = params.f64_or("initial_mb_s", 64.0)?;
         let per_io = params.bool_or("cost_per_io", false)?;
         if period_ms <= 0.0 {
-            return Err(bad("period_ms", "must be > 0"));
+            return Err(params.invalid("period_ms", "must be > 0"));
         }
         if prediction == 0 {
-            return Err(bad("prediction_periods", "must be ≥ 1"));
+            return Err(params.invalid("prediction_periods", "must be ≥ 1"));
         }
         if !(0.0..=1.0).contains(&beta) {
-            return Err(bad("beta", "must be between 0 and 1"));
+            return Err(params.invalid("beta", "must be between 0 and 1"));
         }
         if initial <= 0.0 {
-            return Err(bad("initial_mb_s", "must be > 0"));
+            return Err(params.invalid("initial_mb_s", "must be > 0"));
         }
         // With per-I/O cost the initial guess is read as thousands of IOPS.
         let initial_rate = if per_io { initial * 1e3 } else { initial * 1e6 };
@@ -402,19 +397,11 @@ impl Policy for FeedBac {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Op;
 
     const MS: Nanos = 1_000_000;
 
     fn req(id: u64, tenant: TenantId, arrival: Nanos) -> Request {
-        Request {
-            id,
-            tenant,
-            op: Op::Read,
-            offset: 0,
-            len: 4096,
-            arrival,
-        }
+        crate::policy::test_request(id, tenant, 4096, arrival)
     }
 
     /// Weights 3:1, 10 ms periods, forecast 1.6384 MB/s → 16 384 credits a period:

@@ -104,7 +104,8 @@ impl PolicyParams {
         }
     }
 
-    fn bad(&self, param: &str, problem: impl Into<String>) -> PolicyError {
+    /// An error about one parameter of this policy.
+    pub fn invalid(&self, param: &str, problem: impl Into<String>) -> PolicyError {
         PolicyError::BadParam {
             policy: self.policy.clone(),
             param: param.to_string(),
@@ -120,7 +121,7 @@ impl PolicyParams {
             Some(toml::Value::Float(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
             Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as f64),
             Some(other) => {
-                Err(self.bad(key, format!("expected a non-negative number, got {other}")))
+                Err(self.invalid(key, format!("expected a non-negative number, got {other}")))
             }
         }
     }
@@ -132,7 +133,7 @@ impl PolicyParams {
             None => Ok(default),
             Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as u64),
             Some(other) => {
-                Err(self.bad(key, format!("expected a non-negative integer, got {other}")))
+                Err(self.invalid(key, format!("expected a non-negative integer, got {other}")))
             }
         }
     }
@@ -143,7 +144,7 @@ impl PolicyParams {
         match self.table.get(key) {
             None => Ok(default),
             Some(toml::Value::Boolean(v)) => Ok(*v),
-            Some(other) => Err(self.bad(key, format!("expected true or false, got {other}"))),
+            Some(other) => Err(self.invalid(key, format!("expected true or false, got {other}"))),
         }
     }
 
@@ -209,6 +210,19 @@ pub fn registry() -> &'static [PolicyInfo] {
 /// Names of all registered policies.
 pub fn names() -> Vec<&'static str> {
     registry().iter().map(|p| p.name).collect()
+}
+
+/// A read request for policy unit tests.
+#[cfg(test)]
+pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) -> Request {
+    Request {
+        id,
+        tenant,
+        op: crate::types::Op::Read,
+        offset: 0,
+        len,
+        arrival,
+    }
 }
 
 /// Finds a policy by name and builds it; unknown names and parameters are errors.

@@ -83,22 +83,17 @@ impl Mots {
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
     ) -> Result<Box<dyn Policy>, PolicyError> {
-        let bad = |param: &str, problem: &str| PolicyError::BadParam {
-            policy: "mots".into(),
-            param: param.into(),
-            problem: problem.into(),
-        };
         let window = params.u64_or("bw_s", 10)?;
         let tick_ms = params.f64_or("tick_ms", 1000.0)?;
         let clamp = params.f64_or("clamp", 16.0)?;
         if window == 0 {
-            return Err(bad("bw_s", "must be ≥ 1"));
+            return Err(params.invalid("bw_s", "must be ≥ 1"));
         }
         if tick_ms <= 0.0 {
-            return Err(bad("tick_ms", "must be > 0"));
+            return Err(params.invalid("tick_ms", "must be > 0"));
         }
         if clamp < 1.0 {
-            return Err(bad("clamp", "must be ≥ 1"));
+            return Err(params.invalid("clamp", "must be ≥ 1"));
         }
         let cfq = Cfq::from_params(params, tenants)?;
         Ok(Box::new(Mots::new(

@@ -46,17 +46,9 @@ impl Policy for Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Op;
 
     fn req(id: u64, tenant: TenantId, arrival: Nanos) -> Request {
-        Request {
-            id,
-            tenant,
-            op: Op::Read,
-            offset: id * 4096,
-            len: 4096,
-            arrival,
-        }
+        crate::policy::test_request(id, tenant, 4096, arrival)
     }
 
     #[test]

@@ -134,17 +134,9 @@ impl Policy for Sfq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Op;
 
     fn req(id: u64, tenant: TenantId, len: u32) -> Request {
-        Request {
-            id,
-            tenant,
-            op: Op::Read,
-            offset: 0,
-            len,
-            arrival: 0,
-        }
+        crate::policy::test_request(id, tenant, len, 0)
     }
 
     fn drain(p: &mut Sfq) -> Vec<u64> {
