@@ -322,10 +322,10 @@ impl Ftl {
         victim
     }
 
-    /// One increment of GC on a die: choose a victim if none, relocate up to `budget`
-    /// of its valid pages (all of them with `None`), erase it once empty.
+    /// One increment of GC on a die: choose a victim if none, relocate its valid pages
+    /// (the victim's pace of them when `paced`, else all), erase it once empty.
     /// Returns false when there was nothing to reclaim or nowhere to relocate.
-    fn reclaim(&mut self, die: u32, budget: Option<u32>, work: &mut WriteWork) -> bool {
+    fn reclaim(&mut self, die: u32, paced: bool, work: &mut WriteWork) -> bool {
         let ppb = self.geo.pages_per_block;
         let mut victim = match self.dies[die as usize].victim {
             Some(v) => v,
@@ -342,7 +342,7 @@ impl Ftl {
                 }
             }
         };
-        let mut left = budget.unwrap_or(u32::MAX);
+        let mut left = if paced { victim.pace } else { u32::MAX };
         let base = victim.block * ppb;
         while victim.cursor < ppb && left > 0 {
             let ppn = base + victim.cursor;
@@ -379,26 +379,14 @@ impl Ftl {
 
     /// The paced GC increment done before each host page on a die under pressure.
     fn gc_step(&mut self, die: u32, work: &mut WriteWork) {
-        let pace = self.dies[die as usize].victim.map(|v| v.pace);
-        match pace {
-            Some(p) => {
-                self.reclaim(die, Some(p), work);
-            }
-            None => {
-                if self.reclaim(die, Some(0), work)
-                    && let Some(v) = self.dies[die as usize].victim
-                {
-                    self.reclaim(die, Some(v.pace), work);
-                }
-            }
-        }
+        self.reclaim(die, true, work);
     }
 
     /// Emergency GC: reclaim whole blocks until the die has its reserve back, or
     /// nothing can be reclaimed.
     fn collect(&mut self, die: u32, work: &mut WriteWork) {
         while self.dies[die as usize].free.len() < 2 {
-            if !self.reclaim(die, None, work) {
+            if !self.reclaim(die, false, work) {
                 break;
             }
         }
