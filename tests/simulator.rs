@@ -61,6 +61,7 @@ fn results_follow_the_json_contract() {
         "policy",
         "total_bandwidth_bytes_per_s",
         "share_error",
+        "interval_share_error",
         "ratio_error",
         "jain",
         "tenants",

@@ -79,6 +79,9 @@ pub struct RunResult {
     pub variant: String,
     pub total_bandwidth_bytes_per_s: f64,
     pub share_error: f64,
+    /// Share error per measurement interval, averaged over the intervals: how closely
+    /// the split follows the weights second by second, not only over the whole run.
+    pub interval_share_error: f64,
     pub ratio_error: f64,
     pub jain: f64,
     pub tenants: Vec<TenantResult>,
@@ -123,6 +126,29 @@ pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f
         })
         .sum();
     sum / idx.len() as f64
+}
+
+/// Mean over intervals of [`share_error`] on each interval's bytes, for the tenants
+/// backlogged over the run; intervals in which they moved nothing are skipped.
+pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[bool]) -> f64 {
+    let bins = bytes.iter().map(Vec::len).max().unwrap_or(0);
+    let mut sum = 0.0;
+    let mut n = 0usize;
+    let mut bw = vec![0.0; bytes.len()];
+    for b in 0..bins {
+        for (i, series) in bytes.iter().enumerate() {
+            bw[i] = series.get(b).copied().unwrap_or(0) as f64;
+        }
+        let moved: f64 = (0..bw.len())
+            .filter(|&i| backlogged[i])
+            .map(|i| bw[i])
+            .sum();
+        if moved > 0.0 {
+            sum += share_error(&bw, weights, backlogged);
+            n += 1;
+        }
+    }
+    if n == 0 { 0.0 } else { sum / n as f64 }
 }
 
 /// The MCFQ paper's view: with the smallest-weight backlogged tenant as reference
@@ -344,6 +370,7 @@ impl Recorder {
             variant: String::new(),
             total_bandwidth_bytes_per_s: total_bw,
             share_error: share_error(&bw, &weights, &backlogged),
+            interval_share_error: interval_share_error(&self.series.bytes, &weights, &backlogged),
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
             tenants: results,
@@ -364,6 +391,16 @@ mod tests {
     use crate::types::{Op, Request, Slo};
 
     const ALL: [bool; 4] = [true; 4];
+
+    #[test]
+    fn interval_share_error_averages_intervals_with_traffic() {
+        let w = [1.0, 1.0];
+        let all = [true, true];
+        // Interval 1: 3:1 (error 0.5); interval 2: nothing moved (skipped); 3: 1:1 (0).
+        let bytes = vec![vec![3, 0, 5], vec![1, 0, 5]];
+        assert!((interval_share_error(&bytes, &w, &all) - 0.25).abs() < 1e-12);
+        assert_eq!(interval_share_error(&[vec![], vec![]], &w, &all), 0.0);
+    }
 
     #[test]
     fn share_error_hand_computed() {

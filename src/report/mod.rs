@@ -77,11 +77,12 @@ pub fn table(result: &ScenarioResult) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{:<12} {:<10} total {:.1} MB/s{rel}, share error {}, ratio error {}, Jain {:.3}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
+            "{:<12} {:<10} total {:.1} MB/s{rel}, share error {} (per interval {}), ratio error {}, Jain {:.3}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
             run.policy,
             "= summary",
             mb(run.total_bandwidth_bytes_per_s),
             pct(run.share_error),
+            pct(run.interval_share_error),
             pct(run.ratio_error),
             run.jain,
             run.device.write_amplification,
