@@ -172,3 +172,60 @@ fn gc_interference_shape_of_mcfq_figs_1_2() {
     assert!(r.runs[3].device.write_amplification > 2.0);
     assert_eq!(r.runs[0].device.gc_runs, 0);
 }
+
+/// FeedBAC Fig. 3 in small (4 GiB aged NVMe drive, 3 s): `none` ignores the weights,
+/// FeedBAC follows them at `none`'s throughput on random writes, BFQ pays for idling on
+/// random reads.
+#[test]
+fn feedbac_fig3_shape_in_small() {
+    let text = r#"
+        seed = 5
+        duration_s = 3
+        warmup_s = 0.5
+        queue_depth = 128
+        partition = true
+        policies = ["none", "feedbac", "bfq"]
+        [device]
+        model = "ssd"
+        preset = "nvme-p4500"
+        precondition = "aged"
+        capacity_gib = 4
+        [[tenant]]
+        name = "c1"
+        weight = 100
+        workload = { pattern = "randwrite", size = "4k", iodepth = 32 }
+        [[tenant]]
+        name = "c2"
+        weight = 50
+        workload = { pattern = "randwrite", size = "4k", iodepth = 32 }
+        [[tenant]]
+        name = "c3"
+        weight = 25
+        workload = { pattern = "randwrite", size = "4k", iodepth = 32 }
+        [[tenant]]
+        name = "c4"
+        weight = 10
+        workload = { pattern = "randwrite", size = "4k", iodepth = 32 }
+        [sweep]
+        "tenant.*.workload.pattern" = ["randwrite", "randread"]
+    "#;
+    let all = Scenario::parse_all(text, "fig3.toml", "fig3").unwrap();
+    let r = run_scenarios(&all, false).unwrap();
+    let run = |variant: &str, policy: &str| {
+        r.runs
+            .iter()
+            .find(|x| x.policy == policy && x.variant.ends_with(variant))
+            .unwrap_or_else(|| panic!("no {policy} run for {variant}"))
+    };
+    let none = run("randwrite", "none");
+    let fb = run("randwrite", "feedbac");
+    assert!(none.share_error > 1.0, "none {}", none.share_error);
+    assert!(fb.share_error < 0.03, "feedbac {}", fb.share_error);
+    let ratio = fb.total_bandwidth_bytes_per_s / none.total_bandwidth_bytes_per_s;
+    assert!(ratio > 0.95, "feedbac at {ratio} x none on writes");
+    let none = run("randread", "none");
+    let bfq = run("randread", "bfq");
+    assert!(bfq.share_error < 0.03, "bfq {}", bfq.share_error);
+    let ratio = bfq.total_bandwidth_bytes_per_s / none.total_bandwidth_bytes_per_s;
+    assert!(ratio < 0.85, "bfq at {ratio} x none on reads");
+}
