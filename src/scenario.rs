@@ -589,6 +589,12 @@ fn check_ssd(p: &SsdParams) -> Result<(), String> {
             return Err(format!("{name} must be ≥ 0, got {v}"));
         }
     }
+    if !(p.write_buffer_mib.is_finite() && p.write_buffer_mib >= 0.0) {
+        return Err(format!(
+            "write_buffer_mib must be ≥ 0, got {}",
+            p.write_buffer_mib
+        ));
+    }
     for (name, v) in [("channel_mb_s", p.channel_mb_s), ("host_mb_s", p.host_mb_s)] {
         if !(v.is_finite() && v > 0.0) {
             return Err(format!("{name} must be > 0, got {v}"));

@@ -21,6 +21,8 @@ use super::ftl::{Ftl, Geometry, PAGE_BYTES};
 use super::{DeviceModel, DeviceStats, write_amplification};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Every parameter of the SSD model. A preset fills them; a scenario may override any.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -49,6 +51,11 @@ pub struct SsdParams {
     pub command_us: f64,
     /// GC runs on a die when its free pool drops below this many blocks.
     pub gc_threshold_blocks: u32,
+    /// Write-back buffer in MiB (0: none, a write completes when programmed). With a
+    /// buffer a write completes once its pages hold a buffer slot; a slot frees when its
+    /// page is programmed, and a flush waits until every buffered page is.
+    #[serde(default)]
+    pub write_buffer_mib: f64,
 }
 
 /// A named preset: parameters and where they came from.
@@ -77,6 +84,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 host_mb_s: 550.0,    // SATA 6 Gb/s payload
                 command_us: 10.0,    // caps 4 KiB random I/O near 100K IOPS
                 gc_threshold_blocks: 3,
+                write_buffer_mib: 0.0,
             },
         },
         SsdPreset {
@@ -95,6 +103,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 host_mb_s: 3200.0, // PCIe 3.0 ×4
                 command_us: 1.5,
                 gc_threshold_blocks: 3,
+                write_buffer_mib: 0.0,
             },
         },
     ]
@@ -149,6 +158,12 @@ pub struct SsdDevice {
     /// transfer from the read's command time, so it caps the read data rate without
     /// making a read whose flash finished early wait behind an earlier, slower one.
     host_out_clock: Nanos,
+    /// Write-back buffer slots (4 KiB pages); 0 without a buffer.
+    buffer_slots: usize,
+    /// Program completion times of the pages holding buffer slots (min-heap).
+    buffer: BinaryHeap<Reverse<Nanos>>,
+    /// When the last buffered page is programmed (what a flush waits for).
+    buffer_drained: Nanos,
 }
 
 impl SsdDevice {
@@ -181,6 +196,10 @@ impl SsdDevice {
             channel_clock: vec![0; params.channels as usize],
             host_in_free: 0,
             host_out_clock: 0,
+            buffer_slots: (params.write_buffer_mib * (1u64 << 20) as f64 / PAGE_BYTES as f64)
+                as usize,
+            buffer: BinaryHeap::new(),
+            buffer_drained: 0,
         }
     }
 
@@ -270,7 +289,22 @@ impl DeviceModel for SsdDevice {
                 self.host_in_free = arrived;
                 let mut last = arrived;
                 for lpn in pages {
-                    last = last.max(self.write_page(lpn, arrived));
+                    if self.buffer_slots == 0 {
+                        last = last.max(self.write_page(lpn, arrived));
+                        continue;
+                    }
+                    // The page enters the buffer when a slot is free; the write is
+                    // acknowledged then, and the page is programmed in the background.
+                    let slot_free = if self.buffer.len() >= self.buffer_slots {
+                        self.buffer.pop().map_or(0, |Reverse(t)| t)
+                    } else {
+                        0
+                    };
+                    let buffered = arrived.max(slot_free);
+                    let programmed = self.write_page(lpn, buffered);
+                    self.buffer.push(Reverse(programmed));
+                    self.buffer_drained = self.buffer_drained.max(programmed);
+                    last = last.max(buffered);
                 }
                 last
             }
@@ -282,11 +316,11 @@ impl DeviceModel for SsdDevice {
                 self.host_in_free = done;
                 done
             }
-            // No volatile write cache is modelled: a flush only costs the command.
+            // A flush costs the command and waits for the write buffer to drain.
             Op::Flush => {
                 let done = self.host_in_free.max(now) + self.command_ns;
                 self.host_in_free = done;
-                done
+                done.max(self.buffer_drained)
             }
         }
     }
@@ -331,6 +365,7 @@ mod tests {
             host_mb_s: 4096.0,   // 1 µs per page
             command_us: 5.0,
             gc_threshold_blocks: 2,
+            write_buffer_mib: 0.0,
         }
     }
 
@@ -390,6 +425,23 @@ mod tests {
         // programs until 327 µs, long before die 0's reads are done.
         let c = d.submit(&req(Op::Write, 2 * 4096, 4096), 0);
         assert_eq!(c, 327_000);
+    }
+
+    #[test]
+    fn write_buffer_acknowledges_early_and_flush_waits_for_the_drain() {
+        let mut d = SsdDevice::new(SsdParams {
+            write_buffer_mib: 2.0 * 4096.0 / (1u64 << 20) as f64, // two pages
+            ..tiny()
+        });
+        // A (die 0) and B (die 1) take the two slots: acknowledged when their data is in
+        // (6 and 12 µs), programmed until 216 and 222 µs.
+        assert_eq!(d.submit(&req(Op::Write, 0, 4096), 0), 6_000);
+        assert_eq!(d.submit(&req(Op::Write, 4096, 4096), 0), 12_000);
+        // C (die 2, channel 0) waits for A's slot (216 µs), crosses the channel until
+        // 226 µs and programs until 426 µs.
+        assert_eq!(d.submit(&req(Op::Write, 2 * 4096, 4096), 0), 216_000);
+        // A flush waits for the last buffered page.
+        assert_eq!(d.submit(&req(Op::Flush, 0, 0), 0), 426_000);
     }
 
     #[test]

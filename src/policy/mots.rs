@@ -280,6 +280,22 @@ mod tests {
     }
 
     #[test]
+    fn weight_change_resets_the_ideal_from_the_next_tick() {
+        // 10:1 measured 10:1: balanced, factor 1, slice 100 ms.
+        let mut p = mots(&[10.0, 1.0], 1);
+        feed(&mut p, &[10_000_000, 1_000_000], 0);
+        assert!((p.factor(0) - 1.0).abs() < 1e-12);
+        assert_eq!(p.cfq.slice_of(0), 100 * MS);
+        // The administrator halves tenant 0's weight: its base slice is 50 ms at once
+        // (CFQ uses it from the next slice) and the next tick's ideal ratio is 5.
+        p.update_tenant(0, &TenantSpec::weighted("t0", 5.0), S);
+        assert_eq!(p.cfq.slice_of(0), 50 * MS);
+        feed(&mut p, &[10_000_000, 1_000_000], S);
+        assert!((p.factor(0) - 0.5).abs() < 1e-12, "{}", p.factor(0));
+        assert_eq!(p.cfq.slice_of(0), 25 * MS);
+    }
+
+    #[test]
     fn factor_is_clamped() {
         let mut p = mots(&[10.0, 1.0], 1);
         feed(&mut p, &[1_000, 1_000_000], 0);
