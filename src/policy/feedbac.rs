@@ -148,7 +148,6 @@ pub struct FeedBac {
     rate: f64,
     holt: Holt,
     period_end: Nanos,
-    prediction_len: Nanos,
     prediction_end: Nanos,
     consumed_in_prediction: f64,
     queued: usize,
@@ -191,7 +190,6 @@ impl FeedBac {
             rate: initial_rate,
             holt: Holt::new(beta),
             period_end: 0,
-            prediction_len: period.max(1) * prediction_periods.max(1) as Nanos,
             prediction_end: 0,
             consumed_in_prediction: 0.0,
             queued: 0,
@@ -250,6 +248,11 @@ impl FeedBac {
         self
     }
 
+    /// A prediction period spans `prediction_periods` allocation periods.
+    fn prediction_len(&self) -> Nanos {
+        self.period * self.prediction_periods as Nanos
+    }
+
     /// Current allocation period.
     pub fn period(&self) -> Nanos {
         self.period
@@ -302,7 +305,7 @@ impl FeedBac {
 
     /// Closes the prediction period ending at `end`: observe, forecast, record.
     fn predict(&mut self, end: Nanos) {
-        let secs = nanos_to_secs(self.prediction_len);
+        let secs = nanos_to_secs(self.prediction_len());
         let x = self.consumed_in_prediction / secs;
         let forecast_made = self.rate;
         self.rate = self.holt.observe(x, forecast_made).max(1.0);
@@ -322,7 +325,7 @@ impl FeedBac {
     /// the clock.
     fn advance(&mut self, now: Nanos) {
         if self.periods == 0 {
-            self.prediction_end = now + self.prediction_len;
+            self.prediction_end = now + self.prediction_len();
             self.new_period(now);
         }
         while now >= self.prediction_end {
@@ -337,8 +340,7 @@ impl FeedBac {
             }
             let stretched = (self.latency_periods * self.device_time) as Nanos;
             self.period = self.min_period.max(stretched);
-            self.prediction_len = self.period * self.prediction_periods as Nanos;
-            self.prediction_end += self.prediction_len;
+            self.prediction_end += self.prediction_len();
         }
         while now >= self.period_end {
             let next = self.period_end;
