@@ -4,6 +4,8 @@
 
 use crate::device::DeviceModel;
 use crate::device::fixed::{FixedDevice, FixedParams};
+use crate::device::hdd::{self, HddDevice, HddParams};
+use crate::device::raid0::{self, Raid0Device, Raid0Params};
 use crate::device::ssd::{self, DEFAULT_AGING_PASSES, Precondition, SsdDevice, SsdParams};
 use crate::policy;
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
@@ -81,6 +83,14 @@ pub enum DeviceSpec {
         precondition: Precondition,
         aging_passes: f64,
     },
+    Hdd {
+        preset: Option<String>,
+        params: HddParams,
+    },
+    Raid0 {
+        preset: Option<String>,
+        params: Raid0Params,
+    },
 }
 
 impl DeviceSpec {
@@ -89,6 +99,10 @@ impl DeviceSpec {
         let gib = match self {
             DeviceSpec::Fixed(p) => p.capacity_gib,
             DeviceSpec::Ssd { params, .. } => params.capacity_gib,
+            DeviceSpec::Hdd { params, .. } => params.capacity_gib,
+            DeviceSpec::Raid0 { params, .. } => {
+                return Raid0Device::new(*params).capacity_bytes();
+            }
         };
         ((gib * (1u64 << 30) as f64) as u64) / 4096 * 4096
     }
@@ -107,6 +121,8 @@ impl DeviceSpec {
                 d.precondition(*precondition, *aging_passes, seed);
                 Box::new(d)
             }
+            DeviceSpec::Hdd { params, .. } => Box::new(HddDevice::new(*params)),
+            DeviceSpec::Raid0 { params, .. } => Box::new(Raid0Device::new(*params)),
         }
     }
 
@@ -128,6 +144,22 @@ impl DeviceSpec {
                 "ssd {} ({}), {}",
                 preset.as_deref().unwrap_or("custom"),
                 format!("{precondition:?}").to_lowercase(),
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Hdd { preset, params } => format!(
+                "hdd {} ({} rpm, queue {}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                params.rpm,
+                params.queue_depth,
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Raid0 { preset, params } => format!(
+                "raid0 {} ({} × {} rpm, {} KiB stripe, disk queue {}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                params.members,
+                params.member.rpm,
+                params.stripe_kib,
+                params.member.queue_depth,
                 format_bytes(self.capacity_bytes())
             ),
         }
@@ -561,8 +593,82 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
                 aging_passes,
             })
         }
-        other => Err(format!("unknown model '{other}' (known: ssd, fixed)")),
+        "hdd" => {
+            no_aging(&d)?;
+            let name = d.preset.unwrap_or_else(|| "scsi-10k-73g".into());
+            let p = hdd::preset(&name)
+                .ok_or_else(|| unknown_preset(&name, hdd::presets().iter().map(|p| p.name)))?;
+            let params: HddParams = with_overrides(&p.params, d.overrides)?;
+            hdd::check(&params)?;
+            Ok(DeviceSpec::Hdd {
+                preset: Some(name),
+                params,
+            })
+        }
+        "raid0" => {
+            no_aging(&d)?;
+            let name = d.preset.unwrap_or_else(|| "scsi-10k-73g-x8".into());
+            let p = raid0::preset(&name)
+                .ok_or_else(|| unknown_preset(&name, raid0::presets().iter().map(|p| p.name)))?;
+            let params: Raid0Params = with_overrides(&p.params, d.overrides)?;
+            raid0::check(&params)?;
+            Ok(DeviceSpec::Raid0 {
+                preset: Some(name),
+                params,
+            })
+        }
+        other => Err(format!(
+            "unknown model '{other}' (known: ssd, hdd, raid0, fixed)"
+        )),
     }
+}
+
+fn no_aging(d: &DeviceFile) -> Result<(), String> {
+    if d.precondition.is_some() || d.aging_passes.is_some() {
+        return Err(format!(
+            "the {} model takes no precondition or aging_passes (disks do not age)",
+            d.model
+        ));
+    }
+    Ok(())
+}
+
+fn unknown_preset<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> String {
+    format!(
+        "unknown preset '{name}' (known: {})",
+        known.collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// A preset's parameters with the scenario's keys laid over them; a key the preset does
+/// not have is an error that lists the known ones (nested tables merge key by key).
+fn with_overrides<T>(preset: &T, overrides: toml::Table) -> Result<T, String>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    fn merge(base: &mut toml::Table, over: toml::Table, at: &str) -> Result<(), String> {
+        for (k, v) in over {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(o)) => {
+                    merge(b, o, &format!("{at}{k}."))?
+                }
+                (Some(slot), v) => *slot = v,
+                (None, _) => {
+                    let known: Vec<_> = base.keys().map(|k| format!("{at}{k}")).collect();
+                    return Err(format!(
+                        "unknown field '{at}{k}' (known: model, preset, {})",
+                        known.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut table = toml::Table::try_from(preset).map_err(|e| e.to_string())?;
+    merge(&mut table, overrides, "")?;
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())
 }
 
 fn check_ssd(p: &SsdParams) -> Result<(), String> {
@@ -645,6 +751,42 @@ mod tests {
         let e = parse(text).unwrap_err().to_string();
         assert!(e.starts_with("test.toml: "), "{e}");
         assert!(e.contains(want), "wanted '{want}' in: {e}");
+    }
+
+    #[test]
+    fn disk_models_take_presets_and_nested_overrides() {
+        let raid = BASE.replace(
+            "model = \"ssd\"\n        preset = \"sata-840pro\"\n        capacity_gib = 1",
+            "model = \"raid0\"\n        stripe_kib = 64\n        member = { queue_depth = 4 }",
+        );
+        let s = parse(&raid).unwrap();
+        let DeviceSpec::Raid0 { preset, params } = &s.device else {
+            panic!("{:?}", s.device)
+        };
+        assert_eq!(preset.as_deref(), Some("scsi-10k-73g-x8"));
+        assert_eq!(params.stripe_kib, 64);
+        assert_eq!(params.member.queue_depth, 4);
+        assert_eq!(params.member.rpm, 10_000.0);
+        assert!(
+            s.device
+                .describe()
+                .starts_with("raid0 scsi-10k-73g-x8 (8 × 10000 rpm")
+        );
+        expect_err(
+            &raid.replace("queue_depth = 4", "qd = 4"),
+            "device: unknown field 'member.qd'",
+        );
+        expect_err(
+            &raid.replace("stripe_kib = 64", "stripe_kib = 6"),
+            "stripe_kib must be a positive multiple of 4",
+        );
+        let hdd = BASE.replace(
+            "model = \"ssd\"\n        preset = \"sata-840pro\"\n        capacity_gib = 1",
+            "model = \"hdd\"\n        precondition = \"aged\"",
+        );
+        expect_err(&hdd, "the hdd model takes no precondition");
+        let s = parse(&hdd.replace("precondition = \"aged\"", "rpm = 7200")).unwrap();
+        assert!(matches!(s.device, DeviceSpec::Hdd { params, .. } if params.rpm == 7200.0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! requests it serves in parallel. Useful as a well-understood reference device and for
 //! testing policies against a device whose speed is known exactly.
 
-use super::{DeviceModel, DeviceStats};
+use super::{DeviceModel, DeviceStats, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Request};
 use serde::{Deserialize, Serialize};
 
@@ -70,14 +70,8 @@ impl FixedDevice {
         }
     }
 
-    /// Service time of one request of `len` bytes.
-    pub fn service_time(&self, len: u32) -> Nanos {
-        self.latency + ((len as u64 * self.ns_per_byte_q20) >> 20)
-    }
-}
-
-impl DeviceModel for FixedDevice {
-    fn submit(&mut self, request: &Request, now: Nanos) -> Nanos {
+    /// Accepts a request at `now` and answers when it finishes.
+    pub fn serve(&mut self, request: &Request, now: Nanos) -> Nanos {
         let (idx, free_at) = self
             .units
             .iter()
@@ -88,6 +82,17 @@ impl DeviceModel for FixedDevice {
         let finish = free_at.max(now) + self.service_time(request.len);
         self.units[idx] = finish;
         finish
+    }
+
+    /// Service time of one request of `len` bytes.
+    pub fn service_time(&self, len: u32) -> Nanos {
+        self.latency + ((len as u64 * self.ns_per_byte_q20) >> 20)
+    }
+}
+
+impl DeviceModel for FixedDevice {
+    fn submit(&mut self, request: &Request, now: Nanos) -> Submitted {
+        Submitted::Finishes(self.serve(request, now))
     }
 
     fn stats(&self) -> DeviceStats {
@@ -135,9 +140,9 @@ mod tests {
         // 1 MB at 1000 MB/s = 1 ms, plus 100 µs latency. 10^6 bytes exactly.
         let t = d.service_time(1_000_000);
         assert!((1_099_999..=1_100_001).contains(&t), "{t}");
-        let a = d.submit(&req(1_000_000), 0);
-        let b = d.submit(&req(1_000_000), 0);
-        let c = d.submit(&req(1_000_000), 0);
+        let a = d.serve(&req(1_000_000), 0);
+        let b = d.serve(&req(1_000_000), 0);
+        let c = d.serve(&req(1_000_000), 0);
         assert_eq!(a, t);
         assert_eq!(b, t);
         assert_eq!(c, 2 * t);

@@ -4,6 +4,8 @@
 
 pub mod fixed;
 pub mod ftl;
+pub mod hdd;
+pub mod raid0;
 pub mod ssd;
 
 use crate::types::{Nanos, Request};
@@ -20,10 +22,43 @@ pub struct DeviceStats {
     pub write_amplification: f64,
 }
 
+/// What a model says when it accepts a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// The finish time is known now (timeline models: SSD, fixed).
+    Finishes(Nanos),
+    /// The model decides the order later (a disk reordering its queue); the completion
+    /// comes out of [`DeviceModel::advance`] at a time [`DeviceModel::next_event`] names.
+    Queued,
+}
+
+/// A request a deferring model finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub request: Request,
+    /// When it was submitted to the model.
+    pub submitted: Nanos,
+    pub finish: Nanos,
+}
+
 /// Simulated timing of a device.
+///
+/// Timeline models answer every submission with its finish time. Models whose service
+/// order depends on what arrives later (a disk choosing the shortest positioning time
+/// among its queued commands) answer [`Submitted::Queued`] and are driven by the caller:
+/// it calls [`DeviceModel::advance`] at the time [`DeviceModel::next_event`] asks for,
+/// and before every submission, so the model always sees time move forward.
 pub trait DeviceModel: Send {
-    /// The device accepts `request` at `now`; returns when it completes (≥ `now`).
-    fn submit(&mut self, request: &Request, now: Nanos) -> Nanos;
+    /// The device accepts `request` at `now`.
+    fn submit(&mut self, request: &Request, now: Nanos) -> Submitted;
+    /// The earliest time the model has something to report or decide; `None` when it
+    /// holds no queued request.
+    fn next_event(&self) -> Option<Nanos> {
+        None
+    }
+    /// Moves the model to `now`; queued requests that finished by then are appended to
+    /// `done` in finish order.
+    fn advance(&mut self, _now: Nanos, _done: &mut Vec<Finished>) {}
     /// Counters since creation or the last [`DeviceModel::reset_stats`].
     fn stats(&self) -> DeviceStats;
     /// Forgets counters (after preconditioning, before a measured run).

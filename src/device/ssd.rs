@@ -18,7 +18,7 @@
 //! figures while the FTL works in 4 KiB pages.
 
 use super::ftl::{Ftl, Geometry, PAGE_BYTES};
-use super::{DeviceModel, DeviceStats, write_amplification};
+use super::{DeviceModel, DeviceStats, Submitted, write_amplification};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -264,8 +264,9 @@ impl SsdDevice {
     }
 }
 
-impl DeviceModel for SsdDevice {
-    fn submit(&mut self, request: &Request, now: Nanos) -> Nanos {
+impl SsdDevice {
+    /// Accepts a request at `now` and answers when it finishes.
+    pub fn serve(&mut self, request: &Request, now: Nanos) -> Nanos {
         let pages = self.pages(request);
         let npages = (pages.end - pages.start) as Nanos;
         match request.op {
@@ -323,6 +324,12 @@ impl DeviceModel for SsdDevice {
                 done.max(self.buffer_drained)
             }
         }
+    }
+}
+
+impl DeviceModel for SsdDevice {
+    fn submit(&mut self, request: &Request, now: Nanos) -> Submitted {
+        Submitted::Finishes(self.serve(request, now))
     }
 
     fn stats(&self) -> DeviceStats {
@@ -384,21 +391,21 @@ mod tests {
     fn single_page_read_time_is_sum_of_stages() {
         let mut d = SsdDevice::new(tiny());
         // command 5 µs + read 50 µs + channel 10 µs + host 1 µs.
-        assert_eq!(d.submit(&req(Op::Read, 0, 4096), 0), 66_000);
+        assert_eq!(d.serve(&req(Op::Read, 0, 4096), 0), 66_000);
     }
 
     #[test]
     fn single_page_write_time_is_sum_of_stages() {
         let mut d = SsdDevice::new(tiny());
         // command 5 + host 1 + channel 10 + program 200 µs.
-        assert_eq!(d.submit(&req(Op::Write, 0, 4096), 0), 216_000);
+        assert_eq!(d.serve(&req(Op::Write, 0, 4096), 0), 216_000);
     }
 
     #[test]
     fn pages_on_different_dies_overlap() {
         let mut d = SsdDevice::new(tiny());
         // 4 pages striped over 4 dies on 2 channels: programs overlap.
-        let t = d.submit(&req(Op::Write, 0, 4 * 4096), 0);
+        let t = d.serve(&req(Op::Write, 0, 4 * 4096), 0);
         // host 5 + 4 µs; channel 0 carries pages 0 and 2 (10 + 10 µs): last page programs
         // from 29 µs to 229 µs.
         assert_eq!(t, 229_000);
@@ -408,13 +415,13 @@ mod tests {
     fn write_to_idle_die_does_not_wait_for_reads_queued_on_a_busy_die() {
         let mut d = SsdDevice::new(tiny());
         // Writes go round-robin: A to die 0, B to die 1.
-        let a = d.submit(&req(Op::Write, 0, 4096), 0);
+        let a = d.serve(&req(Op::Write, 0, 4096), 0);
         assert_eq!(a, 216_000);
-        d.submit(&req(Op::Write, 4096, 4096), 0);
+        d.serve(&req(Op::Write, 4096, 4096), 0);
         // Ten reads of unwritten pages 4, 8, … all land on die 0 (channel 0), behind A.
         let mut last_read = 0;
         for k in 1..=10u64 {
-            last_read = d.submit(&req(Op::Read, k * 4 * 4096, 4096), 0);
+            last_read = d.serve(&req(Op::Read, k * 4 * 4096, 4096), 0);
         }
         // Die 0: A programs until 216 µs, then ten 50 µs reads; the last page crosses the
         // channel 10 µs later.
@@ -423,7 +430,7 @@ mod tests {
         // the channel carried A (6–16 µs) and owes the reads ten transfers from their
         // command times (17 µs on: clock at 117 µs), so C crosses at 117–127 µs and
         // programs until 327 µs, long before die 0's reads are done.
-        let c = d.submit(&req(Op::Write, 2 * 4096, 4096), 0);
+        let c = d.serve(&req(Op::Write, 2 * 4096, 4096), 0);
         assert_eq!(c, 327_000);
     }
 
@@ -435,13 +442,13 @@ mod tests {
         });
         // A (die 0) and B (die 1) take the two slots: acknowledged when their data is in
         // (6 and 12 µs), programmed until 216 and 222 µs.
-        assert_eq!(d.submit(&req(Op::Write, 0, 4096), 0), 6_000);
-        assert_eq!(d.submit(&req(Op::Write, 4096, 4096), 0), 12_000);
+        assert_eq!(d.serve(&req(Op::Write, 0, 4096), 0), 6_000);
+        assert_eq!(d.serve(&req(Op::Write, 4096, 4096), 0), 12_000);
         // C (die 2, channel 0) waits for A's slot (216 µs), crosses the channel until
         // 226 µs and programs until 426 µs.
-        assert_eq!(d.submit(&req(Op::Write, 2 * 4096, 4096), 0), 216_000);
+        assert_eq!(d.serve(&req(Op::Write, 2 * 4096, 4096), 0), 216_000);
         // A flush waits for the last buffered page.
-        assert_eq!(d.submit(&req(Op::Flush, 0, 0), 0), 426_000);
+        assert_eq!(d.serve(&req(Op::Flush, 0, 0), 0), 426_000);
     }
 
     #[test]
@@ -462,7 +469,7 @@ mod tests {
             let mut t = 0;
             for i in 0..4000u64 {
                 let off = (i * 2_654_435_761) % 4096 * 4096;
-                t = d.submit(&req(Op::Write, off, 4096), t);
+                t = d.serve(&req(Op::Write, off, 4096), t);
             }
             t
         };

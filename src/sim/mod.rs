@@ -2,7 +2,7 @@
 //! time, under one policy, with a device queue depth. Deterministic: the only inputs
 //! are the scenario and its seed.
 
-use crate::device::DeviceModel;
+use crate::device::{DeviceModel, Finished, Submitted};
 use crate::metrics::{Recorder, RunResult, SimStats};
 use crate::policy::{self, Dispatch, Policy, PolicyError};
 use crate::scenario::{PolicyChoice, Scenario};
@@ -37,6 +37,8 @@ enum EventKind {
     Wake,
     /// The policy's timer.
     Timer,
+    /// A deferring device model asked to be advanced.
+    Device,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +87,8 @@ struct Run<'a> {
     tenants: Vec<TenantRun>,
     wake_at: Option<Nanos>,
     timer_at: Option<Nanos>,
+    device_at: Option<Nanos>,
+    finished: Vec<Finished>,
 }
 
 impl<'a> Run<'a> {
@@ -158,15 +162,17 @@ impl<'a> Run<'a> {
         while self.in_flight < self.scenario.queue_depth {
             match self.policy.dispatch(now) {
                 Dispatch::Request(request) => {
-                    let finish = self.device.submit(&request, now).max(now);
                     self.in_flight += 1;
-                    self.push(
-                        finish,
-                        EventKind::Complete {
-                            request,
-                            start: now,
-                        },
-                    );
+                    match self.device.submit(&request, now) {
+                        Submitted::Finishes(finish) => self.push(
+                            finish.max(now),
+                            EventKind::Complete {
+                                request,
+                                start: now,
+                            },
+                        ),
+                        Submitted::Queued => self.arm_device(now),
+                    }
                 }
                 Dispatch::Wait(at) => {
                     let at = at.max(now + 1);
@@ -188,29 +194,54 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Makes sure a `Device` event is due when the device model next wants one.
+    fn arm_device(&mut self, now: Nanos) {
+        if let Some(at) = self.device.next_event() {
+            let at = at.max(now);
+            if self.device_at.is_none_or(|d| at < d || d < now) {
+                self.device_at = Some(at);
+                self.push(at, EventKind::Device);
+            }
+        }
+    }
+
+    fn complete(&mut self, request: Request, start: Nanos, now: Nanos) {
+        self.in_flight -= 1;
+        let c = Completion {
+            request,
+            start,
+            finish: now,
+        };
+        self.recorder.completed(&c);
+        self.policy.complete(&c, now);
+        let tenant = request.tenant;
+        let t = &mut self.tenants[tenant as usize];
+        t.outstanding -= 1;
+        if let Some(p) = t.phase {
+            let phase = &self.scenario.tenants[tenant as usize].workload.phases[p];
+            if let Arrivals::Closed { iodepth } = phase.arrivals
+                && t.outstanding < iodepth
+            {
+                self.issue(tenant, now);
+            }
+        }
+    }
+
     fn handle(&mut self, event: Event) {
         let now = event.time;
         match event.kind {
-            EventKind::Complete { request, start } => {
-                self.in_flight -= 1;
-                let c = Completion {
-                    request,
-                    start,
-                    finish: now,
-                };
-                self.recorder.completed(&c);
-                self.policy.complete(&c, now);
-                let tenant = request.tenant;
-                let t = &mut self.tenants[tenant as usize];
-                t.outstanding -= 1;
-                if let Some(p) = t.phase {
-                    let phase = &self.scenario.tenants[tenant as usize].workload.phases[p];
-                    if let Arrivals::Closed { iodepth } = phase.arrivals
-                        && t.outstanding < iodepth
-                    {
-                        self.issue(tenant, now);
-                    }
+            EventKind::Complete { request, start } => self.complete(request, start, now),
+            EventKind::Device => {
+                if self.device_at == Some(now) {
+                    self.device_at = None;
                 }
+                let mut finished = std::mem::take(&mut self.finished);
+                self.device.advance(now, &mut finished);
+                for f in finished.drain(..) {
+                    self.complete(f.request, f.submitted, now);
+                }
+                self.finished = finished;
+                self.arm_device(now);
             }
             EventKind::Arrival { tenant, epoch } => {
                 let t = &mut self.tenants[tenant as usize];
@@ -281,6 +312,8 @@ pub fn run_policy(
             .collect(),
         wake_at: None,
         timer_at: None,
+        device_at: None,
+        finished: Vec::new(),
     };
     run.device.reset_stats();
     for tenant in 0..scenario.tenants.len() as u32 {
