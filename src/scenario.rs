@@ -32,6 +32,7 @@ struct ScenarioFile {
     warmup_s: Option<f64>,
     interval_s: Option<f64>,
     queue_depth: Option<u32>,
+    queue_limit: Option<u32>,
     /// Give tenants without an explicit region equal consecutive partitions.
     partition: Option<bool>,
     policies: Option<Vec<PolicyEntry>>,
@@ -208,6 +209,9 @@ pub struct Scenario {
     pub warmup: Nanos,
     pub interval: Nanos,
     pub queue_depth: u32,
+    /// Requests a tenant may have waiting in the engine (held by the policy); a request
+    /// beyond it is rejected and counted. `None`: unbounded.
+    pub queue_limit: Option<u32>,
     pub device: DeviceSpec,
     pub tenants: Vec<TenantSetup>,
     pub policies: Vec<PolicyChoice>,
@@ -280,6 +284,26 @@ impl Scenario {
     pub fn specs(&self) -> Vec<TenantSpec> {
         self.tenants.iter().map(|t| t.spec.clone()).collect()
     }
+
+    /// The run's phases: every moment any tenant's workload changes, from 0.
+    pub fn phase_starts(&self) -> Vec<Nanos> {
+        let mut starts: Vec<Nanos> = self
+            .tenants
+            .iter()
+            .flat_map(|t| {
+                t.workload
+                    .phases
+                    .iter()
+                    .flat_map(|p| [Some(p.start), p.end])
+            })
+            .flatten()
+            .filter(|&t| t < self.duration)
+            .chain([0])
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        starts
+    }
 }
 
 fn positive_secs(field: &str, v: f64) -> Result<Nanos, String> {
@@ -304,6 +328,10 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
     let interval = positive_secs("interval_s", file.interval_s.unwrap_or(1.0))?;
     let queue_depth = match file.queue_depth.unwrap_or(32) {
         0 => return Err("queue_depth must be ≥ 1".into()),
+        q => q,
+    };
+    let queue_limit = match file.queue_limit {
+        Some(0) => return Err("queue_limit must be ≥ 1 (leave it out for no bound)".into()),
         q => q,
     };
     let device = device_spec(file.device).map_err(|e| format!("device: {e}"))?;
@@ -375,6 +403,16 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
             .workload
             .resolve()
             .map_err(|e| ctx(format!("workload: {e}")))?;
+        if let Some(limit) = queue_limit
+            && let Some(depth) = workload.phases.iter().find_map(|p| match p.arrivals {
+                crate::workload::Arrivals::Closed { iodepth } if iodepth > limit => Some(iodepth),
+                _ => None,
+            })
+        {
+            return Err(ctx(format!(
+                "iodepth {depth} is above queue_limit {limit}: a closed loop would lose the requests it cannot queue"
+            )));
+        }
         if workload.max_size() as u64 > size {
             return Err(ctx(format!(
                 "requests of up to {} do not fit the {} region",
@@ -424,6 +462,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
         warmup,
         interval,
         queue_depth,
+        queue_limit,
         device,
         tenants,
         policies,

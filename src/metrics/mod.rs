@@ -62,6 +62,78 @@ pub struct TenantResult {
     pub rejected: u64,
 }
 
+/// One tenant in one phase of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseTenant {
+    pub name: String,
+    /// Requests completed in the phase.
+    pub ios: u64,
+    pub iops: f64,
+    /// Latency of the requests completed in the phase.
+    pub latency_us: LatencySummary,
+    /// Of the requests that arrived in the phase (and early enough that the run shows
+    /// whether they met `rt`), the fraction that completed within `rt`; rejected ones
+    /// count as missed. Absent without an SLO or without such requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_satisfaction: Option<f64>,
+    /// Requests refused in the phase because the tenant's queue was full.
+    pub rejected: u64,
+    /// Fraction of the phase the tenant's token bucket was switched in (policies with
+    /// switches only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switch_on: Option<f64>,
+}
+
+/// One phase of a run: the spans between the moments any tenant's workload changes
+/// (the `phases` entries of results.json).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseResult {
+    /// 1-based, in time order.
+    pub phase: usize,
+    /// Measured span (warm-up excluded), seconds from the start of the run.
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Requests completed per second in the phase, all tenants.
+    pub iops: f64,
+    pub tenants: Vec<PhaseTenant>,
+}
+
+/// Switch states of a policy over a run (TA1/TA2/TA3), for per-phase on-time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SwitchLog {
+    /// Per tenant: whether its switch was on at time 0; `None` for tenants without one.
+    pub initially_on: Vec<Option<bool>>,
+    /// (time, tenant, on) in time order.
+    pub transitions: Vec<(Nanos, u32, bool)>,
+}
+
+impl SwitchLog {
+    /// Fraction of `[from, to)` tenant `t`'s switch was on.
+    pub fn on_fraction(&self, t: usize, from: Nanos, to: Nanos) -> Option<f64> {
+        let mut on = (*self.initially_on.get(t)?)?;
+        if to <= from {
+            return Some(0.0);
+        }
+        let mut since = 0;
+        let mut total = 0;
+        let overlap = |a: Nanos, b: Nanos| b.min(to).saturating_sub(a.max(from));
+        for &(time, tenant, state) in &self.transitions {
+            if tenant as usize != t || state == on {
+                continue;
+            }
+            if on {
+                total += overlap(since, time);
+            }
+            on = state;
+            since = time;
+        }
+        if on {
+            total += overlap(since, to);
+        }
+        Some(total as f64 / (to - from) as f64)
+    }
+}
+
 /// Simulator bookkeeping for a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct SimStats {
@@ -89,6 +161,9 @@ pub struct RunResult {
     pub sim: SimStats,
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub policy_stats: serde_json::Value,
+    /// Per phase: IOPS, per-tenant satisfaction, switch on-time (one entry when the
+    /// workloads never change).
+    pub phases: Vec<PhaseResult>,
     /// Per tenant, bytes completed in each interval (for timeseries.csv and plots).
     #[serde(skip)]
     pub timeseries: Timeseries,
@@ -205,6 +280,21 @@ struct TenantMeter {
     busy_since: Nanos,
     busy_ns: Nanos,
     rejected: u64,
+    phases: Vec<PhaseMeter>,
+}
+
+#[derive(Debug, Clone)]
+struct PhaseMeter {
+    ios: u64,
+    hist: Histogram<u64>,
+    /// Arrivals (rejected ones included) whose fate within `rt` the run shows.
+    decidable: u64,
+    met: u64,
+    rejected: u64,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("valid histogram bounds")
 }
 
 /// Collects completions during a run; [`Recorder::finish`] turns them into results.
@@ -215,6 +305,8 @@ pub struct Recorder {
     series: Timeseries,
     tenants: Vec<TenantMeter>,
     completed: u64,
+    /// Start times of the phases, ascending, the first 0.
+    phase_starts: Vec<Nanos>,
 }
 
 impl Recorder {
@@ -238,33 +330,78 @@ impl Recorder {
                 .map(|t| TenantMeter {
                     bytes: 0,
                     ios: 0,
-                    hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
-                        .expect("valid histogram bounds"),
+                    hist: histogram(),
                     slo_rt: t.slo.map(|s| s.rt_nanos()),
                     slo_met: 0,
                     outstanding: 0,
                     busy_since: 0,
                     busy_ns: 0,
                     rejected: 0,
+                    phases: Vec::new(),
                 })
                 .collect(),
             completed: 0,
+            phase_starts: vec![0],
         }
+        .with_phases(&[0])
+    }
+
+    /// Splits the run into phases starting at these times (0 is always the first).
+    pub fn with_phases(mut self, starts: &[Nanos]) -> Self {
+        let mut starts: Vec<Nanos> = starts.iter().copied().filter(|&s| s < self.end).collect();
+        starts.push(0);
+        starts.sort_unstable();
+        starts.dedup();
+        for t in &mut self.tenants {
+            t.phases = (0..starts.len())
+                .map(|_| PhaseMeter {
+                    ios: 0,
+                    hist: histogram(),
+                    decidable: 0,
+                    met: 0,
+                    rejected: 0,
+                })
+                .collect();
+        }
+        self.phase_starts = starts;
+        self
+    }
+
+    fn phase_of(&self, t: Nanos) -> usize {
+        self.phase_starts.partition_point(|&s| s <= t) - 1
+    }
+
+    /// Whether a request of a tenant with response-time objective `rt` arriving at
+    /// `at` counts towards its phase's satisfaction: after warm-up, and early enough
+    /// that the run shows whether it met `rt`.
+    fn decidable(&self, rt: Option<Nanos>, at: Nanos) -> bool {
+        rt.is_some_and(|rt| at >= self.start && at.saturating_add(rt) <= self.end)
     }
 
     /// A request entered the engine (for backlog accounting).
     #[inline]
     pub fn arrived(&mut self, tenant: u32, now: Nanos) {
+        let decidable = self.decidable(self.tenants[tenant as usize].slo_rt, now);
+        let p = if decidable { self.phase_of(now) } else { 0 };
         let t = &mut self.tenants[tenant as usize];
         if t.outstanding == 0 {
             t.busy_since = now.max(self.start);
         }
         t.outstanding += 1;
+        t.phases[p].decidable += decidable as u64;
     }
 
-    /// A request was refused (queue full).
-    pub fn rejected(&mut self, tenant: u32) {
-        self.tenants[tenant as usize].rejected += 1;
+    /// A request was refused at `now` (queue full).
+    pub fn rejected(&mut self, tenant: u32, now: Nanos) {
+        if now < self.start || now >= self.end {
+            return;
+        }
+        let p = self.phase_of(now);
+        let decidable = self.decidable(self.tenants[tenant as usize].slo_rt, now);
+        let t = &mut self.tenants[tenant as usize];
+        t.rejected += 1;
+        t.phases[p].rejected += 1;
+        t.phases[p].decidable += decidable as u64;
     }
 
     /// A request completed.
@@ -281,8 +418,21 @@ impl Recorder {
         if c.finish < start || c.finish >= end {
             return;
         }
-        let bytes = c.request.len as u64;
         let lat = c.latency();
+        let (arrival_phase, finish_phase) =
+            (self.phase_of(c.request.arrival), self.phase_of(c.finish));
+        let decidable = self.decidable(
+            self.tenants[c.request.tenant as usize].slo_rt,
+            c.request.arrival,
+        );
+        let t = &mut self.tenants[c.request.tenant as usize];
+        let fp = &mut t.phases[finish_phase];
+        fp.ios += 1;
+        fp.hist.saturating_record(lat.max(1));
+        if decidable && t.slo_rt.is_some_and(|rt| lat <= rt) {
+            t.phases[arrival_phase].met += 1;
+        }
+        let bytes = c.request.len as u64;
         t.bytes += bytes;
         t.ios += 1;
         t.hist.saturating_record(lat.max(1));
@@ -310,7 +460,9 @@ impl Recorder {
         device: DeviceStats,
         sim: SimStats,
         policy_stats: serde_json::Value,
+        switches: Option<&SwitchLog>,
     ) -> RunResult {
+        let phases = self.phase_results(tenants, switches);
         let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
         let end = self.end;
         for t in &mut self.tenants {
@@ -380,8 +532,56 @@ impl Recorder {
                 ..sim
             },
             policy_stats,
+            phases,
             timeseries: self.series,
         }
+    }
+
+    fn phase_results(
+        &self,
+        tenants: &[TenantSpec],
+        switches: Option<&SwitchLog>,
+    ) -> Vec<PhaseResult> {
+        let mut out = Vec::new();
+        for (p, &start) in self.phase_starts.iter().enumerate() {
+            let end = self
+                .phase_starts
+                .get(p + 1)
+                .copied()
+                .unwrap_or(self.end)
+                .min(self.end);
+            let from = start.max(self.start);
+            if end <= from {
+                continue;
+            }
+            let secs = nanos_to_secs(end - from);
+            let per_tenant: Vec<PhaseTenant> = self
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let m = &t.phases[p];
+                    PhaseTenant {
+                        name: tenants[i].name.clone(),
+                        ios: m.ios,
+                        iops: m.ios as f64 / secs,
+                        latency_us: LatencySummary::from_histogram(&m.hist),
+                        slo_satisfaction: (t.slo_rt.is_some() && m.decidable > 0)
+                            .then(|| m.met as f64 / m.decidable as f64),
+                        rejected: m.rejected,
+                        switch_on: switches.and_then(|s| s.on_fraction(i, from, end)),
+                    }
+                })
+                .collect();
+            out.push(PhaseResult {
+                phase: p + 1,
+                start_s: nanos_to_secs(from),
+                end_s: nanos_to_secs(end),
+                iops: per_tenant.iter().map(|t| t.ios).sum::<u64>() as f64 / secs,
+                tenants: per_tenant,
+            });
+        }
+        out
     }
 }
 
@@ -481,8 +681,11 @@ mod tests {
             DeviceStats::default(),
             SimStats::default(),
             serde_json::Value::Null,
+            None,
         );
         assert_eq!(res.sim.requests, 4);
+        assert_eq!(res.phases.len(), 1);
+        assert_eq!(res.phases[0].iops, 1.5);
         assert_eq!(res.tenants[0].bytes, 8192);
         assert_eq!(res.tenants[1].bytes, 4096);
         assert_eq!(res.timeseries.bytes[0], vec![8192, 0]);
@@ -494,5 +697,61 @@ mod tests {
         assert!(!res.tenants[0].backlogged);
         assert!(res.tenants[1].backlogged);
         assert_eq!(res.tenants[1].ideal_share, 1.0);
+    }
+
+    #[test]
+    fn phases_split_iops_satisfaction_rejections_and_switch_time() {
+        // rt 1 ms; phases [0, 1 s) and [1 s, 2 s); measured from 0.5 s.
+        let mut a = TenantSpec::weighted("a", 1.0);
+        a.slo = Some(Slo {
+            iops: 100.0,
+            size: 4096,
+            rt_us: 1000,
+        });
+        let specs = [a];
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, s / 2, 2 * s, s).with_phases(&[s, 5 * s]);
+        // Phase 1: one in time, one late (arrived in phase 1, finished in phase 2), one
+        // before warm-up (not counted).
+        for (arr, fin) in [(s / 2, s / 2 + 1000), (s - 100, s + 2_000_000), (0, 10)] {
+            r.arrived(0, arr);
+            r.completed(&done(0, 4096, arr, fin));
+        }
+        // Phase 2: one in time, one rejected, one arriving too late to be judged.
+        r.arrived(0, s + 10);
+        r.completed(&done(0, 4096, s + 10, s + 20));
+        r.rejected(0, s + 30);
+        r.arrived(0, 2 * s - 10);
+        let switches = SwitchLog {
+            initially_on: vec![Some(false)],
+            transitions: vec![
+                (s / 4, 0, true),
+                (s + s / 4, 0, false),
+                (s + s / 2, 0, true),
+            ],
+        };
+        let res = r.finish(
+            "x",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            SimStats::default(),
+            serde_json::Value::Null,
+            Some(&switches),
+        );
+        assert_eq!(res.phases.len(), 2);
+        let (p1, p2) = (&res.phases[0], &res.phases[1]);
+        assert_eq!((p1.phase, p1.start_s, p1.end_s), (1, 0.5, 1.0));
+        assert_eq!((p2.phase, p2.start_s, p2.end_s), (2, 1.0, 2.0));
+        assert_eq!(p1.tenants[0].ios, 1);
+        assert_eq!(p1.iops, 2.0);
+        assert_eq!(p2.tenants[0].ios, 2);
+        assert_eq!(p1.tenants[0].slo_satisfaction, Some(0.5));
+        assert_eq!(p2.tenants[0].slo_satisfaction, Some(0.5));
+        assert_eq!(p2.tenants[0].rejected, 1);
+        assert_eq!(res.tenants[0].rejected, 1);
+        // On from 0.25 s to 1.25 s and from 1.5 s on.
+        assert_eq!(p1.tenants[0].switch_on, Some(1.0));
+        assert_eq!(p2.tenants[0].switch_on, Some(0.75));
     }
 }

@@ -7,13 +7,19 @@
 mod bfq;
 mod cfq;
 mod feedbac;
+mod mclock;
 mod mots;
 mod none;
 mod sfq;
+mod ta1;
+mod ta2;
+mod ta3;
+pub mod token_bucket;
 
 pub use bfq::Bfq;
 pub use cfq::Cfq;
 pub use feedbac::FeedBac;
+pub use mclock::MClock;
 pub use mots::Mots;
 pub use none::Fifo;
 pub use sfq::Sfq;
@@ -67,6 +73,12 @@ pub trait Policy: Send {
     /// switch states). `Null` when there is nothing to tell.
     fn stats(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// Switch states over the run, for policies that switch throttling in and out
+    /// (TA1/TA2/TA3); reports turn it into on-time per phase.
+    fn switch_log(&self) -> Option<crate::metrics::SwitchLog> {
+        None
     }
 }
 
@@ -203,6 +215,26 @@ pub fn registry() -> &'static [PolicyInfo] {
             name: "sfq",
             summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by bytes",
             build: Sfq::build,
+        },
+        PolicyInfo {
+            name: "ta1",
+            summary: "a token bucket per SLO tenant (iops / τ per tick, 1.5 ρ deep), always on",
+            build: ta1::build,
+        },
+        PolicyInfo {
+            name: "ta2",
+            summary: "TA1's buckets behind one switch, on above the high water mark of rt, off below the low",
+            build: ta2::build,
+        },
+        PolicyInfo {
+            name: "ta3",
+            summary: "TA2 with a switch per tenant: only tenants above their agreed rate are throttled",
+            build: ta3::build,
+        },
+        PolicyInfo {
+            name: "mclock",
+            summary: "mClock: reservation, weight and limit tags; reservations first, weights share the rest",
+            build: mclock::MClock::build,
         },
     ]
 }

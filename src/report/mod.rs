@@ -48,10 +48,13 @@ pub fn table(result: &ScenarioResult) -> String {
             .find(|r| r.policy == "none" && r.variant == run.variant)
             .map(|r| r.total_bandwidth_bytes_per_s);
         for t in &run.tenants {
-            let extra = match t.slo_satisfaction {
+            let mut extra = match t.slo_satisfaction {
                 Some(s) => format!("SLO {} | {}", pct(s), t.workload),
                 None => t.workload.clone(),
             };
+            if t.rejected > 0 {
+                extra = format!("{} rejected (queue full) | {extra}", t.rejected);
+            }
             let _ = writeln!(
                 out,
                 "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9.0} {:>9.0}  {}",
@@ -90,6 +93,28 @@ pub fn table(result: &ScenarioResult) -> String {
             run.sim.requests,
             run.sim.wall_seconds,
         );
+        if run.phases.len() > 1 {
+            for p in &run.phases {
+                let _ = write!(
+                    out,
+                    "{:<12}   phase {:<2} {:>5.0}-{:<5.0}s {:>7.0} IOPS:",
+                    run.policy, p.phase, p.start_s, p.end_s, p.iops
+                );
+                for t in &p.tenants {
+                    let _ = write!(out, "  {} {:.0}", t.name, t.iops);
+                    if let Some(s) = t.slo_satisfaction {
+                        let _ = write!(out, " SLO {}", pct(s));
+                    }
+                    if let Some(on) = t.switch_on {
+                        let _ = write!(out, " on {:.0}%", on * 100.0);
+                    }
+                    if t.rejected > 0 {
+                        let _ = write!(out, " rejected {}", t.rejected);
+                    }
+                }
+                let _ = writeln!(out);
+            }
+        }
     }
     out
 }

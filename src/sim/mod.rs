@@ -72,6 +72,8 @@ struct TenantRun {
     epoch: u32,
     /// Requests issued and not yet completed.
     outstanding: u32,
+    /// Requests held by the policy (issued, not yet dispatched).
+    held: u32,
 }
 
 /// One run: one scenario, one policy, one device state.
@@ -108,6 +110,15 @@ impl<'a> Run<'a> {
             return;
         };
         let (op, offset, len) = t.generator.next_io(phase);
+        if self
+            .scenario
+            .queue_limit
+            .is_some_and(|limit| t.held >= limit)
+        {
+            self.recorder.rejected(tenant, now);
+            return;
+        }
+        t.held += 1;
         t.outstanding += 1;
         self.next_id += 1;
         let request = Request {
@@ -147,9 +158,9 @@ impl<'a> Run<'a> {
                     self.issue(tenant, now);
                 }
             }
-            Arrivals::Open { rate_iops } => {
+            Arrivals::Open { rate_iops, process } => {
                 let t = &mut self.tenants[tenant as usize];
-                let at = now + t.generator.interarrival(rate_iops);
+                let at = now + t.generator.interarrival(rate_iops, process);
                 let epoch = t.epoch;
                 self.push(at, EventKind::Arrival { tenant, epoch });
             }
@@ -163,6 +174,7 @@ impl<'a> Run<'a> {
             match self.policy.dispatch(now) {
                 Dispatch::Request(request) => {
                     self.in_flight += 1;
+                    self.tenants[request.tenant as usize].held -= 1;
                     match self.device.submit(&request, now) {
                         Submitted::Finishes(finish) => self.push(
                             finish.max(now),
@@ -249,10 +261,10 @@ impl<'a> Run<'a> {
                     return;
                 }
                 let Some(p) = t.phase else { return };
-                if let Arrivals::Open { rate_iops } =
+                if let Arrivals::Open { rate_iops, process } =
                     self.scenario.tenants[tenant as usize].workload.phases[p].arrivals
                 {
-                    let next = now + t.generator.interarrival(rate_iops);
+                    let next = now + t.generator.interarrival(rate_iops, process);
                     self.push(next, EventKind::Arrival { tenant, epoch });
                     self.issue(tenant, now);
                 }
@@ -294,7 +306,8 @@ pub fn run_policy(
             scenario.warmup,
             scenario.duration,
             scenario.interval,
-        ),
+        )
+        .with_phases(&scenario.phase_starts()),
         events: BinaryHeap::with_capacity(1024),
         seq: 0,
         next_id: 0,
@@ -308,6 +321,7 @@ pub fn run_policy(
                 phase: None,
                 epoch: 0,
                 outstanding: 0,
+                held: 0,
             })
             .collect(),
         wake_at: None,
@@ -345,6 +359,7 @@ pub fn run_policy(
         .collect();
     let device_stats = run.device.stats();
     let policy_stats = run.policy.stats();
+    let switches = run.policy.switch_log();
     Ok(run.recorder.finish(
         &choice.label,
         &specs,
@@ -355,6 +370,7 @@ pub fn run_policy(
             wall_seconds,
         },
         policy_stats,
+        switches.as_ref(),
     ))
 }
 

@@ -53,8 +53,11 @@ pub struct WorkloadTable {
     pub align: Option<ByteSize>,
     /// Closed loop: requests kept outstanding.
     pub iodepth: Option<u32>,
-    /// Open loop: mean arrival rate (Poisson), requests per second.
+    /// Open loop: mean arrival rate, requests per second.
     pub rate_iops: Option<f64>,
+    /// How open-loop arrivals are spaced: `poisson` (default) or `linear` (evenly, as
+    /// fio's `rate_process`).
+    pub rate_process: Option<RateProcess>,
     /// Phase length in seconds (phases only; the last phase may omit it to run to the end).
     pub duration_s: Option<f64>,
     /// No I/O in this phase.
@@ -99,13 +102,27 @@ impl SizeDist {
     }
 }
 
+/// Spacing of open-loop arrivals (fio's `rate_process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateProcess {
+    /// Exponential gaps: a Poisson process.
+    #[default]
+    Poisson,
+    /// Equal gaps of 1 / rate: a source that conforms to a token bucket of its rate.
+    Linear,
+}
+
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrivals {
     /// Keep `iodepth` requests outstanding.
     Closed { iodepth: u32 },
-    /// Poisson arrivals at a mean rate (requests per second).
-    Open { rate_iops: f64 },
+    /// Arrivals at a mean rate (requests per second).
+    Open {
+        rate_iops: f64,
+        process: RateProcess,
+    },
     /// No I/O.
     Idle,
 }
@@ -156,6 +173,7 @@ struct Knobs {
     align: u64,
     iodepth: Option<u32>,
     rate_iops: Option<f64>,
+    rate_process: RateProcess,
     idle: bool,
 }
 
@@ -185,6 +203,9 @@ impl Knobs {
         if let Some(r) = t.rate_iops {
             self.rate_iops = Some(r);
             self.iodepth = None;
+        }
+        if let Some(p) = t.rate_process {
+            self.rate_process = p;
         }
         self.idle = t.idle.unwrap_or(false);
     }
@@ -237,7 +258,10 @@ impl Knobs {
                 (_, Some(r)) if !(r.is_finite() && r > 0.0) => {
                     return Err(format!("rate_iops must be > 0, got {r}"));
                 }
-                (_, Some(r)) => Arrivals::Open { rate_iops: r },
+                (_, Some(r)) => Arrivals::Open {
+                    rate_iops: r,
+                    process: self.rate_process,
+                },
                 (Some(0), None) => {
                     return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into());
                 }
@@ -279,6 +303,7 @@ impl WorkloadConfig {
             align: 4096,
             iodepth: None,
             rate_iops: None,
+            rate_process: RateProcess::Poisson,
             idle: false,
         };
         let mut label = String::new();
@@ -351,7 +376,11 @@ fn describe(p: &Phase) -> String {
     };
     let load = match p.arrivals {
         Arrivals::Closed { iodepth } => format!("qd{iodepth}"),
-        Arrivals::Open { rate_iops } => format!("{rate_iops} IOPS"),
+        Arrivals::Open {
+            rate_iops,
+            process: RateProcess::Poisson,
+        } => format!("{rate_iops} IOPS"),
+        Arrivals::Open { rate_iops, .. } => format!("{rate_iops} IOPS linear"),
         Arrivals::Idle => "idle".into(),
     };
     format!("{pat} {size} {load}")
@@ -415,8 +444,12 @@ impl Generator {
         (op, self.region_start + offset, len64 as u32)
     }
 
-    /// Time to the next open-loop arrival (exponential with the given rate).
-    pub fn interarrival(&mut self, rate_iops: f64) -> Nanos {
+    /// Time to the next open-loop arrival: exponential with the given rate, or exactly
+    /// 1 / rate for a linear process.
+    pub fn interarrival(&mut self, rate_iops: f64, process: RateProcess) -> Nanos {
+        if process == RateProcess::Linear {
+            return secs_to_nanos(1.0 / rate_iops).max(1);
+        }
         let u: f64 = self.rng.random::<f64>();
         // 1 - u is in (0, 1]: ln is finite.
         secs_to_nanos(-(1.0 - u).ln() / rate_iops).max(1)
@@ -478,8 +511,20 @@ mod tests {
         .resolve()
         .unwrap();
         assert_eq!(w.phases.len(), 3);
-        assert_eq!(w.phases[0].arrivals, Arrivals::Open { rate_iops: 100.0 });
-        assert_eq!(w.phases[1].arrivals, Arrivals::Open { rate_iops: 300.0 });
+        assert_eq!(
+            w.phases[0].arrivals,
+            Arrivals::Open {
+                rate_iops: 100.0,
+                process: RateProcess::Poisson
+            }
+        );
+        assert_eq!(
+            w.phases[1].arrivals,
+            Arrivals::Open {
+                rate_iops: 300.0,
+                process: RateProcess::Poisson
+            }
+        );
         assert_eq!(
             (w.phases[1].start, w.phases[1].end),
             (2_000_000_000, Some(3_000_000_000))

@@ -1,0 +1,152 @@
+//! `ta2`: TA1's buckets behind one bypass switch for all tenants (spec: token-bucket.md,
+//! TA2).
+//!
+//! The switch starts off: requests go straight to storage. When a completion's storage
+//! response time exceeds its tenant's high water mark (`hwm × rt`, default 85 %) every
+//! bucket is switched in; when one falls below the low water mark (`lwm × rt`, default
+//! 80 %) every bucket is switched out and what waited behind them goes to storage. Like
+//! Facade, it throttles everyone when one tenant misbehaves. The shared machinery and
+//! the readings it chose are in [`super::token_bucket`].
+
+use super::token_bucket::SwitchedBuckets;
+use super::{Policy, PolicyError, PolicyParams};
+use crate::types::TenantSpec;
+
+/// Builds TA2 (`refill_hz`, `depth_factor`, `hwm`, `lwm`).
+pub fn build(
+    params: &mut PolicyParams,
+    tenants: &[TenantSpec],
+) -> Result<Box<dyn Policy>, PolicyError> {
+    Ok(Box::new(SwitchedBuckets::build(
+        "ta2", params, tenants, true, false,
+    )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Dispatch, test_request};
+    use crate::types::{Completion, Slo};
+
+    fn slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
+        TenantSpec {
+            slo: Some(Slo {
+                iops,
+                size: 4096,
+                rt_us,
+            }),
+            ..TenantSpec::weighted(name, 1.0)
+        }
+    }
+
+    /// Dispatches request `id` of `tenant` arriving at `at` and completes it at
+    /// `finish`: the storage response time is `finish - at` while the switch is off.
+    fn observe(p: &mut Box<dyn Policy>, id: u64, tenant: u32, at: u64, finish: u64) {
+        let r = test_request(id, tenant, 4096, at);
+        p.enqueue(r, at);
+        assert_eq!(p.dispatch(at), Dispatch::Request(r));
+        p.complete(
+            &Completion {
+                request: r,
+                start: at,
+                finish,
+            },
+            finish,
+        );
+    }
+
+    #[test]
+    fn hysteresis_between_the_water_marks_switches_everyone() {
+        // rt 10 ms: on above 8.5 ms, off below 8 ms.
+        let tenants = [
+            slo_tenant("a", 1000.0, 10_000),
+            slo_tenant("b", 1000.0, 10_000),
+        ];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        observe(&mut p, 1, 0, 0, 8_500_000); // at the mark: not above
+        assert_eq!(p.stats()["transitions"], 0);
+        observe(&mut p, 2, 1, 10_000_000, 18_500_001); // b above its HWM
+        assert_eq!(p.stats()["tenants"][0]["on"], true);
+        assert_eq!(p.stats()["tenants"][1]["on"], true);
+        // Both buckets (1 deep) now gate: the second request of `a` waits for a tick.
+        for id in [3, 4] {
+            p.enqueue(test_request(id, 0, 4096, 20_000_000), 20_000_000);
+        }
+        let r3 = test_request(3, 0, 4096, 20_000_000);
+        assert_eq!(p.dispatch(20_000_000), Dispatch::Request(r3));
+        assert_eq!(p.dispatch(20_000_000), Dispatch::Wait(21_000_000));
+        // 8.2 ms is between the marks: still on.
+        p.complete(
+            &Completion {
+                request: r3,
+                start: 20_000_000,
+                finish: 28_200_000,
+            },
+            28_200_000,
+        );
+        assert_eq!(p.stats()["tenants"][0]["on"], true);
+        // Request 4 passes its bucket at 21 ms, finishes 7.9 ms later: below the LWM.
+        let r4 = test_request(4, 0, 4096, 20_000_000);
+        assert_eq!(p.dispatch(21_000_000), Dispatch::Request(r4));
+        p.complete(
+            &Completion {
+                request: r4,
+                start: 21_000_000,
+                finish: 28_900_000,
+            },
+            28_900_000,
+        );
+        assert_eq!(p.stats()["tenants"][0]["on"], false);
+        assert_eq!(p.stats()["tenants"][1]["on"], false);
+        assert_eq!(p.stats()["transitions"], 4);
+        assert_eq!(
+            p.stats()["switch_timeline_ms"],
+            serde_json::json!([
+                [18.500001, 0, true],
+                [18.500001, 1, true],
+                [28.9, 0, false],
+                [28.9, 1, false]
+            ])
+        );
+    }
+
+    #[test]
+    fn switching_off_releases_what_waited() {
+        let tenants = [slo_tenant("a", 1000.0, 10_000)];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        observe(&mut p, 1, 0, 0, 9_000_000); // on
+        for id in 2..=4 {
+            p.enqueue(test_request(id, 0, 4096, 9_000_000), 9_000_000);
+        }
+        let r2 = test_request(2, 0, 4096, 9_000_000);
+        assert_eq!(p.dispatch(9_000_000), Dispatch::Request(r2));
+        assert_eq!(p.dispatch(9_000_000), Dispatch::Wait(10_000_000));
+        p.complete(
+            &Completion {
+                request: r2,
+                start: 9_000_000,
+                finish: 10_000_000,
+            },
+            10_000_000,
+        ); // 1 ms: off, 3 and 4 go to storage without waiting for tokens
+        assert_eq!(p.queued(), 2);
+        assert!(matches!(p.dispatch(10_000_000), Dispatch::Request(r) if r.id == 3));
+        assert!(matches!(p.dispatch(10_000_000), Dispatch::Request(r) if r.id == 4));
+    }
+
+    #[test]
+    fn water_marks_are_checked() {
+        let mut params = PolicyParams::new(
+            "ta2",
+            toml::toml! { hwm = 0.7
+            lwm = 0.8 },
+        );
+        let err = build(&mut params, &[slo_tenant("a", 1.0, 1)])
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("'lwm': must be in (0, hwm = 0.7]"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,482 @@
+//! The machinery TA1, TA2 and TA3 share (spec: token-bucket.md): a token bucket and a
+//! queue per tenant in front of one storage queue, with a bypass switch per tenant.
+//!
+//! A request of a tenant whose switch is on waits in the tenant's queue until its
+//! bucket holds a request's worth of tokens; with the switch off it goes straight to
+//! the storage queue. The storage queue is served in arrival order. What differs between
+//! the three policies is who turns the switches and when ([`SwitchRule`]).
+//!
+//! Readings chosen where the spec is silent:
+//! * Tokens are counted in requests (one token is `size` bytes of the SLO; each request
+//!   costs one), in thousandths so refills of `iops / τ` are exact integers. The bucket
+//!   refills at ticks `k / τ` of absolute time, starts full, and is at least one request
+//!   deep (`σ = 1.5 ρ` is below one request when `iops < τ / 1.5`).
+//! * The response time the water marks watch is the storage's: from the moment a request
+//!   passes its bucket (or the bypass) to its completion. Time spent waiting for tokens
+//!   is the throttling itself and would keep a throttled tenant's switch on forever.
+//! * Every completion is one observation, compared with its own tenant's marks.
+//! * When a switch turns off, the requests waiting behind it go to the storage queue.
+//! * TA3's arrival rate is the count of arrivals over the last `rate_window_ms`; a
+//!   tenant exceeds its rate when that is above `iops × (1 + rate_slack)`.
+//! * Tenants without an SLO have no bucket and always bypass.
+
+use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use crate::metrics::SwitchLog;
+use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+
+/// Thousandths of a request: the unit tokens are counted in.
+const MILLI: u64 = 1000;
+/// Switch transitions kept for the timeline in the stats (the count is always exact).
+const MAX_TIMELINE: usize = 20_000;
+
+/// A token bucket refilled at ticks of a fixed period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    /// Tokens added per tick, thousandths of a request.
+    pub rho: u64,
+    /// Capacity, thousandths of a request.
+    pub sigma: u64,
+    tokens: u64,
+    /// Ticks counted so far (the bucket holds what it had at tick `tick`).
+    tick: u64,
+    period: Nanos,
+}
+
+impl Bucket {
+    /// A full bucket refilled every `period` with `rho` and holding at most `sigma`
+    /// (never less than one request).
+    pub fn new(rho: u64, sigma: u64, period: Nanos) -> Self {
+        let sigma = sigma.max(MILLI);
+        Bucket {
+            rho,
+            sigma,
+            tokens: sigma,
+            tick: 0,
+            period: period.max(1),
+        }
+    }
+
+    /// Adds the refills of every tick up to `now`.
+    pub fn refill(&mut self, now: Nanos) {
+        let tick = now / self.period;
+        if tick > self.tick {
+            let added = (tick - self.tick).saturating_mul(self.rho);
+            self.tokens = self.tokens.saturating_add(added).min(self.sigma);
+            self.tick = tick;
+        }
+    }
+
+    /// Tokens now, thousandths of a request.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Takes one request's worth if there is one.
+    pub fn take(&mut self) -> bool {
+        if self.tokens >= MILLI {
+            self.tokens -= MILLI;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The tick at which the bucket will hold one request's worth (`None` if it never
+    /// refills).
+    pub fn ready_at(&self) -> Option<Nanos> {
+        if self.tokens >= MILLI {
+            return Some(self.tick * self.period);
+        }
+        if self.rho == 0 {
+            return None;
+        }
+        let ticks = (MILLI - self.tokens).div_ceil(self.rho);
+        Some((self.tick + ticks) * self.period)
+    }
+}
+
+/// Who turns the switches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SwitchRule {
+    /// TA1: every bucket always on.
+    AlwaysOn,
+    /// TA2: one switch for all tenants.
+    Global,
+    /// TA3: a switch per tenant, turned on only for tenants above their agreed rate.
+    PerTenant { window: Nanos, slack: f64 },
+}
+
+#[derive(Debug, Clone)]
+struct Tenant {
+    queue: VecDeque<Request>,
+    /// `None`: no SLO, never throttled.
+    bucket: Option<Bucket>,
+    iops: f64,
+    hwm: Nanos,
+    lwm: Nanos,
+    on: bool,
+    arrivals: VecDeque<Nanos>,
+    throttled: u64,
+}
+
+/// One switch transition, for the timeline (Fig. 8).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transition {
+    pub time: Nanos,
+    pub tenant: TenantId,
+    pub on: bool,
+}
+
+/// Buckets, switches and the storage queue of TA1/TA2/TA3.
+#[derive(Debug, Clone)]
+pub struct SwitchedBuckets {
+    name: &'static str,
+    rule: SwitchRule,
+    tenants: Vec<Tenant>,
+    storage: VecDeque<Request>,
+    /// When each request in the storage queue or on the device passed its bucket.
+    admitted: HashMap<u64, Nanos>,
+    hwm_fraction: f64,
+    lwm_fraction: f64,
+    refill_hz: f64,
+    depth_factor: f64,
+    timeline: Vec<Transition>,
+    transitions: u64,
+    breaches: u64,
+}
+
+impl SwitchedBuckets {
+    /// Reads the parameters every TA policy takes (`refill_hz`, `depth_factor`, and
+    /// for the switched ones `hwm`, `lwm`, TA3 also `rate_window_ms`, `rate_slack`).
+    pub fn build(
+        name: &'static str,
+        params: &mut PolicyParams,
+        tenants: &[TenantSpec],
+        switched: bool,
+        per_tenant: bool,
+    ) -> Result<Self, PolicyError> {
+        let refill_hz = params.f64_or("refill_hz", 1000.0)?;
+        if refill_hz <= 0.0 || refill_hz > 1e9 {
+            return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
+        }
+        let depth_factor = params.f64_or("depth_factor", 1.5)?;
+        let (mut hwm, mut lwm) = (1.0, 1.0);
+        if switched {
+            hwm = params.f64_or("hwm", 0.85)?;
+            lwm = params.f64_or("lwm", 0.80)?;
+            if !(lwm > 0.0 && lwm <= hwm) {
+                return Err(params.invalid("lwm", format!("must be in (0, hwm = {hwm}]")));
+            }
+        }
+        let rule = match (switched, per_tenant) {
+            (false, _) => SwitchRule::AlwaysOn,
+            (true, false) => SwitchRule::Global,
+            (true, true) => {
+                let window_ms = params.f64_or("rate_window_ms", 100.0)?;
+                if window_ms <= 0.0 {
+                    return Err(params.invalid("rate_window_ms", "must be > 0"));
+                }
+                SwitchRule::PerTenant {
+                    window: (window_ms * 1e6) as Nanos,
+                    slack: params.f64_or("rate_slack", 0.05)?,
+                }
+            }
+        };
+        let mut p = SwitchedBuckets {
+            name,
+            rule,
+            tenants: Vec::new(),
+            storage: VecDeque::new(),
+            admitted: HashMap::new(),
+            hwm_fraction: hwm,
+            lwm_fraction: lwm,
+            refill_hz,
+            depth_factor,
+            timeline: Vec::new(),
+            transitions: 0,
+            breaches: 0,
+        };
+        p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
+        Ok(p)
+    }
+
+    fn tenant(&self, spec: &TenantSpec, now: Nanos) -> Tenant {
+        let period = (NANOS_PER_SEC as f64 / self.refill_hz).round() as Nanos;
+        let bucket = spec.slo.map(|slo| {
+            let rho = (slo.iops / self.refill_hz * MILLI as f64).round() as u64;
+            let mut b = Bucket::new(rho, (rho as f64 * self.depth_factor).round() as u64, period);
+            b.tick = now / b.period;
+            b
+        });
+        let rt = spec.slo.map_or(0, |s| s.rt_nanos()) as f64;
+        Tenant {
+            queue: VecDeque::new(),
+            on: bucket.is_some() && self.rule == SwitchRule::AlwaysOn,
+            bucket,
+            iops: spec.slo.map_or(0.0, |s| s.iops),
+            hwm: (rt * self.hwm_fraction) as Nanos,
+            lwm: (rt * self.lwm_fraction) as Nanos,
+            arrivals: VecDeque::new(),
+            throttled: 0,
+        }
+    }
+
+    /// Whether tenant `t`'s bucket is in the path now.
+    pub fn is_on(&self, t: TenantId) -> bool {
+        self.tenants[t as usize].on
+    }
+
+    /// The tenant's bucket, if it has an SLO.
+    pub fn bucket(&self, t: TenantId) -> Option<&Bucket> {
+        self.tenants[t as usize].bucket.as_ref()
+    }
+
+    /// Switch transitions so far (first ones, up to a cap).
+    pub fn timeline(&self) -> &[Transition] {
+        &self.timeline
+    }
+
+    fn set(&mut self, t: usize, on: bool, now: Nanos) {
+        let tenant = &mut self.tenants[t];
+        if tenant.on == on || tenant.bucket.is_none() {
+            return;
+        }
+        tenant.on = on;
+        if !on {
+            // What waited behind the bucket goes to storage now.
+            while let Some(r) = tenant.queue.pop_front() {
+                self.admitted.insert(r.id, now);
+                self.storage.push_back(r);
+            }
+        }
+        self.transitions += 1;
+        if self.timeline.len() < MAX_TIMELINE {
+            self.timeline.push(Transition {
+                time: now,
+                tenant: t as TenantId,
+                on,
+            });
+        }
+    }
+
+    fn arrival_rate(&mut self, t: usize, now: Nanos, window: Nanos) -> f64 {
+        let a = &mut self.tenants[t].arrivals;
+        while a.front().is_some_and(|&x| x + window <= now) {
+            a.pop_front();
+        }
+        a.len() as f64 * NANOS_PER_SEC as f64 / window as f64
+    }
+
+    /// Moves tenant `t`'s requests that have a token into the storage queue.
+    fn admit(&mut self, t: usize, now: Nanos) {
+        let tenant = &mut self.tenants[t];
+        if !tenant.on || tenant.queue.is_empty() {
+            return;
+        }
+        let b = tenant
+            .bucket
+            .as_mut()
+            .expect("a switch is on only with a bucket");
+        b.refill(now);
+        while !tenant.queue.is_empty() && b.take() {
+            let r = tenant.queue.pop_front().expect("non-empty");
+            if r.arrival < now {
+                tenant.throttled += 1;
+            }
+            self.admitted.insert(r.id, now);
+            self.storage.push_back(r);
+        }
+    }
+}
+
+impl Policy for SwitchedBuckets {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn enqueue(&mut self, request: Request, now: Nanos) {
+        let t = &mut self.tenants[request.tenant as usize];
+        if let SwitchRule::PerTenant { window, .. } = self.rule {
+            t.arrivals.push_back(now);
+            while t.arrivals.front().is_some_and(|&x| x + window <= now) {
+                t.arrivals.pop_front();
+            }
+        }
+        if t.on {
+            t.queue.push_back(request);
+            self.admit(request.tenant as usize, now);
+        } else {
+            self.admitted.insert(request.id, now);
+            self.storage.push_back(request);
+        }
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        for t in 0..self.tenants.len() {
+            self.admit(t, now);
+        }
+        if let Some(r) = self.storage.pop_front() {
+            return Dispatch::Request(r);
+        }
+        let next = self
+            .tenants
+            .iter()
+            .filter(|t| t.on && !t.queue.is_empty())
+            .filter_map(|t| t.bucket.as_ref().and_then(Bucket::ready_at))
+            .min();
+        match next {
+            Some(at) => Dispatch::Wait(at.max(now + 1)),
+            None => Dispatch::Idle,
+        }
+    }
+
+    fn complete(&mut self, c: &Completion, now: Nanos) {
+        let admitted = self
+            .admitted
+            .remove(&c.request.id)
+            .unwrap_or(c.request.arrival);
+        let rt = c.finish.saturating_sub(admitted);
+        let k = c.request.tenant as usize;
+        if self.tenants[k].bucket.is_none() {
+            return;
+        }
+        let (hwm, lwm) = (self.tenants[k].hwm, self.tenants[k].lwm);
+        match self.rule {
+            SwitchRule::AlwaysOn => {}
+            SwitchRule::Global => {
+                let on = self.tenants.iter().any(|t| t.on);
+                if !on && rt > hwm {
+                    self.breaches += 1;
+                    for t in 0..self.tenants.len() {
+                        self.set(t, true, now);
+                    }
+                } else if on && rt < lwm {
+                    for t in 0..self.tenants.len() {
+                        self.set(t, false, now);
+                    }
+                }
+            }
+            SwitchRule::PerTenant { window, slack } => {
+                if rt > hwm {
+                    self.breaches += 1;
+                    for t in 0..self.tenants.len() {
+                        let limit = self.tenants[t].iops * (1.0 + slack);
+                        if !self.tenants[t].on && self.arrival_rate(t, now, window) > limit {
+                            self.set(t, true, now);
+                        }
+                    }
+                } else if rt < lwm {
+                    for t in 0..self.tenants.len() {
+                        self.set(t, false, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
+        let fresh = self.tenant(spec, now);
+        if fresh.bucket.is_none() {
+            // No SLO any more: nothing to throttle with; release what waited.
+            self.set(tenant as usize, false, now);
+        }
+        let t = &mut self.tenants[tenant as usize];
+        let on = t.on && fresh.bucket.is_some() || fresh.on;
+        *t = Tenant {
+            queue: std::mem::take(&mut t.queue),
+            arrivals: std::mem::take(&mut t.arrivals),
+            throttled: t.throttled,
+            on,
+            ..fresh
+        };
+    }
+
+    fn queued(&self) -> usize {
+        self.storage.len() + self.tenants.iter().map(|t| t.queue.len()).sum::<usize>()
+    }
+
+    fn switch_log(&self) -> Option<SwitchLog> {
+        Some(SwitchLog {
+            initially_on: self
+                .tenants
+                .iter()
+                .map(|t| t.bucket.as_ref().map(|_| self.rule == SwitchRule::AlwaysOn))
+                .collect(),
+            transitions: self
+                .timeline
+                .iter()
+                .map(|x| (x.time, x.tenant, x.on))
+                .collect(),
+        })
+    }
+
+    /// Water marks, switch states and the transition timeline.
+    fn stats(&self) -> serde_json::Value {
+        let tenants: Vec<_> = self
+            .tenants
+            .iter()
+            .map(|t| {
+                json!({
+                    "bucket": t.bucket.is_some(),
+                    "on": t.on,
+                    "throttled": t.throttled,
+                    "hwm_us": t.hwm / 1000,
+                    "lwm_us": t.lwm / 1000,
+                })
+            })
+            .collect();
+        let timeline: Vec<_> = self
+            .timeline
+            .iter()
+            .map(|x| json!([x.time as f64 / 1e6, x.tenant, x.on]))
+            .collect();
+        json!({
+            "rule": match self.rule {
+                SwitchRule::AlwaysOn => "always-on",
+                SwitchRule::Global => "global",
+                SwitchRule::PerTenant { .. } => "per-tenant",
+            },
+            "hwm": self.hwm_fraction,
+            "lwm": self.lwm_fraction,
+            "refill_hz": self.refill_hz,
+            "breaches": self.breaches,
+            "transitions": self.transitions,
+            "tenants": tenants,
+            "switch_timeline_ms": timeline,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_refills_at_ticks_up_to_its_depth() {
+        // 3.5 requests per 1 ms tick, 5.25 deep, full at the start.
+        let mut b = Bucket::new(3500, 5250, 1_000_000);
+        assert_eq!(b.tokens(), 5250);
+        for _ in 0..5 {
+            assert!(b.take());
+        }
+        assert!(!b.take());
+        assert_eq!(b.tokens(), 250);
+        // No refill before the first tick; 3.75 requests at it, 5.25 (capped) after two.
+        b.refill(999_999);
+        assert_eq!(b.tokens(), 250);
+        assert_eq!(b.ready_at(), Some(1_000_000));
+        b.refill(1_000_000);
+        assert_eq!(b.tokens(), 3750);
+        b.refill(2_500_000);
+        assert_eq!(b.tokens(), 5250);
+        // Empty, slow bucket: 0.4 per tick needs three ticks for a request.
+        let mut slow = Bucket::new(400, 600, 1_000_000);
+        assert_eq!(slow.sigma, 1000, "at least one request deep");
+        assert!(slow.take());
+        assert_eq!(slow.ready_at(), Some(3_000_000));
+        slow.refill(3_000_000);
+        assert!(slow.take());
+    }
+}
