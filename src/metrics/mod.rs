@@ -134,6 +134,15 @@ impl SwitchLog {
     }
 }
 
+/// What the policy reports at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyOutcome {
+    /// [`crate::policy::Policy::stats`].
+    pub stats: serde_json::Value,
+    /// [`crate::policy::Policy::switch_log`].
+    pub switches: Option<SwitchLog>,
+}
+
 /// Simulator bookkeeping for a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct SimStats {
@@ -454,15 +463,15 @@ impl Recorder {
     /// Summarises the run.
     pub fn finish(
         mut self,
-        policy: &str,
+        label: &str,
         tenants: &[TenantSpec],
         workloads: &[String],
         device: DeviceStats,
         sim: SimStats,
-        policy_stats: serde_json::Value,
-        switches: Option<&SwitchLog>,
+        policy: PolicyOutcome,
     ) -> RunResult {
-        let phases = self.phase_results(tenants, switches);
+        let phases = self.phase_results(tenants, policy.switches.as_ref());
+        let policy_stats = policy.stats;
         let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
         let end = self.end;
         for t in &mut self.tenants {
@@ -518,7 +527,7 @@ impl Recorder {
             })
             .collect();
         RunResult {
-            policy: policy.to_string(),
+            policy: label.to_string(),
             variant: String::new(),
             total_bandwidth_bytes_per_s: total_bw,
             share_error: share_error(&bw, &weights, &backlogged),
@@ -680,8 +689,7 @@ mod tests {
             &[],
             DeviceStats::default(),
             SimStats::default(),
-            serde_json::Value::Null,
-            None,
+            PolicyOutcome::default(),
         );
         assert_eq!(res.sim.requests, 4);
         assert_eq!(res.phases.len(), 1);
@@ -736,8 +744,10 @@ mod tests {
             &[],
             DeviceStats::default(),
             SimStats::default(),
-            serde_json::Value::Null,
-            Some(&switches),
+            PolicyOutcome {
+                stats: serde_json::Value::Null,
+                switches: Some(switches),
+            },
         );
         assert_eq!(res.phases.len(), 2);
         let (p1, p2) = (&res.phases[0], &res.phases[1]);

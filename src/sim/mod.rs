@@ -3,7 +3,7 @@
 //! are the scenario and its seed.
 
 use crate::device::{DeviceModel, Finished, Submitted};
-use crate::metrics::{Recorder, RunResult, SimStats};
+use crate::metrics::{PolicyOutcome, Recorder, RunResult, SimStats};
 use crate::policy::{self, Dispatch, Policy, PolicyError};
 use crate::scenario::{PolicyChoice, Scenario};
 use crate::types::{Completion, Nanos, Request};
@@ -358,8 +358,10 @@ pub fn run_policy(
         .map(|t| t.workload.label.clone())
         .collect();
     let device_stats = run.device.stats();
-    let policy_stats = run.policy.stats();
-    let switches = run.policy.switch_log();
+    let outcome = PolicyOutcome {
+        stats: run.policy.stats(),
+        switches: run.policy.switch_log(),
+    };
     Ok(run.recorder.finish(
         &choice.label,
         &specs,
@@ -369,8 +371,7 @@ pub fn run_policy(
             requests: 0,
             wall_seconds,
         },
-        policy_stats,
-        switches.as_ref(),
+        outcome,
     ))
 }
 
