@@ -55,6 +55,12 @@ mod tests {
         );
     }
 
+    /// TA2 judging every completion on its own (a window of one).
+    fn per_completion(tenants: &[TenantSpec]) -> Box<dyn Policy> {
+        let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 1 });
+        build(&mut params, tenants).unwrap()
+    }
+
     #[test]
     fn hysteresis_between_the_water_marks_switches_everyone() {
         // rt 10 ms: on above 8.5 ms, off below 8 ms.
@@ -62,7 +68,7 @@ mod tests {
             slo_tenant("a", 1000.0, 10_000),
             slo_tenant("b", 1000.0, 10_000),
         ];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 8_500_000); // at the mark: not above
         assert_eq!(p.stats()["transitions"], 0);
         observe(&mut p, 2, 1, 10_000_000, 18_500_001); // b above its HWM
@@ -111,9 +117,9 @@ mod tests {
     }
 
     #[test]
-    fn switching_off_releases_what_waited() {
+    fn after_switching_off_new_requests_bypass_the_backlog() {
         let tenants = [slo_tenant("a", 1000.0, 10_000)];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 9_000_000); // on
         for id in 2..=4 {
             p.enqueue(test_request(id, 0, 4096, 9_000_000), 9_000_000);
@@ -128,10 +134,44 @@ mod tests {
                 finish: 10_000_000,
             },
             10_000_000,
-        ); // 1 ms: off, 3 and 4 go to storage without waiting for tokens
-        assert_eq!(p.queued(), 2);
-        assert!(matches!(p.dispatch(10_000_000), Dispatch::Request(r) if r.id == 3));
-        assert!(matches!(p.dispatch(10_000_000), Dispatch::Request(r) if r.id == 4));
+        ); // 1 ms: off
+        assert_eq!(p.stats()["tenants"][0]["on"], false);
+        // A new request goes straight to storage; 3 and 4 keep draining through the
+        // bucket (3 at the 10 ms tick, 4 at 11 ms) instead of flooding storage.
+        p.enqueue(test_request(5, 0, 4096, 10_000_000), 10_000_000);
+        let order: Vec<_> = std::iter::from_fn(|| match p.dispatch(10_000_000) {
+            Dispatch::Request(r) => Some(r.id),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(order, vec![5, 3]);
+        assert_eq!(p.dispatch(10_000_000), Dispatch::Wait(11_000_000));
+        assert!(matches!(p.dispatch(11_000_000), Dispatch::Request(r) if r.id == 4));
+    }
+
+    #[test]
+    fn the_window_maximum_must_fall_below_the_low_mark() {
+        // Window of 3: after a 9 ms completion (on), two fast ones keep it in the
+        // window; the third pushes it out and the switch goes off.
+        let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 3 });
+        let mut p = build(&mut params, &[slo_tenant("a", 1000.0, 10_000)]).unwrap();
+        observe(&mut p, 1, 0, 0, 9_000_000);
+        assert_eq!(p.stats()["tenants"][0]["on"], true);
+        let mut on = Vec::new();
+        for (i, id) in (2..=4).enumerate() {
+            let at = 20_000_000 * (i as u64 + 1);
+            let r = test_request(id, 0, 4096, at);
+            p.enqueue(r, at);
+            assert_eq!(p.dispatch(at), Dispatch::Request(r));
+            let c = Completion {
+                request: r,
+                start: at,
+                finish: at + 1_000_000,
+            };
+            p.complete(&c, c.finish);
+            on.push(p.stats()["tenants"][0]["on"].as_bool().unwrap());
+        }
+        assert_eq!(on, vec![true, true, false]);
     }
 
     #[test]

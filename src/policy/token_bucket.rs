@@ -14,8 +14,18 @@
 //! * The response time the water marks watch is the storage's: from the moment a request
 //!   passes its bucket (or the bypass) to its completion. Time spent waiting for tokens
 //!   is the throttling itself and would keep a throttled tenant's switch on forever.
-//! * Every completion is one observation, compared with its own tenant's marks.
-//! * When a switch turns off, the requests waiting behind it go to the storage queue.
+//! * The observed response time is the largest storage response time among the last
+//!   `rt_window` completions (default 16, all tenants: the storage is shared), compared
+//!   at each completion with that completion's tenant's marks. Single completions on a
+//!   disk vary by many milliseconds: compared one by one they flip the switch thousands
+//!   of times a second and the hysteresis does nothing; a mean lets the tail run past
+//!   `rt` while it climbs. The window's maximum reacts to the tail at once and falls
+//!   below the low mark only when a run of completions is well inside it.
+//! * A switch decides the path of each request as it arrives ("subsequent requests" in
+//!   the paper). Requests already waiting behind a bucket keep waiting for its tokens
+//!   when the switch turns off, while new ones bypass them: releasing the whole backlog
+//!   at once would flood the storage queue and break every other tenant's response time
+//!   just as it recovered.
 //! * TA3's arrival rate is the count of arrivals over the last `rate_window_ms`; a
 //!   tenant exceeds its rate when that is above `iops × (1 + rate_slack)`.
 //! * Tenants without an SLO have no bucket and always bypass.
@@ -28,8 +38,8 @@ use std::collections::{HashMap, VecDeque};
 
 /// Thousandths of a request: the unit tokens are counted in.
 const MILLI: u64 = 1000;
-/// Switch transitions kept for the timeline in the stats (the count is always exact).
-const MAX_TIMELINE: usize = 20_000;
+/// Switch transitions listed in the stats (all of them go to the switch log).
+const MAX_TIMELINE_IN_STATS: usize = 2_000;
 
 /// A token bucket refilled at ticks of a fixed period.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,6 +150,9 @@ pub struct SwitchedBuckets {
     admitted: HashMap<u64, Nanos>,
     hwm_fraction: f64,
     lwm_fraction: f64,
+    /// Storage response times of the last `window` completions, ns.
+    recent: VecDeque<Nanos>,
+    window: usize,
     refill_hz: f64,
     depth_factor: f64,
     timeline: Vec<Transition>,
@@ -162,8 +175,12 @@ impl SwitchedBuckets {
             return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
         }
         let depth_factor = params.f64_or("depth_factor", 1.5)?;
-        let (mut hwm, mut lwm) = (1.0, 1.0);
+        let (mut hwm, mut lwm, mut window) = (1.0, 1.0, 1);
         if switched {
+            window = params.u64_or("rt_window", 16)? as usize;
+            if !(1..=4096).contains(&window) {
+                return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
+            }
             hwm = params.f64_or("hwm", 0.85)?;
             lwm = params.f64_or("lwm", 0.80)?;
             if !(lwm > 0.0 && lwm <= hwm) {
@@ -192,6 +209,8 @@ impl SwitchedBuckets {
             admitted: HashMap::new(),
             hwm_fraction: hwm,
             lwm_fraction: lwm,
+            recent: VecDeque::with_capacity(window),
+            window,
             refill_hz,
             depth_factor,
             timeline: Vec::new(),
@@ -233,7 +252,7 @@ impl SwitchedBuckets {
         self.tenants[t as usize].bucket.as_ref()
     }
 
-    /// Switch transitions so far (first ones, up to a cap).
+    /// Switch transitions so far.
     pub fn timeline(&self) -> &[Transition] {
         &self.timeline
     }
@@ -244,21 +263,12 @@ impl SwitchedBuckets {
             return;
         }
         tenant.on = on;
-        if !on {
-            // What waited behind the bucket goes to storage now.
-            while let Some(r) = tenant.queue.pop_front() {
-                self.admitted.insert(r.id, now);
-                self.storage.push_back(r);
-            }
-        }
         self.transitions += 1;
-        if self.timeline.len() < MAX_TIMELINE {
-            self.timeline.push(Transition {
-                time: now,
-                tenant: t as TenantId,
-                on,
-            });
-        }
+        self.timeline.push(Transition {
+            time: now,
+            tenant: t as TenantId,
+            on,
+        });
     }
 
     fn arrival_rate(&mut self, t: usize, now: Nanos, window: Nanos) -> f64 {
@@ -272,13 +282,13 @@ impl SwitchedBuckets {
     /// Moves tenant `t`'s requests that have a token into the storage queue.
     fn admit(&mut self, t: usize, now: Nanos) {
         let tenant = &mut self.tenants[t];
-        if !tenant.on || tenant.queue.is_empty() {
+        if tenant.queue.is_empty() {
             return;
         }
-        let b = tenant
-            .bucket
-            .as_mut()
-            .expect("a switch is on only with a bucket");
+        // Only tenants with a bucket ever queue.
+        let Some(b) = tenant.bucket.as_mut() else {
+            return;
+        };
         b.refill(now);
         while !tenant.queue.is_empty() && b.take() {
             let r = tenant.queue.pop_front().expect("non-empty");
@@ -323,7 +333,7 @@ impl Policy for SwitchedBuckets {
         let next = self
             .tenants
             .iter()
-            .filter(|t| t.on && !t.queue.is_empty())
+            .filter(|t| !t.queue.is_empty())
             .filter_map(|t| t.bucket.as_ref().and_then(Bucket::ready_at))
             .min();
         match next {
@@ -337,7 +347,11 @@ impl Policy for SwitchedBuckets {
             .admitted
             .remove(&c.request.id)
             .unwrap_or(c.request.arrival);
-        let rt = c.finish.saturating_sub(admitted);
+        if self.recent.len() == self.window {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(c.finish.saturating_sub(admitted));
+        let rt = self.recent.iter().copied().max().unwrap_or(0);
         let k = c.request.tenant as usize;
         if self.tenants[k].bucket.is_none() {
             return;
@@ -381,6 +395,10 @@ impl Policy for SwitchedBuckets {
         if fresh.bucket.is_none() {
             // No SLO any more: nothing to throttle with; release what waited.
             self.set(tenant as usize, false, now);
+            for r in std::mem::take(&mut self.tenants[tenant as usize].queue) {
+                self.admitted.insert(r.id, now);
+                self.storage.push_back(r);
+            }
         }
         let t = &mut self.tenants[tenant as usize];
         let on = t.on && fresh.bucket.is_some() || fresh.on;
@@ -430,6 +448,7 @@ impl Policy for SwitchedBuckets {
         let timeline: Vec<_> = self
             .timeline
             .iter()
+            .take(MAX_TIMELINE_IN_STATS)
             .map(|x| json!([x.time as f64 / 1e6, x.tenant, x.on]))
             .collect();
         json!({
@@ -440,6 +459,7 @@ impl Policy for SwitchedBuckets {
             },
             "hwm": self.hwm_fraction,
             "lwm": self.lwm_fraction,
+            "rt_window": self.window,
             "refill_hz": self.refill_hz,
             "breaches": self.breaches,
             "transitions": self.transitions,
