@@ -300,8 +300,9 @@ fn token_bucket_shape_of_ws_a() {
         on(3, 1),
         on(3, 0)
     );
+    // W2 violated in phase 6; its switch may stay in for the first moments of phase 7.
     assert!(
-        on(7, 0) > 0.1 && on(7, 1) < 0.05,
+        on(7, 0) > 0.1 && on(7, 1) < 0.15,
         "{} {}",
         on(7, 0),
         on(7, 1)
