@@ -50,7 +50,7 @@ enum Command {
         #[arg(long, default_value = "ioshare-demo")]
         out: PathBuf,
     },
-    /// List policies, SSD presets and workload stand-ins.
+    /// List policies, device presets and workload stand-ins.
     List,
     /// Build and precondition an SSD model and report how long it took (aging speed).
     Precondition {
@@ -108,6 +108,14 @@ fn run(cli: Cli) -> Result<()> {
             println!("ssd presets:");
             for p in ssd::presets() {
                 println!("  {:<12} {}", p.name, p.description);
+            }
+            println!("hdd presets:");
+            for p in ioshare::device::hdd::presets() {
+                println!("  {:<16} {}", p.name, p.about);
+            }
+            println!("raid0 presets:");
+            for p in ioshare::device::raid0::presets() {
+                println!("  {:<16} {}", p.name, p.about);
             }
             println!(
                 "workload stand-ins (synthetic: published mix and mean size, not the traces):"

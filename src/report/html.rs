@@ -1,6 +1,6 @@
 //! `report.html`: one self-contained page (inline SVG, no scripts, no external files).
 
-use crate::metrics::RunResult;
+use crate::metrics::{PhaseResult, RunResult};
 use crate::sim::ScenarioResult;
 use crate::types::nanos_to_secs;
 use plotters::prelude::*;
@@ -222,6 +222,77 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
     Ok(())
 }
 
+/// Per-phase comparison across runs: completed IOPS (the token-bucket paper's Fig. 9),
+/// response-time satisfaction per tenant (Figs. 10-11) and switch on-time (Fig. 8).
+fn phase_tables(out: &mut String, result: &ScenarioResult) {
+    let Some(first) = result.runs.first().filter(|r| r.phases.len() > 1) else {
+        return;
+    };
+    let header = |out: &mut String, what: &str| {
+        let _ = write!(out, "<h3>{what}</h3>\n<table><tr><th>policy</th>");
+        for p in &first.phases {
+            let _ = write!(
+                out,
+                "<th>{} <small>({:.0}-{:.0} s)</small></th>",
+                p.phase, p.start_s, p.end_s
+            );
+        }
+        out.push_str("</tr>\n");
+    };
+    let row = |out: &mut String, run: &RunResult, cell: &dyn Fn(&PhaseResult) -> String| {
+        let _ = write!(out, "<tr><td>{}</td>", escape(&run_label(run)));
+        for p in &run.phases {
+            let _ = write!(out, "<td>{}</td>", cell(p));
+        }
+        out.push_str("</tr>\n");
+    };
+    out.push_str("<h2>Per phase</h2>\n");
+    header(out, "Completed IOPS, all tenants");
+    for run in &result.runs {
+        row(out, run, &|p| format!("{:.0}", p.iops));
+    }
+    out.push_str("</table>\n");
+    for (i, t) in first.tenants.iter().enumerate() {
+        if t.slo_satisfaction.is_none() {
+            continue;
+        }
+        header(out, &format!("{}: requests within rt", escape(&t.name)));
+        for run in &result.runs {
+            row(out, run, &|p| {
+                p.tenants[i]
+                    .slo_satisfaction
+                    .map_or("-".into(), |s| format!("{:.2}%", s * 100.0))
+            });
+        }
+        out.push_str("</table>\n");
+    }
+    let switched: Vec<&RunResult> = result
+        .runs
+        .iter()
+        .filter(|r| {
+            r.phases
+                .iter()
+                .any(|p| p.tenants.iter().any(|t| t.switch_on.is_some()))
+        })
+        .collect();
+    if !switched.is_empty() {
+        header(out, "Bucket switched in, share of the phase (per tenant)");
+        for run in switched {
+            row(out, run, &|p| {
+                p.tenants
+                    .iter()
+                    .map(|t| {
+                        t.switch_on
+                            .map_or("-".into(), |x| format!("{:.0}%", x * 100.0))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            });
+        }
+        out.push_str("</table>\n");
+    }
+}
+
 /// Renders the whole report as one HTML string.
 pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Error>> {
     let mut out = String::new();
@@ -251,6 +322,7 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
     );
     out.push_str(&share_plot(result)?);
     out.push('\n');
+    phase_tables(&mut out, result);
     for (i, run) in result.runs.iter().enumerate() {
         policy_section(&mut out, i + 1, run)?;
     }
