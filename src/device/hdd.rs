@@ -308,14 +308,6 @@ mod tests {
         }
     }
 
-    fn run_all(d: &mut HddDevice) -> Vec<Finished> {
-        let mut out = Vec::new();
-        while let Some(t) = d.next_event() {
-            d.advance(t, &mut out);
-        }
-        out
-    }
-
     #[test]
     fn geometry_and_exact_service_time() {
         let d = HddDevice::new(params(1));
@@ -332,7 +324,7 @@ mod tests {
         // revolution to transfer.
         let mut d = HddDevice::new(params(1));
         assert_eq!(d.submit(&req(1, 0, 512), 0), Submitted::Queued);
-        let done = run_all(&mut d);
+        let done = crate::device::drain(&mut d);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].finish, 10_000_000 + 512 * 10_000_000 / 9728);
     }
@@ -347,7 +339,7 @@ mod tests {
             d.submit(&req(1, 0, 512), 0);
             d.submit(&req(2, 4864, 512), 0); // half a track further
             d.submit(&req(3, 1024, 512), 0); // right after the first request
-            run_all(&mut d)
+            crate::device::drain(&mut d)
                 .iter()
                 .map(|f| f.request.id)
                 .collect::<Vec<_>>()
@@ -366,7 +358,7 @@ mod tests {
                 let off = rng.random_range(0..d.capacity_bytes() / 4096) * 4096;
                 d.submit(&req(id, off, 4096), 0);
             }
-            run_all(&mut d).last().unwrap().finish
+            crate::device::drain(&mut d).last().unwrap().finish
         };
         let fifo = elapsed(1);
         let sptf = elapsed(32);

@@ -77,3 +77,13 @@ pub fn write_amplification(host_pages: u64, moved_pages: u64) -> f64 {
         (host_pages + moved_pages) as f64 / host_pages as f64
     }
 }
+
+/// Drives a deferring model until it has nothing left; every completion in order.
+#[cfg(test)]
+pub(crate) fn drain(model: &mut dyn DeviceModel) -> Vec<Finished> {
+    let mut out = Vec::new();
+    while let Some(t) = model.next_event() {
+        model.advance(t, &mut out);
+    }
+    out
+}

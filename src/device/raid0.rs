@@ -371,14 +371,6 @@ mod tests {
         }
     }
 
-    fn run_all(d: &mut Raid0Device) -> Vec<Finished> {
-        let mut out = Vec::new();
-        while let Some(t) = d.next_event() {
-            d.advance(t, &mut out);
-        }
-        out
-    }
-
     #[test]
     fn splits_at_stripe_boundaries_round_robin() {
         let d = Raid0Device::new(small());
@@ -397,7 +389,7 @@ mod tests {
         let mut d = Raid0Device::new(small());
         let r = req(Op::Read, 4096, 8192);
         d.submit(&r, 0);
-        let done = run_all(&mut d);
+        let done = crate::device::drain(&mut d);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].request, r);
         // Each member alone: what the disk takes, then 4 KiB over the 10 MB/s bus
@@ -406,11 +398,7 @@ mod tests {
         let disk = |offset: u64| {
             let mut m = HddDevice::new(small().member);
             m.submit(&req(Op::Read, offset, 4096), 0);
-            let mut out = Vec::new();
-            while let Some(t) = m.next_event() {
-                m.advance(t, &mut out);
-            }
-            out[0].finish
+            crate::device::drain(&mut m)[0].finish
         };
         let (a, b) = (disk(4096), disk(0));
         let bus = 409_600;
@@ -430,11 +418,8 @@ mod tests {
         // Member 0 sees the write after 204.8 µs (link) + 409.6 µs (bus).
         let mut m = HddDevice::new(small().member);
         m.submit(&req(Op::Write, 0, 4096), 614_400);
-        let mut alone = Vec::new();
-        while let Some(t) = m.next_event() {
-            m.advance(t, &mut alone);
-        }
-        let done = run_all(&mut d);
+        let alone = crate::device::drain(&mut m);
+        let done = crate::device::drain(&mut d);
         assert_eq!(done[0].finish, alone[0].finish);
         assert_eq!(done[0].submitted, 0);
     }
@@ -443,7 +428,7 @@ mod tests {
     fn flush_touches_every_member_and_capacity_is_whole_stripes() {
         let mut d = Raid0Device::new(small());
         d.submit(&req(Op::Flush, 0, 0), 1000);
-        let done = run_all(&mut d);
+        let done = crate::device::drain(&mut d);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].finish, 1000 + 50_000);
         assert_eq!(d.capacity_bytes() % (4 * 8192), 0);

@@ -257,6 +257,19 @@ pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) 
     }
 }
 
+/// A tenant with an SLO of `iops` 4 KiB requests within `rt_us`, for policy unit tests.
+#[cfg(test)]
+pub(crate) fn test_slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
+    TenantSpec {
+        slo: Some(crate::types::Slo {
+            iops,
+            size: 4096,
+            rt_us,
+        }),
+        ..TenantSpec::weighted(name, 1.0)
+    }
+}
+
 /// Finds a policy by name and builds it; unknown names and parameters are errors.
 pub fn build(
     name: &str,

@@ -24,19 +24,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Dispatch, test_request};
-    use crate::types::Slo;
-
-    pub(crate) fn slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
-        TenantSpec {
-            slo: Some(Slo {
-                iops,
-                size: 4096,
-                rt_us,
-            }),
-            ..TenantSpec::weighted(name, 1.0)
-        }
-    }
+    use crate::policy::{Dispatch, test_request, test_slo_tenant};
 
     fn ids(p: &mut Box<dyn Policy>, now: u64) -> (Vec<u64>, Dispatch) {
         let mut got = Vec::new();
@@ -53,7 +41,7 @@ mod tests {
         // 2,000 IOPS at τ = 1000: 2 per ms, 3 deep. A burst of 6 at t = 0: 3 pass now,
         // 2 at the 1 ms tick, the last at 2 ms. The tenant without an SLO is not held.
         let tenants = [
-            slo_tenant("a", 2000.0, 10_000),
+            test_slo_tenant("a", 2000.0, 10_000),
             TenantSpec::weighted("b", 1.0),
         ];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
@@ -75,7 +63,7 @@ mod tests {
 
     #[test]
     fn idle_time_refills_only_to_the_depth() {
-        let tenants = [slo_tenant("a", 2000.0, 10_000)];
+        let tenants = [test_slo_tenant("a", 2000.0, 10_000)];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
         // After a long idle spell the bucket holds 3, not 2 × the idle milliseconds.
         for id in 1..=5 {

@@ -25,19 +25,8 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Dispatch, test_request};
-    use crate::types::{Completion, Slo};
-
-    fn slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
-        TenantSpec {
-            slo: Some(Slo {
-                iops,
-                size: 4096,
-                rt_us,
-            }),
-            ..TenantSpec::weighted(name, 1.0)
-        }
-    }
+    use crate::policy::{Dispatch, test_request, test_slo_tenant};
+    use crate::types::Completion;
 
     /// Dispatches request `id` of `tenant` arriving at `at` and completes it at
     /// `finish`: the storage response time is `finish - at` while the switch is off.
@@ -65,8 +54,8 @@ mod tests {
     fn hysteresis_between_the_water_marks_switches_everyone() {
         // rt 10 ms: on above 8.5 ms, off below 8 ms.
         let tenants = [
-            slo_tenant("a", 1000.0, 10_000),
-            slo_tenant("b", 1000.0, 10_000),
+            test_slo_tenant("a", 1000.0, 10_000),
+            test_slo_tenant("b", 1000.0, 10_000),
         ];
         let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 8_500_000); // at the mark: not above
@@ -118,7 +107,7 @@ mod tests {
 
     #[test]
     fn after_switching_off_new_requests_bypass_the_backlog() {
-        let tenants = [slo_tenant("a", 1000.0, 10_000)];
+        let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
         let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 9_000_000); // on
         for id in 2..=4 {
@@ -154,7 +143,7 @@ mod tests {
         // Window of 3: after a 9 ms completion (on), two fast ones keep it in the
         // window; the third pushes it out and the switch goes off.
         let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 3 });
-        let mut p = build(&mut params, &[slo_tenant("a", 1000.0, 10_000)]).unwrap();
+        let mut p = build(&mut params, &[test_slo_tenant("a", 1000.0, 10_000)]).unwrap();
         observe(&mut p, 1, 0, 0, 9_000_000);
         assert_eq!(p.stats()["tenants"][0]["on"], true);
         let mut on = Vec::new();
@@ -181,7 +170,7 @@ mod tests {
             toml::toml! { hwm = 0.7
             lwm = 0.8 },
         );
-        let err = build(&mut params, &[slo_tenant("a", 1.0, 1)])
+        let err = build(&mut params, &[test_slo_tenant("a", 1.0, 1)])
             .err()
             .unwrap();
         assert!(

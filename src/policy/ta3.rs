@@ -25,25 +25,17 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Dispatch, test_request};
-    use crate::types::{Completion, Slo};
-
-    fn slo_tenant(name: &str, iops: f64) -> TenantSpec {
-        TenantSpec {
-            slo: Some(Slo {
-                iops,
-                size: 4096,
-                rt_us: 10_000,
-            }),
-            ..TenantSpec::weighted(name, 1.0)
-        }
-    }
+    use crate::policy::{Dispatch, test_request, test_slo_tenant};
+    use crate::types::Completion;
 
     #[test]
     fn a_breach_switches_only_the_tenant_above_its_rate() {
         // Both agreed 100 IOPS; over the 100 ms window `a` sends 20 (200 IOPS) and `b`
         // sends 10 (100 IOPS, within 5 %).
-        let tenants = [slo_tenant("a", 100.0), slo_tenant("b", 100.0)];
+        let tenants = [
+            test_slo_tenant("a", 100.0, 10_000),
+            test_slo_tenant("b", 100.0, 10_000),
+        ];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
         let mut id = 0;
         let mut sent = Vec::new();
@@ -104,7 +96,10 @@ mod tests {
 
     #[test]
     fn a_violator_alone_is_not_throttled_while_response_is_good() {
-        let tenants = [slo_tenant("a", 100.0), slo_tenant("b", 100.0)];
+        let tenants = [
+            test_slo_tenant("a", 100.0, 10_000),
+            test_slo_tenant("b", 100.0, 10_000),
+        ];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
         for id in 0..50u64 {
             let now = id * 1_000_000; // 1000 IOPS, ten times the agreed rate
