@@ -2,7 +2,7 @@
 //! requests it serves in parallel. Useful as a well-understood reference device and for
 //! testing policies against a device whose speed is known exactly.
 
-use super::{DeviceModel, DeviceStats, Submitted};
+use super::{DeviceModel, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Request};
 use serde::{Deserialize, Serialize};
 
@@ -94,15 +94,6 @@ impl DeviceModel for FixedDevice {
     fn submit(&mut self, request: &Request, now: Nanos) -> Submitted {
         Submitted::Finishes(self.serve(request, now))
     }
-
-    fn stats(&self) -> DeviceStats {
-        DeviceStats {
-            write_amplification: 1.0,
-            ..DeviceStats::default()
-        }
-    }
-
-    fn reset_stats(&mut self) {}
 
     fn capacity_bytes(&self) -> u64 {
         (self.params.capacity_gib * (1u64 << 30) as f64) as u64

@@ -10,7 +10,7 @@
 //! cylinder, no track skew. The platter angle is a function of absolute time, so a
 //! request's rotational wait is exact and deterministic.
 
-use super::{DeviceModel, DeviceStats, Finished, Submitted};
+use super::{DeviceModel, Finished, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -258,15 +258,6 @@ impl DeviceModel for HddDevice {
         self.progress(now);
         done.append(&mut self.done);
     }
-
-    fn stats(&self) -> DeviceStats {
-        DeviceStats {
-            write_amplification: 1.0,
-            ..DeviceStats::default()
-        }
-    }
-
-    fn reset_stats(&mut self) {}
 
     fn capacity_bytes(&self) -> u64 {
         self.capacity

@@ -59,10 +59,16 @@ pub trait DeviceModel: Send {
     /// Moves the model to `now`; queued requests that finished by then are appended to
     /// `done` in finish order.
     fn advance(&mut self, _now: Nanos, _done: &mut Vec<Finished>) {}
-    /// Counters since creation or the last [`DeviceModel::reset_stats`].
-    fn stats(&self) -> DeviceStats;
+    /// Counters since creation or the last [`DeviceModel::reset_stats`]. Models
+    /// without an FTL move no pages: no GC, write amplification 1.
+    fn stats(&self) -> DeviceStats {
+        DeviceStats {
+            write_amplification: 1.0,
+            ..DeviceStats::default()
+        }
+    }
     /// Forgets counters (after preconditioning, before a measured run).
-    fn reset_stats(&mut self);
+    fn reset_stats(&mut self) {}
     /// Logical capacity in bytes.
     fn capacity_bytes(&self) -> u64;
     /// An independent copy in the same state, for the next policy of a comparison.

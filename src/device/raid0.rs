@@ -9,7 +9,7 @@
 //! least busy host link carries each part.
 
 use super::hdd::{self, HddDevice, HddParams};
-use super::{DeviceModel, DeviceStats, Finished, Submitted};
+use super::{DeviceModel, Finished, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -315,15 +315,6 @@ impl DeviceModel for Raid0Device {
         self.done.sort_by_key(|d| (d.finish, d.request.id));
         done.append(&mut self.done);
     }
-
-    fn stats(&self) -> DeviceStats {
-        DeviceStats {
-            write_amplification: 1.0,
-            ..DeviceStats::default()
-        }
-    }
-
-    fn reset_stats(&mut self) {}
 
     fn capacity_bytes(&self) -> u64 {
         self.member_capacity * self.members.len() as u64

@@ -242,21 +242,6 @@ impl SwitchedBuckets {
         }
     }
 
-    /// Whether tenant `t`'s bucket is in the path now.
-    pub fn is_on(&self, t: TenantId) -> bool {
-        self.tenants[t as usize].on
-    }
-
-    /// The tenant's bucket, if it has an SLO.
-    pub fn bucket(&self, t: TenantId) -> Option<&Bucket> {
-        self.tenants[t as usize].bucket.as_ref()
-    }
-
-    /// Switch transitions so far.
-    pub fn timeline(&self) -> &[Transition] {
-        &self.timeline
-    }
-
     fn set(&mut self, t: usize, on: bool, now: Nanos) {
         let tenant = &mut self.tenants[t];
         if tenant.on == on || tenant.bucket.is_none() {
