@@ -256,10 +256,11 @@ fn token_bucket_shape_of_ws_a() {
     // TA0: the compliant user misses where the other exceeds its rate.
     assert!(sat("none", 6, 0) < 0.5, "W1 phase 6 {}", sat("none", 6, 0));
     assert!(sat("none", 8, 1) < 0.5, "W2 phase 8 {}", sat("none", 8, 1));
-    // TA1: compliant users keep their response time (phases not following a violation
-    // by the same user). Where the array carries the full agreed 5,000 IOPS (phases 5,
-    // 6, 8, 9 under TA1) it is at its calibration point, so a few requests in a
-    // thousand may pass 41 ms in a run this short.
+    // TA1 and TA3: compliant users keep their response time, also right after their own
+    // violation (the bucket refuses what could no longer meet rt instead of queueing
+    // it). Where the array carries the full agreed 5,000 IOPS (phase 5, and 6, 8, 9
+    // under TA1) it is at its calibration point, so a few requests in a thousand may
+    // pass 41 ms in a run this short.
     let bar = |p: usize| {
         if [5, 6, 8, 9].contains(&p) {
             0.995
@@ -267,27 +268,26 @@ fn token_bucket_shape_of_ws_a() {
             0.999
         }
     };
-    for p in 1..=6 {
-        assert!(
-            sat("ta1", p, 0) >= bar(p),
-            "TA1 W1 phase {p}: {}",
-            sat("ta1", p, 0)
-        );
+    for label in ["ta1", "ta3-85/80"] {
+        for p in 1..=6 {
+            let s = sat(label, p, 0);
+            assert!(s >= bar(p), "{label} W1 phase {p}: {s}");
+        }
+        for p in [1, 2, 4, 5, 7, 8] {
+            let s = sat(label, p, 1);
+            assert!(s >= bar(p), "{label} W2 phase {p}: {s}");
+        }
     }
-    for p in [1, 2, 5, 8] {
-        assert!(
-            sat("ta1", p, 1) >= bar(p),
-            "TA1 W2 phase {p}: {}",
-            sat("ta1", p, 1)
-        );
-    }
+    // The violator's excess is refused and counted, not queued without end.
+    assert!(run("ta1").phases[2].tenants[1].rejected > 0);
     // TA3 uses what the compliant user leaves: more IOPS than TA1 in phases 3 and 7,
     // with the bucket switched in for the violator only.
     for p in [3, 7] {
-        assert!(
-            run("ta3-85/80").phases[p - 1].iops > 1.2 * run("ta1").phases[p - 1].iops,
-            "phase {p}"
+        let (ta3, ta1) = (
+            run("ta3-85/80").phases[p - 1].iops,
+            run("ta1").phases[p - 1].iops,
         );
+        assert!(ta3 > 1.02 * ta1, "phase {p}: TA3 {ta3} TA1 {ta1}");
     }
     let on = |phase: usize, tenant: usize| {
         run("ta3-85/80").phases[phase - 1].tenants[tenant]
@@ -295,14 +295,15 @@ fn token_bucket_shape_of_ws_a() {
             .unwrap()
     };
     assert!(
-        on(3, 1) > 0.1 && on(3, 0) == 0.0,
+        on(3, 1) > 0.5 && on(3, 0) == 0.0,
         "{} {}",
         on(3, 1),
         on(3, 0)
     );
-    // W2 violated in phase 6; its switch may stay in for the first moments of phase 7.
+    // W2 violated in phase 6; its switch stays in until the array's response times
+    // have been below the low mark for a whole window, well into phase 7 of 2 s.
     assert!(
-        on(7, 0) > 0.1 && on(7, 1) < 0.15,
+        on(7, 0) > 0.5 && on(7, 1) < 0.5,
         "{} {}",
         on(7, 0),
         on(7, 1)

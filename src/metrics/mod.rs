@@ -3,7 +3,7 @@
 //! error, ratio error, Jain's index) computed over the tenants that were backlogged.
 
 use crate::device::DeviceStats;
-use crate::types::{Completion, Nanos, TenantSpec, nanos_to_secs};
+use crate::types::{Completion, Nanos, Request, TenantSpec, nanos_to_secs};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -411,6 +411,23 @@ impl Recorder {
         t.rejected += 1;
         t.phases[p].rejected += 1;
         t.phases[p].decidable += decidable as u64;
+    }
+
+    /// A request that had arrived was refused by the policy at `now` (its queue there
+    /// is full): counted as rejected in the phase it arrived in.
+    pub fn refused(&mut self, request: &Request, now: Nanos) {
+        let t = &mut self.tenants[request.tenant as usize];
+        t.outstanding -= 1;
+        if t.outstanding == 0 {
+            t.busy_ns += now.min(self.end).saturating_sub(t.busy_since);
+        }
+        if request.arrival < self.start || request.arrival >= self.end {
+            return;
+        }
+        let p = self.phase_of(request.arrival);
+        let t = &mut self.tenants[request.tenant as usize];
+        t.rejected += 1;
+        t.phases[p].rejected += 1;
     }
 
     /// A request completed.

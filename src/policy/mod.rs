@@ -69,6 +69,14 @@ pub trait Policy: Send {
     /// Requests held by the policy (not yet dispatched), over all tenants.
     fn queued(&self) -> usize;
 
+    /// A request the policy refused since the last call: its tenant's queue in the
+    /// policy is full (for the token-bucket policies: the request could no longer meet
+    /// its response time). The engine tells the client with an error; the policy forgets
+    /// it. Called after every [`Policy::enqueue`] until `None`.
+    fn take_refused(&mut self) -> Option<Request> {
+        None
+    }
+
     /// Policy-specific state and counters for reports (keep/new queue counts, credits,
     /// switch states). `Null` when there is nothing to tell.
     fn stats(&self) -> serde_json::Value {

@@ -3,7 +3,8 @@
 //! Each tenant with an SLO `{iops, size, rt}` has a bucket refilled `refill_hz` (τ,
 //! default 1000) times a second with `ρ = iops / τ` requests' worth and `depth_factor × ρ`
 //! deep (σ = 1.5 ρ); a request passes when the bucket holds one request's worth, else it
-//! waits in its tenant's queue. Not work-conserving: capacity one tenant leaves idle is
+//! waits in its tenant's queue; one that would wait longer than `max_wait × rt` (half)
+//! is refused. Not work-conserving: capacity one tenant leaves idle is
 //! not given to another. The shared machinery and the readings it chose are in
 //! [`super::token_bucket`].
 
@@ -11,7 +12,7 @@ use super::token_bucket::SwitchedBuckets;
 use super::{Policy, PolicyError, PolicyParams};
 use crate::types::TenantSpec;
 
-/// Builds TA1 (`refill_hz`, `depth_factor`).
+/// Builds TA1 (`refill_hz`, `depth_factor`, `max_wait`).
 pub fn build(
     params: &mut PolicyParams,
     tenants: &[TenantSpec],
@@ -72,5 +73,31 @@ mod tests {
         let (got, next) = ids(&mut p, 50_000_000);
         assert_eq!(got, vec![1, 2, 3]);
         assert_eq!(next, Dispatch::Wait(51_000_000));
+    }
+
+    #[test]
+    fn a_request_that_would_wait_past_half_its_rt_is_refused() {
+        // 1,000 IOPS, rt 10 ms, max_wait 0.5: the queue holds what passes within 5 ms,
+        // 5 requests. A burst of 8 at t = 0: 1 passes (the bucket holds 1.5), 5 wait,
+        // the last 2 are refused and handed back in arrival order.
+        let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        for id in 1..=8 {
+            p.enqueue(test_request(id, 0, 4096, 0), 0);
+        }
+        let refused: Vec<_> = std::iter::from_fn(|| p.take_refused().map(|r| r.id)).collect();
+        assert_eq!(refused, vec![7, 8]);
+        assert_eq!(ids(&mut p, 0), (vec![1], Dispatch::Wait(1_000_000)));
+        assert_eq!(p.queued(), 5);
+        assert_eq!(p.stats()["tenants"][0]["refused"], 2);
+        assert_eq!(p.stats()["tenants"][0]["queue_limit"], 5);
+        // `max_wait = 0` turns the bound off.
+        let mut params = PolicyParams::new("ta1", toml::toml! { max_wait = 0.0 });
+        let mut p = build(&mut params, &tenants).unwrap();
+        for id in 1..=8 {
+            p.enqueue(test_request(id, 0, 4096, 0), 0);
+        }
+        assert_eq!(p.take_refused(), None);
+        assert_eq!(p.queued(), 8);
     }
 }

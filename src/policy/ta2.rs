@@ -3,8 +3,8 @@
 //!
 //! The switch starts off: requests go straight to storage. When a completion's storage
 //! response time exceeds its tenant's high water mark (`hwm × rt`, default 85 %) every
-//! bucket is switched in; when one falls below the low water mark (`lwm × rt`, default
-//! 80 %) every bucket is switched out and what waited behind them goes to storage. Like
+//! bucket is switched in; when the largest of the last `rt_window` (2048) falls below
+//! the low water mark (`lwm × rt`, default 80 %) every bucket is switched out. Like
 //! Facade, it throttles everyone when one tenant misbehaves. The shared machinery and
 //! the readings it chose are in [`super::token_bucket`].
 
@@ -12,7 +12,8 @@ use super::token_bucket::SwitchedBuckets;
 use super::{Policy, PolicyError, PolicyParams};
 use crate::types::TenantSpec;
 
-/// Builds TA2 (`refill_hz`, `depth_factor`, `hwm`, `lwm`).
+/// Builds TA2 (`refill_hz`, `depth_factor`, `max_wait`, `hwm`, `lwm`, `rt_window`,
+/// `predict`).
 pub fn build(
     params: &mut PolicyParams,
     tenants: &[TenantSpec],
@@ -44,9 +45,13 @@ mod tests {
         );
     }
 
-    /// TA2 judging every completion on its own (a window of one).
+    /// TA2 judging every completion on its own (a window of one), without prediction.
     fn per_completion(tenants: &[TenantSpec]) -> Box<dyn Policy> {
-        let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 1 });
+        let mut params = PolicyParams::new(
+            "ta2",
+            toml::toml! { rt_window = 1
+            predict = 0.0 },
+        );
         build(&mut params, tenants).unwrap()
     }
 

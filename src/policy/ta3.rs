@@ -4,15 +4,17 @@
 //! buckets of only those tenants whose arrival rate over the last `rate_window_ms`
 //! (default 100) is above their agreed `iops` (by more than `rate_slack`, default 5 %)
 //! are switched in: compliant tenants are never held by a bucket, and a violator runs
-//! free while nobody is hurt. A completion below its tenant's low water mark switches
-//! every bucket out. The shared machinery and the readings it chose are in
-//! [`super::token_bucket`].
+//! free while nobody is hurt. A breach is also an arriving request whose predicted
+//! storage response time is above `predict × rt` (default 0.4). When the largest of the
+//! last `rt_window` completions is below the low water mark every bucket is switched
+//! out. The shared machinery and the readings it chose are in [`super::token_bucket`].
 
 use super::token_bucket::SwitchedBuckets;
 use super::{Policy, PolicyError, PolicyParams};
 use crate::types::TenantSpec;
 
-/// Builds TA3 (`refill_hz`, `depth_factor`, `hwm`, `lwm`, `rate_window_ms`, `rate_slack`).
+/// Builds TA3 (`refill_hz`, `depth_factor`, `max_wait`, `hwm`, `lwm`, `rt_window`,
+/// `predict`, `rate_window_ms`, `rate_slack`).
 pub fn build(
     params: &mut PolicyParams,
     tenants: &[TenantSpec],
@@ -116,5 +118,49 @@ mod tests {
             );
         }
         assert_eq!(p.stats()["transitions"], 0);
+    }
+
+    #[test]
+    fn a_predicted_breach_switches_the_violator_before_any_late_completion() {
+        // rt 10 ms, predict 0.4: an arriving request predicted to take over 4 ms is a
+        // breach. One completion that kept the storage busy 2 ms sets the estimate; then
+        // `b` (agreed 10 IOPS) sends a burst: the third request would have 2 ahead of it
+        // (3 × 2 ms = 6 ms), so `b` is switched in; idle `a` is not.
+        let tenants = [
+            test_slo_tenant("a", 1000.0, 10_000),
+            test_slo_tenant("b", 10.0, 10_000),
+        ];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let r1 = test_request(1, 1, 4096, 0);
+        p.enqueue(r1, 0);
+        assert_eq!(p.dispatch(0), Dispatch::Request(r1));
+        p.complete(
+            &Completion {
+                request: r1,
+                start: 0,
+                finish: 2_000_000,
+            },
+            2_000_000,
+        );
+        p.enqueue(test_request(2, 1, 4096, 2_000_000), 2_000_000);
+        assert_eq!(p.stats()["transitions"], 0, "2 ms predicted: no breach");
+        p.enqueue(test_request(3, 1, 4096, 2_000_000), 2_000_000);
+        assert_eq!(p.stats()["transitions"], 0, "4 ms predicted: at the mark");
+        p.enqueue(test_request(4, 1, 4096, 2_000_000), 2_000_000);
+        assert_eq!(
+            p.stats()["switch_timeline_ms"],
+            serde_json::json!([[2.0, 1, true]])
+        );
+        assert_eq!(p.stats()["tenants"][0]["on"], false);
+        // Request 4 takes the bucket's one token (bypassing requests take none); the next
+        // waits for 100 refills of 0.01 request.
+        p.enqueue(test_request(5, 1, 4096, 2_000_000), 2_000_000);
+        let order: Vec<_> = std::iter::from_fn(|| match p.dispatch(2_000_000) {
+            Dispatch::Request(r) => Some(r.id),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(order, vec![2, 3, 4]);
+        assert_eq!(p.dispatch(2_000_000), Dispatch::Wait(102_000_000));
     }
 }

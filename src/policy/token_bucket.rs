@@ -15,12 +15,27 @@
 //!   passes its bucket (or the bypass) to its completion. Time spent waiting for tokens
 //!   is the throttling itself and would keep a throttled tenant's switch on forever.
 //! * The observed response time is the largest storage response time among the last
-//!   `rt_window` completions (default 16, all tenants: the storage is shared), compared
+//!   `rt_window` completions (default 2048, all tenants: the storage is shared), compared
 //!   at each completion with that completion's tenant's marks. Single completions on a
 //!   disk vary by many milliseconds: compared one by one they flip the switch thousands
 //!   of times a second and the hysteresis does nothing; a mean lets the tail run past
-//!   `rt` while it climbs. The window's maximum reacts to the tail at once and falls
-//!   below the low mark only when a run of completions is well inside it.
+//!   `rt` while it climbs. The window's maximum reacts to the tail at once; with a short
+//!   window (16) it fell below the low mark between bursts and a violator flooded the
+//!   storage every few milliseconds (compliant users at 91–98 % within `rt`); 2048 (about
+//!   0.4 s at 5,000 IOPS) switches off only when the tail has been inside the low mark
+//!   for a while.
+//! * A bucket's queue holds what passes within `max_wait × rt` (default half of `rt`): a
+//!   request arriving to a longer queue could not meet its response time and is
+//!   refused (the engine tells the client, counts it as rejected) instead of queued. The
+//!   spec's "when that queue is full the host is told explicitly" with "full" read from
+//!   the SLO. Without it a violator's backlog (hundreds of requests) made its own
+//!   compliant requests of the next phase late for a third of a second.
+//! * TA3 also treats a *predicted* response time above `predict × rt` (default 0.4) as a
+//!   breach, checked when a request arrives: requests between passing the bucket and
+//!   completing, plus the arriving one, times the storage's recent busy time per
+//!   completion. By the time a late completion is observed every request queued since
+//!   is late too. Only TA3 uses it by default (TA2's `predict` is 0): it throttles
+//!   violators alone, so a rough prediction on a lightly loaded array costs nobody.
 //! * A switch decides the path of each request as it arrives ("subsequent requests" in
 //!   the paper). Requests already waiting behind a bucket keep waiting for its tokens
 //!   when the switch turns off, while new ones bypass them: releasing the whole backlog
@@ -107,6 +122,46 @@ impl Bucket {
     }
 }
 
+/// The maximum of the last `len` values pushed, in O(1) amortised per push (a deque of
+/// the values that can still become the maximum, falling from front to back).
+#[derive(Debug, Clone)]
+struct WindowMax {
+    len: u64,
+    pushed: u64,
+    /// (push number, value), values strictly decreasing.
+    candidates: VecDeque<(u64, Nanos)>,
+}
+
+impl WindowMax {
+    fn new(len: usize) -> Self {
+        WindowMax {
+            len: len as u64,
+            pushed: 0,
+            candidates: VecDeque::new(),
+        }
+    }
+
+    fn push(&mut self, value: Nanos) {
+        while self.candidates.back().is_some_and(|&(_, v)| v <= value) {
+            self.candidates.pop_back();
+        }
+        self.candidates.push_back((self.pushed, value));
+        self.pushed += 1;
+        while self
+            .candidates
+            .front()
+            .is_some_and(|&(i, _)| i + self.len < self.pushed)
+        {
+            self.candidates.pop_front();
+        }
+    }
+
+    /// 0 before the first push.
+    fn max(&self) -> Nanos {
+        self.candidates.front().map_or(0, |&(_, v)| v)
+    }
+}
+
 /// Who turns the switches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SwitchRule {
@@ -126,9 +181,15 @@ struct Tenant {
     iops: f64,
     hwm: Nanos,
     lwm: Nanos,
+    /// Predicted response time that counts as a breach; 0: none.
+    predict_mark: Nanos,
     on: bool,
     arrivals: VecDeque<Nanos>,
     throttled: u64,
+    /// Requests the bucket queue holds at most: one more would wait for tokens longer
+    /// than `max_wait × rt` and could not meet its response time.
+    queue_limit: usize,
+    refused: u64,
 }
 
 /// One switch transition, for the timeline (Fig. 8).
@@ -150,15 +211,28 @@ pub struct SwitchedBuckets {
     admitted: HashMap<u64, Nanos>,
     hwm_fraction: f64,
     lwm_fraction: f64,
-    /// Storage response times of the last `window` completions, ns.
-    recent: VecDeque<Nanos>,
-    window: usize,
+    /// The largest storage response time of the last `rt_window` completions.
+    recent: WindowMax,
     refill_hz: f64,
     depth_factor: f64,
     timeline: Vec<Transition>,
     transitions: u64,
     breaches: u64,
+    /// Busy time the storage spent per completion over the last completions: from the
+    /// later of the previous completion and the request's admission to its finish.
+    intervals: VecDeque<Nanos>,
+    intervals_sum: Nanos,
+    last_finish: Nanos,
+    /// Fraction of `rt` that the response time predicted for an arriving request may
+    /// reach before it counts as a breach; 0: no prediction.
+    predict: f64,
+    /// Longest wait for tokens a request is queued for, as a fraction of its `rt`.
+    max_wait: f64,
+    refused: VecDeque<Request>,
 }
+
+/// Completions the predicted response time takes the storage's completion rate from.
+const RATE_SAMPLES: usize = 64;
 
 impl SwitchedBuckets {
     /// Reads the parameters every TA policy takes (`refill_hz`, `depth_factor`, and
@@ -175,9 +249,19 @@ impl SwitchedBuckets {
             return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
         }
         let depth_factor = params.f64_or("depth_factor", 1.5)?;
-        let (mut hwm, mut lwm, mut window) = (1.0, 1.0, 1);
+        let max_wait = params.f64_or("max_wait", 0.5)?;
+        if !(0.0..=1000.0).contains(&max_wait) {
+            return Err(params.invalid("max_wait", "must be in [0, 1000] (0: no bound)"));
+        }
+        let (mut hwm, mut lwm, mut window, mut predict) = (1.0, 1.0, 1, 0.0);
         if switched {
-            window = params.u64_or("rt_window", 16)? as usize;
+            // Only TA3 can act on a prediction without hurting anyone: it throttles
+            // violators alone, and a prediction is rough when the storage is idle.
+            predict = params.f64_or("predict", if per_tenant { 0.4 } else { 0.0 })?;
+            if !(0.0..=10.0).contains(&predict) {
+                return Err(params.invalid("predict", "must be in [0, 10] (0: off)"));
+            }
+            window = params.u64_or("rt_window", 2048)? as usize;
             if !(1..=4096).contains(&window) {
                 return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
             }
@@ -209,13 +293,18 @@ impl SwitchedBuckets {
             admitted: HashMap::new(),
             hwm_fraction: hwm,
             lwm_fraction: lwm,
-            recent: VecDeque::with_capacity(window),
-            window,
+            recent: WindowMax::new(window),
             refill_hz,
             depth_factor,
             timeline: Vec::new(),
             transitions: 0,
             breaches: 0,
+            intervals: VecDeque::with_capacity(RATE_SAMPLES),
+            intervals_sum: 0,
+            last_finish: 0,
+            predict,
+            max_wait,
+            refused: VecDeque::new(),
         };
         p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
         Ok(p)
@@ -237,8 +326,18 @@ impl SwitchedBuckets {
             iops: spec.slo.map_or(0.0, |s| s.iops),
             hwm: (rt * self.hwm_fraction) as Nanos,
             lwm: (rt * self.lwm_fraction) as Nanos,
+            predict_mark: (rt * self.predict) as Nanos,
             arrivals: VecDeque::new(),
             throttled: 0,
+            queue_limit: spec.slo.map_or(usize::MAX, |s| {
+                if self.max_wait <= 0.0 {
+                    usize::MAX
+                } else {
+                    ((s.iops * self.max_wait * s.rt_nanos() as f64 / NANOS_PER_SEC as f64) as usize)
+                        .max(1)
+                }
+            }),
+            refused: 0,
         }
     }
 
@@ -264,80 +363,20 @@ impl SwitchedBuckets {
         a.len() as f64 * NANOS_PER_SEC as f64 / window as f64
     }
 
-    /// Moves tenant `t`'s requests that have a token into the storage queue.
-    fn admit(&mut self, t: usize, now: Nanos) {
-        let tenant = &mut self.tenants[t];
-        if tenant.queue.is_empty() {
-            return;
+    /// Response time a request passing its bucket now can expect: what is ahead of it
+    /// (and itself) times the storage's recent busy time per completion. 0 before the
+    /// first completion.
+    fn predicted_rt(&self) -> Nanos {
+        if self.intervals.is_empty() {
+            return 0;
         }
-        // Only tenants with a bucket ever queue.
-        let Some(b) = tenant.bucket.as_mut() else {
-            return;
-        };
-        b.refill(now);
-        while !tenant.queue.is_empty() && b.take() {
-            let r = tenant.queue.pop_front().expect("non-empty");
-            if r.arrival < now {
-                tenant.throttled += 1;
-            }
-            self.admitted.insert(r.id, now);
-            self.storage.push_back(r);
-        }
-    }
-}
-
-impl Policy for SwitchedBuckets {
-    fn name(&self) -> &'static str {
-        self.name
+        let per_completion = self.intervals_sum / self.intervals.len() as u64;
+        (self.admitted.len() as u64 + 1) * per_completion
     }
 
-    fn enqueue(&mut self, request: Request, now: Nanos) {
-        let t = &mut self.tenants[request.tenant as usize];
-        if let SwitchRule::PerTenant { window, .. } = self.rule {
-            t.arrivals.push_back(now);
-            while t.arrivals.front().is_some_and(|&x| x + window <= now) {
-                t.arrivals.pop_front();
-            }
-        }
-        if t.on {
-            t.queue.push_back(request);
-            self.admit(request.tenant as usize, now);
-        } else {
-            self.admitted.insert(request.id, now);
-            self.storage.push_back(request);
-        }
-    }
-
-    fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        for t in 0..self.tenants.len() {
-            self.admit(t, now);
-        }
-        if let Some(r) = self.storage.pop_front() {
-            return Dispatch::Request(r);
-        }
-        let next = self
-            .tenants
-            .iter()
-            .filter(|t| !t.queue.is_empty())
-            .filter_map(|t| t.bucket.as_ref().and_then(Bucket::ready_at))
-            .min();
-        match next {
-            Some(at) => Dispatch::Wait(at.max(now + 1)),
-            None => Dispatch::Idle,
-        }
-    }
-
-    fn complete(&mut self, c: &Completion, now: Nanos) {
-        let admitted = self
-            .admitted
-            .remove(&c.request.id)
-            .unwrap_or(c.request.arrival);
-        if self.recent.len() == self.window {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(c.finish.saturating_sub(admitted));
-        let rt = self.recent.iter().copied().max().unwrap_or(0);
-        let k = c.request.tenant as usize;
+    /// Turns the switches on a breach of the high water mark (`rt` is what tenant `k`
+    /// compares with its marks) and off when below the low one.
+    fn judge(&mut self, k: usize, rt: Nanos, now: Nanos) {
         if self.tenants[k].bucket.is_none() {
             return;
         }
@@ -375,6 +414,102 @@ impl Policy for SwitchedBuckets {
         }
     }
 
+    /// Moves tenant `t`'s requests that have a token into the storage queue.
+    fn admit(&mut self, t: usize, now: Nanos) {
+        let tenant = &mut self.tenants[t];
+        if tenant.queue.is_empty() {
+            return;
+        }
+        // Only tenants with a bucket ever queue.
+        let Some(b) = tenant.bucket.as_mut() else {
+            return;
+        };
+        b.refill(now);
+        while !tenant.queue.is_empty() && b.take() {
+            let r = tenant.queue.pop_front().expect("non-empty");
+            if r.arrival < now {
+                tenant.throttled += 1;
+            }
+            self.admitted.insert(r.id, now);
+            self.storage.push_back(r);
+        }
+    }
+}
+
+impl Policy for SwitchedBuckets {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn enqueue(&mut self, request: Request, now: Nanos) {
+        let k = request.tenant as usize;
+        let t = &mut self.tenants[k];
+        if let SwitchRule::PerTenant { window, .. } = self.rule {
+            t.arrivals.push_back(now);
+            while t.arrivals.front().is_some_and(|&x| x + window <= now) {
+                t.arrivals.pop_front();
+            }
+        }
+        let (on, mark, hwm) = (t.on, t.predict_mark, t.hwm);
+        // Catch the breach before it is observed: by the time a late completion shows
+        // it, every request queued since is late too.
+        if !on && mark > 0 && self.predicted_rt() > mark {
+            self.judge(k, hwm + 1, now);
+        }
+        let t = &mut self.tenants[k];
+        if t.on {
+            t.queue.push_back(request);
+            self.admit(k, now);
+            let t = &mut self.tenants[k];
+            if t.queue.len() > t.queue_limit {
+                let r = t.queue.pop_back().expect("over the limit");
+                t.refused += 1;
+                self.refused.push_back(r);
+            }
+        } else {
+            self.admitted.insert(request.id, now);
+            self.storage.push_back(request);
+        }
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        for t in 0..self.tenants.len() {
+            self.admit(t, now);
+        }
+        if let Some(r) = self.storage.pop_front() {
+            return Dispatch::Request(r);
+        }
+        let next = self
+            .tenants
+            .iter()
+            .filter(|t| !t.queue.is_empty())
+            .filter_map(|t| t.bucket.as_ref().and_then(Bucket::ready_at))
+            .min();
+        match next {
+            Some(at) => Dispatch::Wait(at.max(now + 1)),
+            None => Dispatch::Idle,
+        }
+    }
+
+    fn complete(&mut self, c: &Completion, now: Nanos) {
+        let admitted = self
+            .admitted
+            .remove(&c.request.id)
+            .unwrap_or(c.request.arrival);
+        self.recent.push(c.finish.saturating_sub(admitted));
+        if self.predict > 0.0 {
+            if self.intervals.len() == RATE_SAMPLES {
+                self.intervals_sum -= self.intervals.pop_front().expect("full");
+            }
+            let busy = c.finish.saturating_sub(self.last_finish.max(admitted));
+            self.intervals.push_back(busy);
+            self.intervals_sum += busy;
+            self.last_finish = self.last_finish.max(c.finish);
+        }
+        let rt = self.recent.max();
+        self.judge(c.request.tenant as usize, rt, now);
+    }
+
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
         let fresh = self.tenant(spec, now);
         if fresh.bucket.is_none() {
@@ -391,6 +526,7 @@ impl Policy for SwitchedBuckets {
             queue: std::mem::take(&mut t.queue),
             arrivals: std::mem::take(&mut t.arrivals),
             throttled: t.throttled,
+            refused: t.refused,
             on,
             ..fresh
         };
@@ -398,6 +534,10 @@ impl Policy for SwitchedBuckets {
 
     fn queued(&self) -> usize {
         self.storage.len() + self.tenants.iter().map(|t| t.queue.len()).sum::<usize>()
+    }
+
+    fn take_refused(&mut self) -> Option<Request> {
+        self.refused.pop_front()
     }
 
     fn switch_log(&self) -> Option<SwitchLog> {
@@ -425,6 +565,8 @@ impl Policy for SwitchedBuckets {
                     "bucket": t.bucket.is_some(),
                     "on": t.on,
                     "throttled": t.throttled,
+                    "refused": t.refused,
+                    "queue_limit": (t.queue_limit != usize::MAX).then_some(t.queue_limit),
                     "hwm_us": t.hwm / 1000,
                     "lwm_us": t.lwm / 1000,
                 })
@@ -442,9 +584,11 @@ impl Policy for SwitchedBuckets {
                 SwitchRule::Global => "global",
                 SwitchRule::PerTenant { .. } => "per-tenant",
             },
+            "max_wait": self.max_wait,
+            "predict": self.predict,
             "hwm": self.hwm_fraction,
             "lwm": self.lwm_fraction,
-            "rt_window": self.window,
+            "rt_window": self.recent.len,
             "refill_hz": self.refill_hz,
             "breaches": self.breaches,
             "transitions": self.transitions,
@@ -457,6 +601,18 @@ impl Policy for SwitchedBuckets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_max_forgets_values_older_than_the_window() {
+        let mut w = WindowMax::new(3);
+        assert_eq!(w.max(), 0);
+        let mut got = Vec::new();
+        for v in [5, 1, 2, 3, 9, 4, 4, 1, 0] {
+            w.push(v);
+            got.push(w.max());
+        }
+        assert_eq!(got, vec![5, 5, 5, 3, 9, 9, 9, 4, 4]);
+    }
 
     #[test]
     fn bucket_refills_at_ticks_up_to_its_depth() {

@@ -131,6 +131,14 @@ impl<'a> Run<'a> {
         };
         self.recorder.arrived(tenant, now);
         self.policy.enqueue(request, now);
+        while let Some(refused) = self.policy.take_refused() {
+            // The client got an error; a closed loop issues its next request at its next
+            // completion (issuing now would be refused again at the same instant).
+            let t = &mut self.tenants[refused.tenant as usize];
+            t.held -= 1;
+            t.outstanding -= 1;
+            self.recorder.refused(&refused, now);
+        }
     }
 
     fn start_phase(&mut self, tenant: u32, phase: u32, now: Nanos) {
