@@ -8,6 +8,7 @@
 
 pub mod device;
 pub mod metrics;
+pub mod nbd;
 pub mod policy;
 pub mod report;
 pub mod scenario;

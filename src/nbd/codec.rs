@@ -1,0 +1,685 @@
+//! Server side of one NBD connection as a state machine (sans-I/O, like quiche and
+//! rustls): the caller feeds received bytes with [`ServerCodec::receive`], takes events
+//! with [`ServerCodec::poll`] and sends what [`ServerCodec::take_output`] hands back.
+//!
+//! It speaks the fixed newstyle handshake (`OPT_EXPORT_NAME`, `OPT_LIST`, `OPT_INFO`,
+//! `OPT_GO`, `OPT_ABORT`; other options are answered `ERR_UNSUP`, structured replies
+//! included: replies are simple) and parses transmission requests. Every request that
+//! cannot be served (past the end, over 32 MiB, a write to a read-only export, an
+//! unknown command) becomes [`Event::Error`] so the connection answers it and stays
+//! usable; a write's payload is consumed even then, so the stream stays in step. Only
+//! bytes that break the framing (a wrong magic number, an option too long to skip) are
+//! a [`ProtocolError`], after which the connection should be closed.
+//!
+//! Export names are looked up exactly in the table the codec was given: a name is never
+//! a path.
+
+use super::proto::*;
+use std::sync::Arc;
+
+/// What the server offers under one name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportInfo {
+    pub name: String,
+    pub size: u64,
+    pub read_only: bool,
+}
+
+impl ExportInfo {
+    fn transmission_flags(&self) -> u16 {
+        let mut f = TFLAG_HAS_FLAGS
+            | TFLAG_SEND_FLUSH
+            | TFLAG_SEND_FUA
+            | TFLAG_SEND_TRIM
+            | TFLAG_SEND_WRITE_ZEROES
+            | TFLAG_CAN_MULTI_CONN;
+        if self.read_only {
+            f |= TFLAG_READ_ONLY;
+        }
+        f
+    }
+}
+
+/// One request to serve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub handle: u64,
+    pub offset: u64,
+    pub len: u32,
+    pub kind: CommandKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandKind {
+    Read,
+    Write { data: Vec<u8>, fua: bool },
+    Flush,
+    Trim { fua: bool },
+    WriteZeroes { fua: bool },
+}
+
+/// What the codec found in the bytes received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The handshake is over: requests for export `index` (in the table) follow.
+    Selected { export: usize },
+    /// A request to serve.
+    Command(Command),
+    /// A request that is answered with this error without being served.
+    Error { handle: u64, error: u32 },
+    /// The client is done (`NBD_CMD_DISC`, `NBD_OPT_ABORT`): send what is pending, close.
+    Disconnect,
+}
+
+/// Bytes that break the protocol's framing; the connection must be closed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("client flags {0:#x} lack FIXED_NEWSTYLE")]
+    NotFixedNewstyle(u32),
+    #[error("bad option magic {0:#018x}")]
+    OptionMagic(u64),
+    #[error("option {option} carries {len} bytes, more than the {MAX_OPTION} accepted")]
+    OptionTooLong { option: u32, len: u32 },
+    #[error("NBD_OPT_EXPORT_NAME for unknown export '{0}'")]
+    UnknownExport(String),
+    #[error("bad request magic {0:#010x}")]
+    RequestMagic(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    ClientFlags,
+    Options,
+    Transmission { export: usize },
+    /// Discarding the payload of a write that is answered with an error.
+    Skipping { export: usize, left: u64 },
+    Closed,
+}
+
+/// Request header: magic, flags, type, handle, offset, length.
+const REQUEST_HEADER: usize = 4 + 2 + 2 + 8 + 8 + 4;
+/// Option header: magic, option, length.
+const OPTION_HEADER: usize = 8 + 4 + 4;
+
+/// The server side of one connection.
+#[derive(Debug)]
+pub struct ServerCodec {
+    exports: Arc<Vec<ExportInfo>>,
+    state: State,
+    input: Vec<u8>,
+    /// Bytes of `input` already consumed.
+    pos: usize,
+    output: Vec<u8>,
+    no_zeroes: bool,
+}
+
+impl ServerCodec {
+    /// A connection just accepted; the greeting is already in the output.
+    pub fn new(exports: Arc<Vec<ExportInfo>>) -> Self {
+        let mut output = Vec::with_capacity(64);
+        output.extend_from_slice(&INIT_MAGIC.to_be_bytes());
+        output.extend_from_slice(&OPTION_MAGIC.to_be_bytes());
+        output.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+        ServerCodec {
+            exports,
+            state: State::ClientFlags,
+            input: Vec::new(),
+            pos: 0,
+            output,
+            no_zeroes: false,
+        }
+    }
+
+    /// Bytes received from the client.
+    pub fn receive(&mut self, bytes: &[u8]) {
+        if self.pos > 0 && self.pos == self.input.len() {
+            self.input.clear();
+            self.pos = 0;
+        } else if self.pos > (1 << 20) {
+            self.input.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.input.extend_from_slice(bytes);
+    }
+
+    /// Bytes to send to the client (handshake replies); empty once transmission runs,
+    /// where the caller encodes replies itself ([`super::proto::simple_reply`]).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.output)
+    }
+
+    /// True once the connection is over (after a disconnect or a protocol error).
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Bytes received and not yet consumed (for back-pressure: a connection stops
+    /// reading while a large write is still being assembled only up to its size).
+    pub fn buffered(&self) -> usize {
+        self.input.len() - self.pos
+    }
+
+    /// The next event the received bytes make, `Ok(None)` when more bytes are needed.
+    pub fn poll(&mut self) -> Result<Option<Event>, ProtocolError> {
+        loop {
+            let result = match self.state {
+                // Whatever follows a disconnect or an error is ignored.
+                State::Closed => return Ok(None),
+                State::ClientFlags => self.client_flags(),
+                State::Options => self.option(),
+                State::Transmission { export } => self.request(export),
+                State::Skipping { export, left } => {
+                    let n = (self.buffered() as u64).min(left);
+                    self.pos += n as usize;
+                    if n == left {
+                        self.state = State::Transmission { export };
+                        continue;
+                    }
+                    self.state = State::Skipping {
+                        export,
+                        left: left - n,
+                    };
+                    return Ok(None);
+                }
+            };
+            match result {
+                // A step that consumed bytes without an event (an option answered).
+                Ok(Step::Again) => continue,
+                Ok(Step::Event(e)) => {
+                    if e == Event::Disconnect {
+                        self.state = State::Closed;
+                    }
+                    return Ok(Some(e));
+                }
+                Ok(Step::NeedMore) => return Ok(None),
+                Err(e) => {
+                    self.state = State::Closed;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn available(&self) -> &[u8] {
+        &self.input[self.pos..]
+    }
+
+    fn client_flags(&mut self) -> Result<Step, ProtocolError> {
+        let Some(flags) = self.available().get(..4).map(be32) else {
+            return Ok(Step::NeedMore);
+        };
+        self.pos += 4;
+        if flags & CLIENT_FIXED_NEWSTYLE == 0 {
+            return Err(ProtocolError::NotFixedNewstyle(flags));
+        }
+        self.no_zeroes = flags & CLIENT_NO_ZEROES != 0;
+        self.state = State::Options;
+        Ok(Step::Again)
+    }
+
+    fn option(&mut self) -> Result<Step, ProtocolError> {
+        let head = self.available();
+        if head.len() < OPTION_HEADER {
+            return Ok(Step::NeedMore);
+        }
+        let magic = be64(&head[..8]);
+        let option = be32(&head[8..12]);
+        let len = be32(&head[12..16]);
+        if magic != OPTION_MAGIC {
+            return Err(ProtocolError::OptionMagic(magic));
+        }
+        if len > MAX_OPTION {
+            return Err(ProtocolError::OptionTooLong { option, len });
+        }
+        if head.len() < OPTION_HEADER + len as usize {
+            return Ok(Step::NeedMore);
+        }
+        let data = head[OPTION_HEADER..OPTION_HEADER + len as usize].to_vec();
+        self.pos += OPTION_HEADER + len as usize;
+        match option {
+            OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data).into_owned();
+                let Some(index) = self.find(&name) else {
+                    return Err(ProtocolError::UnknownExport(name));
+                };
+                let e = &self.exports[index];
+                let (size, flags) = (e.size, e.transmission_flags());
+                self.output.extend_from_slice(&size.to_be_bytes());
+                self.output.extend_from_slice(&flags.to_be_bytes());
+                if !self.no_zeroes {
+                    self.output.extend_from_slice(&[0; 124]);
+                }
+                self.state = State::Transmission { export: index };
+                Ok(Step::Event(Event::Selected { export: index }))
+            }
+            OPT_ABORT => {
+                self.reply(option, REP_ACK, &[]);
+                Ok(Step::Event(Event::Disconnect))
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    self.error(option, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+                    return Ok(Step::Again);
+                }
+                for e in self.exports.clone().iter() {
+                    let mut d = Vec::with_capacity(4 + e.name.len());
+                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(e.name.as_bytes());
+                    self.reply(option, REP_SERVER, &d);
+                }
+                self.reply(option, REP_ACK, &[]);
+                Ok(Step::Again)
+            }
+            OPT_INFO | OPT_GO => self.info_or_go(option, &data),
+            OPT_STRUCTURED_REPLY | OPT_STARTTLS => {
+                self.error(option, REP_ERR_UNSUP, "this server sends simple replies only, without TLS");
+                Ok(Step::Again)
+            }
+            _ => {
+                self.error(option, REP_ERR_UNSUP, "unknown option");
+                Ok(Step::Again)
+            }
+        }
+    }
+
+    fn info_or_go(&mut self, option: u32, data: &[u8]) -> Result<Step, ProtocolError> {
+        let parsed = (|| {
+            let name_len = be32(data.get(..4)?) as usize;
+            let name = data.get(4..4 + name_len)?;
+            let count = be16(data.get(4 + name_len..6 + name_len)?) as usize;
+            let rest = data.get(6 + name_len..)?;
+            (rest.len() == 2 * count).then(|| String::from_utf8_lossy(name).into_owned())
+        })();
+        let Some(name) = parsed else {
+            self.error(option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO request");
+            return Ok(Step::Again);
+        };
+        let Some(index) = self.find(&name) else {
+            self.error(option, REP_ERR_UNKNOWN, &format!("no export named '{name}'"));
+            return Ok(Step::Again);
+        };
+        let e = self.exports[index].clone();
+        let mut info = Vec::with_capacity(12);
+        info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+        info.extend_from_slice(&e.size.to_be_bytes());
+        info.extend_from_slice(&e.transmission_flags().to_be_bytes());
+        self.reply(option, REP_INFO, &info);
+        // Any size is served (unaligned requests included); 4 KiB is what is fast.
+        let mut block = Vec::with_capacity(14);
+        block.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        block.extend_from_slice(&1u32.to_be_bytes());
+        block.extend_from_slice(&4096u32.to_be_bytes());
+        block.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
+        self.reply(option, REP_INFO, &block);
+        self.reply(option, REP_ACK, &[]);
+        if option == OPT_GO {
+            self.state = State::Transmission { export: index };
+            return Ok(Step::Event(Event::Selected { export: index }));
+        }
+        Ok(Step::Again)
+    }
+
+    /// An export by exact name; the empty name picks the only export when there is one.
+    fn find(&self, name: &str) -> Option<usize> {
+        if name.is_empty() && self.exports.len() == 1 {
+            return Some(0);
+        }
+        self.exports.iter().position(|e| e.name == name)
+    }
+
+    fn reply(&mut self, option: u32, kind: u32, data: &[u8]) {
+        self.output.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
+        self.output.extend_from_slice(&option.to_be_bytes());
+        self.output.extend_from_slice(&kind.to_be_bytes());
+        self.output.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        self.output.extend_from_slice(data);
+    }
+
+    /// An error reply with a message for the client's log.
+    fn error(&mut self, option: u32, kind: u32, message: &str) {
+        self.reply(option, kind, message.as_bytes());
+    }
+
+    fn request(&mut self, export: usize) -> Result<Step, ProtocolError> {
+        let head = self.available();
+        if head.len() < REQUEST_HEADER {
+            return Ok(Step::NeedMore);
+        }
+        let magic = be32(&head[..4]);
+        if magic != REQUEST_MAGIC {
+            return Err(ProtocolError::RequestMagic(magic));
+        }
+        let flags = be16(&head[4..6]);
+        let kind = be16(&head[6..8]);
+        let handle = be64(&head[8..16]);
+        let offset = be64(&head[16..24]);
+        let len = be32(&head[24..28]);
+        let e = &self.exports[export];
+        let fua = flags & CMD_FLAG_FUA != 0;
+        let end = offset.checked_add(len as u64);
+        let past_end = end.is_none_or(|end| end > e.size);
+        let error = |error| Ok(Step::Event(Event::Error { handle, error }));
+        if kind == CMD_WRITE {
+            // The payload follows whatever the answer.
+            let problem = if len > MAX_PAYLOAD {
+                Some(EINVAL)
+            } else if e.read_only {
+                Some(EPERM)
+            } else if past_end {
+                Some(ENOSPC)
+            } else {
+                None
+            };
+            if let Some(code) = problem {
+                self.pos += REQUEST_HEADER;
+                self.state = State::Skipping {
+                    export,
+                    left: len as u64,
+                };
+                return error(code);
+            }
+            if head.len() < REQUEST_HEADER + len as usize {
+                return Ok(Step::NeedMore);
+            }
+            let data = head[REQUEST_HEADER..REQUEST_HEADER + len as usize].to_vec();
+            self.pos += REQUEST_HEADER + len as usize;
+            return Ok(Step::Event(Event::Command(Command {
+                handle,
+                offset,
+                len,
+                kind: CommandKind::Write { data, fua },
+            })));
+        }
+        self.pos += REQUEST_HEADER;
+        let kind = match kind {
+            CMD_DISC => return Ok(Step::Event(Event::Disconnect)),
+            CMD_READ if len > MAX_PAYLOAD => return error(EINVAL),
+            CMD_READ if past_end => return error(EINVAL),
+            CMD_READ => CommandKind::Read,
+            CMD_FLUSH => CommandKind::Flush,
+            CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => return error(EPERM),
+            CMD_TRIM | CMD_WRITE_ZEROES if past_end => return error(ENOSPC),
+            CMD_TRIM => CommandKind::Trim { fua },
+            CMD_WRITE_ZEROES => CommandKind::WriteZeroes { fua },
+            _ => return error(EINVAL),
+        };
+        Ok(Step::Event(Event::Command(Command {
+            handle,
+            offset,
+            len,
+            kind,
+        })))
+    }
+}
+
+enum Step {
+    Again,
+    NeedMore,
+    Event(Event),
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes(b[..2].try_into().expect("2 bytes"))
+}
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().expect("4 bytes"))
+}
+fn be64(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exports() -> Arc<Vec<ExportInfo>> {
+        Arc::new(vec![
+            ExportInfo {
+                name: "a".into(),
+                size: 1 << 20,
+                read_only: false,
+            },
+            ExportInfo {
+                name: "ro".into(),
+                size: 4096,
+                read_only: true,
+            },
+        ])
+    }
+
+    fn option(option: u32, data: &[u8]) -> Vec<u8> {
+        let mut b = OPTION_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&option.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        b
+    }
+
+    fn go(name: &str) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&0u16.to_be_bytes());
+        option(OPT_GO, &d)
+    }
+
+    fn request(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&flags.to_be_bytes());
+        b.extend_from_slice(&kind.to_be_bytes());
+        b.extend_from_slice(&handle.to_be_bytes());
+        b.extend_from_slice(&offset.to_be_bytes());
+        b.extend_from_slice(&len.to_be_bytes());
+        b
+    }
+
+    /// Option replies in `out`: (option, type, data).
+    fn replies(mut out: &[u8]) -> Vec<(u32, u32, Vec<u8>)> {
+        let mut r = Vec::new();
+        while out.len() >= 20 {
+            assert_eq!(be64(out), REPLY_MAGIC);
+            let len = be32(&out[16..]) as usize;
+            r.push((be32(&out[8..]), be32(&out[12..]), out[20..20 + len].to_vec()));
+            out = &out[20 + len..];
+        }
+        assert!(out.is_empty(), "trailing bytes {out:?}");
+        r
+    }
+
+    fn events(c: &mut ServerCodec) -> Vec<Event> {
+        std::iter::from_fn(|| c.poll().unwrap()).collect()
+    }
+
+    /// A codec past the greeting and client flags.
+    fn negotiating() -> ServerCodec {
+        let mut c = ServerCodec::new(exports());
+        let greeting = c.take_output();
+        assert_eq!(&greeting[..8], b"NBDMAGIC");
+        assert_eq!(&greeting[8..16], b"IHAVEOPT");
+        assert_eq!(be16(&greeting[16..]), FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+        c.receive(&(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES).to_be_bytes());
+        assert_eq!(events(&mut c), vec![]);
+        c
+    }
+
+    #[test]
+    fn list_then_go_selects_the_export() {
+        let mut c = negotiating();
+        c.receive(&option(OPT_LIST, &[]));
+        assert_eq!(events(&mut c), vec![]);
+        let r = replies(&c.take_output());
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0], (OPT_LIST, REP_SERVER, b"\0\0\0\x01a".to_vec()));
+        assert_eq!(r[1], (OPT_LIST, REP_SERVER, b"\0\0\0\x02ro".to_vec()));
+        assert_eq!(r[2], (OPT_LIST, REP_ACK, vec![]));
+        c.receive(&go("ro"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 1 }]);
+        let r = replies(&c.take_output());
+        assert_eq!(r[0].1, REP_INFO);
+        assert_eq!(be16(&r[0].2), INFO_EXPORT);
+        assert_eq!(be64(&r[0].2[2..]), 4096);
+        assert_ne!(be16(&r[0].2[10..]) & TFLAG_READ_ONLY, 0);
+        assert_eq!(be16(&r[1].2), INFO_BLOCK_SIZE);
+        assert_eq!(r[2], (OPT_GO, REP_ACK, vec![]));
+    }
+
+    #[test]
+    fn unknown_export_and_unknown_option_get_error_replies() {
+        let mut c = negotiating();
+        c.receive(&go("../etc/passwd"));
+        c.receive(&option(OPT_STRUCTURED_REPLY, &[]));
+        c.receive(&option(99, b"xyz"));
+        c.receive(&option(OPT_INFO, b"\0\0\0\x09tooshort"));
+        assert_eq!(events(&mut c), vec![]);
+        let kinds: Vec<_> = replies(&c.take_output())
+            .into_iter()
+            .map(|(o, k, _)| (o, k))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (OPT_GO, REP_ERR_UNKNOWN),
+                (OPT_STRUCTURED_REPLY, REP_ERR_UNSUP),
+                (99, REP_ERR_UNSUP),
+                (OPT_INFO, REP_ERR_INVALID),
+            ]
+        );
+        // Still negotiating: a good GO works.
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+    }
+
+    #[test]
+    fn export_name_answers_without_zeroes_and_closes_on_unknown() {
+        let mut c = negotiating();
+        c.receive(&option(OPT_EXPORT_NAME, b"a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        let out = c.take_output();
+        assert_eq!(out.len(), 10);
+        assert_eq!(be64(&out), 1 << 20);
+        let mut c = negotiating();
+        c.receive(&option(OPT_EXPORT_NAME, b"nope"));
+        assert_eq!(
+            c.poll(),
+            Err(ProtocolError::UnknownExport("nope".into()))
+        );
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    fn abort_acks_and_disconnects() {
+        let mut c = negotiating();
+        c.receive(&option(OPT_ABORT, &[]));
+        assert_eq!(events(&mut c), vec![Event::Disconnect]);
+        assert_eq!(replies(&c.take_output()), vec![(OPT_ABORT, REP_ACK, vec![])]);
+    }
+
+    #[test]
+    fn requests_arrive_in_pieces_and_bad_ones_are_answered() {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        events(&mut c);
+        c.take_output();
+        let mut bytes = request(CMD_WRITE, CMD_FLAG_FUA, 7, 4096, 3);
+        bytes.extend_from_slice(b"xyz");
+        bytes.extend(request(CMD_READ, 0, 8, (1 << 20) - 512, 1024)); // past the end
+        bytes.extend(request(CMD_WRITE, 0, 9, 0, MAX_PAYLOAD + 1)); // too big: skipped
+        bytes.extend(vec![0xAB; MAX_PAYLOAD as usize + 1]);
+        bytes.extend(request(CMD_WRITE, 0, 10, (1 << 20) - 1, 2)); // past the end
+        bytes.extend_from_slice(b"!!");
+        bytes.extend(request(42, 0, 11, 0, 0)); // unknown command
+        bytes.extend(request(CMD_READ, 0, 12, 0, 512));
+        bytes.extend(request(CMD_DISC, 0, 13, 0, 0));
+        let mut got = Vec::new();
+        for chunk in bytes.chunks(7_000_001) {
+            c.receive(chunk);
+            got.extend(events(&mut c));
+        }
+        assert_eq!(
+            got,
+            vec![
+                Event::Command(Command {
+                    handle: 7,
+                    offset: 4096,
+                    len: 3,
+                    kind: CommandKind::Write {
+                        data: b"xyz".to_vec(),
+                        fua: true
+                    }
+                }),
+                Event::Error {
+                    handle: 8,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 9,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 10,
+                    error: ENOSPC
+                },
+                Event::Error {
+                    handle: 11,
+                    error: EINVAL
+                },
+                Event::Command(Command {
+                    handle: 12,
+                    offset: 0,
+                    len: 512,
+                    kind: CommandKind::Read
+                }),
+                Event::Disconnect,
+            ]
+        );
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    fn read_only_export_refuses_writes_and_bad_magic_closes() {
+        let mut c = negotiating();
+        c.receive(&go("ro"));
+        events(&mut c);
+        let mut bytes = request(CMD_WRITE, 0, 1, 0, 2);
+        bytes.extend_from_slice(b"hi");
+        bytes.extend(request(CMD_TRIM, 0, 2, 0, 4096));
+        bytes.extend(request(CMD_FLUSH, 0, 3, 0, 0));
+        c.receive(&bytes);
+        assert_eq!(
+            events(&mut c),
+            vec![
+                Event::Error {
+                    handle: 1,
+                    error: EPERM
+                },
+                Event::Error {
+                    handle: 2,
+                    error: EPERM
+                },
+                Event::Command(Command {
+                    handle: 3,
+                    offset: 0,
+                    len: 0,
+                    kind: CommandKind::Flush
+                }),
+            ]
+        );
+        c.receive(&[0xde, 0xad, 0xbe, 0xef]);
+        c.receive(&[0; 24]);
+        assert_eq!(c.poll(), Err(ProtocolError::RequestMagic(0xdead_beef)));
+    }
+
+    #[test]
+    fn old_style_clients_and_garbage_options_are_refused() {
+        let mut c = ServerCodec::new(exports());
+        c.receive(&0u32.to_be_bytes());
+        assert_eq!(c.poll(), Err(ProtocolError::NotFixedNewstyle(0)));
+        let mut c = negotiating();
+        c.receive(&[0x55; 16]);
+        assert!(matches!(c.poll(), Err(ProtocolError::OptionMagic(_))));
+        let mut c = negotiating();
+        let mut huge = option(OPT_GO, &[]);
+        huge[12..16].copy_from_slice(&(MAX_OPTION + 1).to_be_bytes());
+        c.receive(&huge);
+        assert!(matches!(c.poll(), Err(ProtocolError::OptionTooLong { .. })));
+    }
+}
