@@ -12,6 +12,7 @@ pub mod nbd;
 pub mod policy;
 pub mod report;
 pub mod scenario;
+pub mod server;
 pub mod sim;
 pub mod types;
 pub mod units;

@@ -50,6 +50,12 @@ enum Command {
         #[arg(long, default_value = "ioshare-demo")]
         out: PathBuf,
     },
+    /// Serve the tenants of CONFIG as NBD exports (unix socket and/or TCP), scheduling
+    /// their I/O with the configured policy; SIGTERM or Ctrl-C drains, syncs and exits.
+    Serve {
+        /// Server configuration (see examples/serve.toml).
+        config: PathBuf,
+    },
     /// List policies, device presets and workload stand-ins.
     List,
     /// Build and precondition an SSD model and report how long it took (aging speed).
@@ -99,6 +105,10 @@ fn run(cli: Cli) -> Result<()> {
                 .map(PolicyChoice::named)
                 .collect();
             simulate(&[s], Some(&out), true)
+        }
+        Command::Serve { config } => {
+            let config = ioshare::server::config::ServerConfig::load(&config)?;
+            ioshare::server::serve(config)
         }
         Command::List => {
             println!("policies:");

@@ -46,7 +46,7 @@ struct ScenarioFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum PolicyEntry {
+pub(crate) enum PolicyEntry {
     Name(String),
     Table(toml::Table),
 }
@@ -350,30 +350,8 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
         if tenants.iter().any(|x: &TenantSetup| x.spec.name == t.name) {
             return Err(ctx("name used twice".into()));
         }
-        let weight = t.weight.unwrap_or(1.0);
-        if !(weight.is_finite() && weight > 0.0) {
-            return Err(ctx(format!("weight must be > 0, got {weight}")));
-        }
-        if let Some(slo) = &t.slo
-            && !(slo.iops > 0.0 && slo.size > 0 && slo.rt_us > 0)
-        {
-            return Err(ctx("slo needs iops > 0, size > 0 and rt_us > 0".into()));
-        }
-        for (field, v) in [
-            ("reservation_iops", t.reservation_iops),
-            ("limit_iops", t.limit_iops),
-        ] {
-            if let Some(v) = v
-                && !(v.is_finite() && v > 0.0)
-            {
-                return Err(ctx(format!("{field} must be > 0, got {v}")));
-            }
-        }
-        if let (Some(r), Some(l)) = (t.reservation_iops, t.limit_iops)
-            && r > l
-        {
-            return Err(ctx(format!("reservation_iops {r} is above limit_iops {l}")));
-        }
+        let spec =
+            tenant_spec(&t.name, t.weight, t.slo, t.reservation_iops, t.limit_iops).map_err(ctx)?;
         let (default_offset, default_size) = if partition {
             (i as u64 * part_size, part_size)
         } else {
@@ -421,13 +399,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, String> 
             )));
         }
         tenants.push(TenantSetup {
-            spec: TenantSpec {
-                name: t.name.clone(),
-                weight,
-                slo: t.slo,
-                reservation_iops: t.reservation_iops,
-                limit_iops: t.limit_iops,
-            },
+            spec,
             offset,
             size,
             workload,
@@ -563,7 +535,49 @@ fn set_segments(
     }
 }
 
-fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
+/// A tenant's weight, SLO, reservation and limit, checked (shared with the server's
+/// configuration).
+pub(crate) fn tenant_spec(
+    name: &str,
+    weight: Option<f64>,
+    slo: Option<Slo>,
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
+) -> Result<TenantSpec, String> {
+    let weight = weight.unwrap_or(1.0);
+    if !(weight.is_finite() && weight > 0.0) {
+        return Err(format!("weight must be > 0, got {weight}"));
+    }
+    if let Some(slo) = &slo
+        && !(slo.iops > 0.0 && slo.size > 0 && slo.rt_us > 0)
+    {
+        return Err("slo needs iops > 0, size > 0 and rt_us > 0".into());
+    }
+    for (field, v) in [
+        ("reservation_iops", reservation_iops),
+        ("limit_iops", limit_iops),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(format!("{field} must be > 0, got {v}"));
+        }
+    }
+    if let (Some(r), Some(l)) = (reservation_iops, limit_iops)
+        && r > l
+    {
+        return Err(format!("reservation_iops {r} is above limit_iops {l}"));
+    }
+    Ok(TenantSpec {
+        name: name.to_string(),
+        weight,
+        slo,
+        reservation_iops,
+        limit_iops,
+    })
+}
+
+pub(crate) fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> {
     match entry {
         PolicyEntry::Name(n) => Ok(PolicyChoice::named(&n)),
         PolicyEntry::Table(mut t) => {

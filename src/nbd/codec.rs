@@ -90,9 +90,14 @@ pub enum ProtocolError {
 enum State {
     ClientFlags,
     Options,
-    Transmission { export: usize },
+    Transmission {
+        export: usize,
+    },
     /// Discarding the payload of a write that is answered with an error.
-    Skipping { export: usize, left: u64 },
+    Skipping {
+        export: usize,
+        left: u64,
+    },
     Closed,
 }
 
@@ -272,7 +277,11 @@ impl ServerCodec {
             }
             OPT_INFO | OPT_GO => self.info_or_go(option, &data),
             OPT_STRUCTURED_REPLY | OPT_STARTTLS => {
-                self.error(option, REP_ERR_UNSUP, "this server sends simple replies only, without TLS");
+                self.error(
+                    option,
+                    REP_ERR_UNSUP,
+                    "this server sends simple replies only, without TLS",
+                );
                 Ok(Step::Again)
             }
             _ => {
@@ -295,7 +304,11 @@ impl ServerCodec {
             return Ok(Step::Again);
         };
         let Some(index) = self.find(&name) else {
-            self.error(option, REP_ERR_UNKNOWN, &format!("no export named '{name}'"));
+            self.error(
+                option,
+                REP_ERR_UNKNOWN,
+                &format!("no export named '{name}'"),
+            );
             return Ok(Step::Again);
         };
         let e = self.exports[index].clone();
@@ -331,7 +344,8 @@ impl ServerCodec {
         self.output.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
         self.output.extend_from_slice(&option.to_be_bytes());
         self.output.extend_from_slice(&kind.to_be_bytes());
-        self.output.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        self.output
+            .extend_from_slice(&(data.len() as u32).to_be_bytes());
         self.output.extend_from_slice(data);
     }
 
@@ -478,7 +492,11 @@ mod tests {
         while out.len() >= 20 {
             assert_eq!(be64(out), REPLY_MAGIC);
             let len = be32(&out[16..]) as usize;
-            r.push((be32(&out[8..]), be32(&out[12..]), out[20..20 + len].to_vec()));
+            r.push((
+                be32(&out[8..]),
+                be32(&out[12..]),
+                out[20..20 + len].to_vec(),
+            ));
             out = &out[20 + len..];
         }
         assert!(out.is_empty(), "trailing bytes {out:?}");
@@ -558,10 +576,7 @@ mod tests {
         assert_eq!(be64(&out), 1 << 20);
         let mut c = negotiating();
         c.receive(&option(OPT_EXPORT_NAME, b"nope"));
-        assert_eq!(
-            c.poll(),
-            Err(ProtocolError::UnknownExport("nope".into()))
-        );
+        assert_eq!(c.poll(), Err(ProtocolError::UnknownExport("nope".into())));
         assert!(c.is_closed());
     }
 
@@ -570,7 +585,10 @@ mod tests {
         let mut c = negotiating();
         c.receive(&option(OPT_ABORT, &[]));
         assert_eq!(events(&mut c), vec![Event::Disconnect]);
-        assert_eq!(replies(&c.take_output()), vec![(OPT_ABORT, REP_ACK, vec![])]);
+        assert_eq!(
+            replies(&c.take_output()),
+            vec![(OPT_ABORT, REP_ACK, vec![])]
+        );
     }
 
     #[test]

@@ -1,0 +1,370 @@
+//! The live server's configuration (TOML): where to listen, the policy, the backend,
+//! and the tenants, each an NBD export backed by its own image file or by a region of
+//! one shared file or block device. Relative paths are taken from the config file's
+//! folder; export names are only ever looked up, never turned into paths.
+
+use crate::scenario::{PolicyChoice, PolicyEntry, policy_choice, tenant_spec};
+use crate::types::{Slo, TenantSpec};
+use crate::units::{ByteSize, format_bytes};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A configuration that could not be loaded: the file and what is wrong, by field.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {problem}")]
+pub struct ConfigError {
+    pub file: String,
+    pub problem: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    server: ServerFile,
+    backend: Option<BackendFile>,
+    #[serde(default)]
+    tenant: Vec<TenantFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    unix: Option<PathBuf>,
+    tcp: Option<String>,
+    queue_depth: Option<u32>,
+    queue_limit: Option<u32>,
+    policy: Option<PolicyEntry>,
+    interval_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackendFile {
+    kind: Option<String>,
+    cache: Option<String>,
+    /// The shared file or block device tenants with `offset` are regions of.
+    path: Option<PathBuf>,
+    /// Size of the shared file when it is created.
+    size: Option<ByteSize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantFile {
+    name: String,
+    weight: Option<f64>,
+    slo: Option<Slo>,
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
+    /// Own image file (created sparse with `size` when missing).
+    file: Option<PathBuf>,
+    /// Region of the shared backend file.
+    offset: Option<ByteSize>,
+    size: Option<ByteSize>,
+    #[serde(default)]
+    read_only: bool,
+}
+
+/// How the file backend uses the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    /// `O_DIRECT`: requests go to the device, no host caching.
+    None,
+    /// The page cache: writes are durable after a flush or with FUA.
+    Writeback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Files or block devices through io_uring.
+    File,
+    /// Completes every request at once; reads return zeroes (measures the engine).
+    Null,
+}
+
+/// Where a tenant's bytes live.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Storage {
+    /// Its own file: byte `x` of the export is byte `x` of the file.
+    Own(PathBuf),
+    /// Bytes `offset..offset + size` of the shared backend file.
+    Region { offset: u64 },
+    /// No storage (null backend).
+    Nothing,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantConfig {
+    pub spec: TenantSpec,
+    pub size: u64,
+    pub read_only: bool,
+    pub storage: Storage,
+}
+
+/// A loaded, checked configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub unix: Option<PathBuf>,
+    pub tcp: Option<String>,
+    pub queue_depth: u32,
+    /// Requests a tenant may have in the engine (queued + in flight) before its
+    /// connections stop being read.
+    pub queue_limit: u32,
+    pub policy: PolicyChoice,
+    pub interval_s: f64,
+    pub backend: BackendKind,
+    pub cache: Cache,
+    /// The shared file and its size when tenants are regions of one.
+    pub shared: Option<(PathBuf, Option<u64>)>,
+    pub tenants: Vec<TenantConfig>,
+}
+
+impl ServerConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|problem| ConfigError {
+            file: path.display().to_string(),
+            problem,
+        })
+    }
+
+    /// Parses a configuration whose relative paths are taken from `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Self, String> {
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        let s = file.server;
+        let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let queue_depth = s.queue_depth.unwrap_or(32);
+        if !(1..=4096).contains(&queue_depth) {
+            return Err(format!(
+                "server.queue_depth: must be 1 ..= 4096, got {queue_depth}"
+            ));
+        }
+        let queue_limit = s.queue_limit.unwrap_or(256);
+        if queue_limit == 0 {
+            return Err("server.queue_limit: must be > 0".into());
+        }
+        let interval_s = s.interval_s.unwrap_or(1.0);
+        if !(interval_s >= 0.0 && interval_s.is_finite()) {
+            return Err(format!(
+                "server.interval_s: must be >= 0 (0: quiet), got {interval_s}"
+            ));
+        }
+        let policy = match s.policy {
+            Some(p) => policy_choice(p).map_err(|e| format!("server.policy: {e}"))?,
+            None => PolicyChoice::named("none"),
+        };
+        let unix = match (s.unix, &s.tcp) {
+            (Some(u), _) => Some(at(u)),
+            (None, Some(_)) => None,
+            (None, None) => Some(at(PathBuf::from("ioshare.sock"))),
+        };
+        let b = file.backend.unwrap_or(BackendFile {
+            kind: None,
+            cache: None,
+            path: None,
+            size: None,
+        });
+        let backend = match b.kind.as_deref().unwrap_or("file") {
+            "file" => BackendKind::File,
+            "null" => BackendKind::Null,
+            other => return Err(format!("backend.kind: '{other}' is not one of file, null")),
+        };
+        let cache = match b.cache.as_deref().unwrap_or("writeback") {
+            "none" => Cache::None,
+            "writeback" => Cache::Writeback,
+            other => {
+                return Err(format!(
+                    "backend.cache: '{other}' is not one of none, writeback"
+                ));
+            }
+        };
+        let shared = b.path.map(|p| (at(p), b.size.map(|s| s.0)));
+        if backend == BackendKind::Null && shared.is_some() {
+            return Err("backend.path: the null backend has no file".into());
+        }
+        if file.tenant.is_empty() {
+            return Err("no [[tenant]]: a server needs at least one export".into());
+        }
+        let mut tenants: Vec<TenantConfig> = Vec::new();
+        for (i, t) in file.tenant.into_iter().enumerate() {
+            let ctx = |e: String| format!("tenant {} ('{}'): {e}", i + 1, t.name);
+            if t.name.is_empty() || t.name.len() > 4096 {
+                return Err(ctx("name (the export name) must be 1 to 4096 bytes".into()));
+            }
+            if tenants.iter().any(|x| x.spec.name == t.name) {
+                return Err(ctx("name used twice".into()));
+            }
+            let spec = tenant_spec(&t.name, t.weight, t.slo, t.reservation_iops, t.limit_iops)
+                .map_err(ctx)?;
+            let size = t.size.map(|s| s.0);
+            let (storage, size) = match (backend, t.file, t.offset) {
+                (BackendKind::Null, None, None) => (
+                    Storage::Nothing,
+                    size.ok_or_else(|| ctx("size: needed with the null backend".into()))?,
+                ),
+                (BackendKind::Null, _, _) => {
+                    return Err(ctx("file/offset: the null backend stores nothing".into()));
+                }
+                (BackendKind::File, Some(_), Some(_)) => {
+                    return Err(ctx("give either file (its own image) or offset (a region of backend.path), not both".into()));
+                }
+                (BackendKind::File, Some(f), None) => {
+                    let path = at(f);
+                    let size = match size {
+                        Some(s) => s,
+                        None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                            ctx(format!(
+                                "size: not given and {} cannot be read ({e})",
+                                path.display()
+                            ))
+                        })?,
+                    };
+                    (Storage::Own(path), size)
+                }
+                (BackendKind::File, None, Some(offset)) => {
+                    if shared.is_none() {
+                        return Err(ctx(
+                            "offset: a region needs backend.path (the shared file)".into()
+                        ));
+                    }
+                    let size = size.ok_or_else(|| ctx("size: a region needs its size".into()))?;
+                    (Storage::Region { offset: offset.0 }, size)
+                }
+                (BackendKind::File, None, None) => {
+                    return Err(ctx(
+                        "needs file = \"image\" or offset (with backend.path)".into()
+                    ));
+                }
+            };
+            if size == 0 {
+                return Err(ctx("size is 0".into()));
+            }
+            if let Storage::Region { offset } = storage {
+                if offset % 4096 != 0 || size % 4096 != 0 {
+                    return Err(ctx(
+                        "offset and size of a region must be multiples of 4 KiB".into(),
+                    ));
+                }
+                if let Some(other) = tenants.iter().find(|x| match x.storage {
+                    Storage::Region { offset: o } => o < offset + size && offset < o + x.size,
+                    _ => false,
+                }) {
+                    return Err(ctx(format!(
+                        "region {}+{} overlaps tenant '{}'",
+                        format_bytes(offset),
+                        format_bytes(size),
+                        other.spec.name
+                    )));
+                }
+            }
+            tenants.push(TenantConfig {
+                spec,
+                size,
+                read_only: t.read_only,
+                storage,
+            });
+        }
+        Ok(ServerConfig {
+            unix,
+            tcp: s.tcp,
+            queue_depth,
+            queue_limit,
+            policy,
+            interval_s,
+            backend,
+            cache,
+            shared,
+            tenants,
+        })
+    }
+
+    pub fn specs(&self) -> Vec<TenantSpec> {
+        self.tenants.iter().map(|t| t.spec.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ServerConfig, String> {
+        ServerConfig::parse(text, Path::new("/srv"))
+    }
+
+    #[test]
+    fn defaults_and_relative_paths() {
+        let c = parse(
+            r#"
+            [[tenant]]
+            name = "vm1"
+            file = "vm1.img"
+            size = "1g"
+            [[tenant]]
+            name = "vm2"
+            file = "/abs/vm2.img"
+            size = "4k"
+            weight = 2
+            read_only = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.unix, Some(PathBuf::from("/srv/ioshare.sock")));
+        assert_eq!((c.queue_depth, c.queue_limit), (32, 256));
+        assert_eq!(c.policy.name, "none");
+        assert_eq!(c.cache, Cache::Writeback);
+        assert_eq!(c.tenants[0].storage, Storage::Own("/srv/vm1.img".into()));
+        assert_eq!(c.tenants[0].size, 1 << 30);
+        assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
+        assert!(c.tenants[1].read_only);
+        assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                "[server]\nqueue_depth = 0\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.queue_depth",
+            ),
+            (
+                "[server]\npolicy = { label = 'x' }\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.policy: a policy table needs `name`",
+            ),
+            (
+                "[backend]\ncache = 'direct'\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "backend.cache: 'direct'",
+            ),
+            (
+                "[[tenant]]\nname='a'\noffset=0\nsize=4096",
+                "offset: a region needs backend.path",
+            ),
+            (
+                "[backend]\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize='8k'\n[[tenant]]\nname='b'\noffset='4k'\nsize='4k'",
+                "tenant 2 ('b'): region 4.0 KiB+4.0 KiB overlaps tenant 'a'",
+            ),
+            (
+                "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nweight=0",
+                "tenant 1 ('a'): weight must be > 0",
+            ),
+            (
+                "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nsizes=1",
+                "unknown field `sizes`",
+            ),
+            ("", "no [[tenant]]"),
+            (
+                "[backend]\nkind='null'\n[[tenant]]\nname='a'",
+                "size: needed with the null backend",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+}

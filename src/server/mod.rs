@@ -1,0 +1,403 @@
+//! The live server (`ioshare serve`): every tenant is an NBD export; connections are
+//! read by one thread each (the [`crate::nbd`] codec turns bytes into requests), a writer
+//! thread per connection sends replies, and the [`engine`] thread runs the same
+//! [`crate::policy::Policy`] objects as the simulator, in wall-clock time, in front of
+//! io_uring.
+//!
+//! SIGTERM or SIGINT: stop accepting and reading, serve what was received, sync every
+//! file, exit 0.
+
+pub mod config;
+pub mod engine;
+pub mod stats;
+
+use crate::nbd::{Event, ExportInfo, ServerCodec, proto};
+use config::ServerConfig;
+use engine::{Buffer, EngineHandle, Reply, Submission};
+use stats::LiveStats;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// A client connection over either kind of socket.
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> std::io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Open connections, so shutdown can stop their readers.
+type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
+
+/// Runs the server until SIGTERM/SIGINT.
+pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
+    let specs = config.specs();
+    let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
+        .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    let files = engine::Files::open(&config)?;
+    let exports: Arc<Vec<ExportInfo>> = Arc::new(
+        config
+            .tenants
+            .iter()
+            .map(|t| ExportInfo {
+                name: t.spec.name.clone(),
+                size: t.size,
+                read_only: t.read_only,
+            })
+            .collect(),
+    );
+    let unix = match &config.unix {
+        Some(path) => Some(bind_unix(path)?),
+        None => None,
+    };
+    let tcp = match &config.tcp {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .map_err(|e| anyhow::anyhow!("server.tcp: cannot listen on {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+    let stats = Arc::new(LiveStats::new(
+        &specs
+            .iter()
+            .map(|s| (s.name.clone(), s.weight))
+            .collect::<Vec<_>>(),
+    ));
+    let clock = Instant::now();
+    let (handle, inbox) = engine::channel(&config)?;
+    let engine_thread = {
+        let (config, stats) = (config.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || engine::run(&config, files, policy, inbox, stats, clock))?
+    };
+    let mut listening = Vec::new();
+    if let Some(p) = &config.unix {
+        listening.push(format!("unix:{}", p.display()));
+    }
+    if let Some(l) = &tcp {
+        listening.push(format!("tcp:{}", l.local_addr()?));
+    }
+    eprintln!(
+        "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
+        exports.len(),
+        listening.join(", "),
+        config.policy.label,
+        config.queue_depth
+    );
+    let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
+    let mut next_conn = 0u64;
+    let mut last = (Instant::now(), stats.snapshot());
+    for l in [
+        unix.as_ref().map(|l| l.as_raw_fd()),
+        tcp.as_ref().map(|l| l.as_raw_fd()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        // SAFETY: plain fcntl on an open descriptor.
+        unsafe { libc::fcntl(l, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    while !STOP.load(Ordering::SeqCst) {
+        let mut fds: Vec<libc::pollfd> = [
+            unix.as_ref().map(|l| l.as_raw_fd()),
+            tcp.as_ref().map(|l| l.as_raw_fd()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
+        if let Some(l) = &unix {
+            while let Ok((s, _)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                next_conn += 1;
+                spawn_connection(Stream::Unix(s), next_conn, &exports, &handle, &registry);
+            }
+        }
+        if let Some(l) = &tcp {
+            while let Ok((s, _)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_nodelay(true);
+                next_conn += 1;
+                spawn_connection(Stream::Tcp(s), next_conn, &exports, &handle, &registry);
+            }
+        }
+        if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
+            let now = stats.snapshot();
+            let secs = last.0.elapsed().as_secs_f64();
+            if now
+                .iter()
+                .zip(&last.1)
+                .any(|(n, b)| n.completed != b.completed)
+            {
+                for line in stats::interval_lines(&last.1, &now, secs) {
+                    eprintln!("{line}");
+                }
+            }
+            last = (Instant::now(), now);
+        }
+    }
+    eprintln!("ioshare: stopping: serving what was received, then syncing");
+    drop(unix);
+    drop(tcp);
+    if let Some(p) = &config.unix {
+        let _ = std::fs::remove_file(p);
+    }
+    for s in registry.lock().expect("registry").values() {
+        s.shutdown(Shutdown::Read);
+    }
+    handle.drain();
+    drop(handle);
+    engine_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
+    let end = stats.snapshot();
+    for t in &end {
+        eprintln!(
+            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused",
+            t.name,
+            t.completed,
+            crate::units::format_bytes(t.read_bytes),
+            crate::units::format_bytes(t.written_bytes),
+            t.errors,
+            t.refused
+        );
+    }
+    Ok(())
+}
+
+/// Binds the unix socket with mode 0600, replacing a stale socket (never another file).
+fn bind_unix(path: &PathBuf) -> anyhow::Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!(
+                "server.unix: {} exists and is not a socket; not replacing it",
+                path.display()
+            );
+        }
+        if UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "server.unix: {} is in use by a running server",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("server.unix: cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+fn spawn_connection(
+    stream: Stream,
+    id: u64,
+    exports: &Arc<Vec<ExportInfo>>,
+    engine: &EngineHandle,
+    registry: &Registry,
+) {
+    let Ok(clone) = stream.try_clone() else {
+        return;
+    };
+    registry.lock().expect("registry").insert(id, clone);
+    let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("conn-{id}"))
+        .spawn(move || {
+            if let Err(e) = connection(stream, exports, engine) {
+                // A client that hangs up mid-conversation is not news.
+                let gone = e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+                    matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::UnexpectedEof
+                    )
+                });
+                if !gone {
+                    eprintln!("ioshare: connection {id}: {e}");
+                }
+            }
+            registry.lock().expect("registry").remove(&id);
+        });
+    if let Err(e) = spawned {
+        eprintln!("ioshare: connection {id}: cannot start a thread: {e}");
+    }
+}
+
+/// Reads one connection: the handshake, then requests until the client leaves.
+fn connection(
+    mut stream: Stream,
+    exports: Arc<Vec<ExportInfo>>,
+    engine: EngineHandle,
+) -> anyhow::Result<()> {
+    let mut codec = ServerCodec::new(exports);
+    let mut buf = vec![0u8; 256 << 10];
+    stream.write_all(&codec.take_output())?;
+    // Handshake: the reader answers options itself.
+    let export = loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        codec.receive(&buf[..n]);
+        // One poll answers every complete option; it stops at an event or for bytes.
+        let selected = match codec.poll() {
+            Ok(Some(Event::Selected { export })) => Some(export),
+            Ok(Some(Event::Disconnect)) => {
+                stream.write_all(&codec.take_output())?;
+                return Ok(());
+            }
+            Ok(Some(_)) => unreachable!("requests come only after an export is selected"),
+            Ok(None) => None,
+            Err(e) => {
+                let _ = stream.write_all(&codec.take_output());
+                return Err(anyhow::anyhow!("handshake: {e}"));
+            }
+        };
+        stream.write_all(&codec.take_output())?;
+        if let Some(e) = selected {
+            break e;
+        }
+    };
+    let tenant = export as u32;
+    let (tx, rx) = std::sync::mpsc::channel::<Reply>();
+    let writer = {
+        let s = stream.try_clone()?;
+        std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || write_replies(s, rx))?
+    };
+    let result = (|| -> anyhow::Result<()> {
+        loop {
+            loop {
+                match codec.poll() {
+                    Ok(Some(Event::Command(c))) => {
+                        let s = Submission {
+                            tenant,
+                            handle: c.handle,
+                            offset: c.offset,
+                            len: c.len,
+                            kind: c.kind,
+                            reply: tx.clone(),
+                        };
+                        if !engine.submit(s) {
+                            let _ = tx.send(Reply {
+                                handle: c.handle,
+                                error: proto::ESHUTDOWN,
+                                data: None,
+                            });
+                        }
+                    }
+                    Ok(Some(Event::Error { handle, error })) => {
+                        let _ = tx.send(Reply {
+                            handle,
+                            error,
+                            data: None,
+                        });
+                    }
+                    Ok(Some(Event::Disconnect)) => return Ok(()),
+                    Ok(Some(Event::Selected { .. })) => unreachable!("selected once"),
+                    Ok(None) => break,
+                    Err(e) => return Err(anyhow::anyhow!("{e}")),
+                }
+            }
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            codec.receive(&buf[..n]);
+        }
+    })();
+    drop(tx);
+    // Replies of requests still in flight are written before the socket closes.
+    let _ = writer.join();
+    stream.shutdown(Shutdown::Both);
+    result
+}
+
+/// Writes replies as they come, several per system call when several are ready.
+fn write_replies(mut stream: Stream, rx: Receiver<Reply>) {
+    let mut out = Vec::with_capacity(1 << 20);
+    while let Ok(first) = rx.recv() {
+        out.clear();
+        let mut reply = Some(first);
+        while let Some(r) = reply.take() {
+            proto::simple_reply(&mut out, r.handle, r.error);
+            if let Some(data) = &r.data {
+                let n = match data {
+                    Buffer::Plain(v) => v.len(),
+                    Buffer::Aligned(a) => a.as_slice().len(),
+                };
+                out.extend_from_slice(&data.as_slice()[..n]);
+            }
+            if out.len() < (1 << 20) {
+                reply = rx.try_recv().ok();
+            }
+        }
+        if stream.write_all(&out).is_err() {
+            // The client is gone: keep draining so senders never block (they do not).
+            break;
+        }
+    }
+}
