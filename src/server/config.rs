@@ -346,7 +346,7 @@ mod tests {
             ),
             (
                 "[backend]\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize='8k'\n[[tenant]]\nname='b'\noffset='4k'\nsize='4k'",
-                "tenant 2 ('b'): region 4.0 KiB+4.0 KiB overlaps tenant 'a'",
+                "tenant 2 ('b'): region 4 KiB+4 KiB overlaps tenant 'a'",
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nweight=0",
