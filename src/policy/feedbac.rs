@@ -20,6 +20,10 @@
 //!   error e = |forecast − x| / x of the forecast just tested:
 //!   `α = α_min + (α_max − α_min) × min(1, e / e_full)`, with α ∈ [0.1, 0.9] and
 //!   e_full = 0.2 (a 20 % miss follows at full speed). β = 0.3 by default.
+//!   **Reading: idle spells are not observations.** A prediction period in which nothing
+//!   was consumed is skipped: it measures demand, not the device, and feeding it drove
+//!   the forecast to zero on a live server left idle for a while, so the first burst
+//!   after it waited for credits that accrued at one byte a second.
 //!
 //! * **Reading: the period follows the device.** A closed-loop tenant can only spend as
 //!   fast as its requests come back. When the allocation period is not long compared with
@@ -305,6 +309,11 @@ impl FeedBac {
 
     /// Closes the prediction period ending at `end`: observe, forecast, record.
     fn predict(&mut self, end: Nanos) {
+        if self.consumed_in_prediction == 0.0 {
+            // Nobody asked for anything: an idle spell says nothing about the device, and
+            // learning "0" from it would starve the first burst after it.
+            return;
+        }
         let secs = nanos_to_secs(self.prediction_len());
         let x = self.consumed_in_prediction / secs;
         let forecast_made = self.rate;

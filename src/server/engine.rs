@@ -428,6 +428,10 @@ pub fn run(
                 }
             }
         }
+        // The policy's own clock (periods, refills).
+        if policy.next_timer().is_some_and(|at| at <= now()) {
+            policy.on_timer(now());
+        }
         // Dispatch while the device has room.
         let mut wait_until: Option<Nanos> = None;
         while in_flight < config.queue_depth {

@@ -1,0 +1,400 @@
+//! The live server with real NBD clients: nbdinfo, qemu-img, qemu-io, fio's nbd engine,
+//! nbdcopy (./test.sh installs them), and raw protocol bytes for the error paths.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `ioshare serve` in its own folder.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, config: &str) -> Server {
+        let cfg = dir.join("serve.toml");
+        std::fs::write(
+            &cfg,
+            format!("[server]\nunix = \"s.sock\"\ninterval_s = 0\n{config}"),
+        )
+        .unwrap();
+        let socket = dir.join("s.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("serve")
+            .arg(&cfg)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child,
+            dir: dir.to_path_buf(),
+            socket,
+        }
+    }
+
+    fn uri(&self, export: &str) -> String {
+        format!("nbd+unix:///{export}?socket={}", self.socket.display())
+    }
+
+    /// SIGTERM; returns the exit status and what the server wrote to stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status, err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tempdir() -> tempfile::TempDir {
+    // Under target/: a real file system (O_DIRECT works there, unlike on tmpfs).
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{cmd:?}: {e} (./test.sh installs fio, qemu-utils, libnbd-bin, nbdkit)")
+    });
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const TWO_TENANTS: &str = r#"
+[[tenant]]
+name = "vm1"
+file = "vm1.img"
+size = "64m"
+weight = 2
+slo = { iops = 200000.0, size = 4096, rt_us = 1000000 }
+reservation_iops = 100.0
+[[tenant]]
+name = "vm2"
+file = "vm2.img"
+size = "32m"
+slo = { iops = 200000.0, size = 4096, rt_us = 1000000 }
+reservation_iops = 100.0
+"#;
+
+#[test]
+fn nbdinfo_lists_and_qemu_img_opens_every_export() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    let list = stdout(&run(Command::new("nbdinfo").arg("--list").arg(s.uri(""))));
+    assert!(
+        list.contains("export=\"vm1\"") && list.contains("export-size: 67108864"),
+        "{list}"
+    );
+    assert!(
+        list.contains("export=\"vm2\"") && list.contains("export-size: 33554432"),
+        "{list}"
+    );
+    let info = stdout(&run(Command::new("qemu-img").arg("info").arg(s.uri("vm2"))));
+    assert!(
+        info.contains("virtual size: 32 MiB (33554432 bytes)"),
+        "{info}"
+    );
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
+fn fio_verify(uri: &str, bs: &str, size: &str) -> Command {
+    let mut c = Command::new("fio");
+    c.args([
+        "--name=verify",
+        "--ioengine=nbd",
+        &format!("--uri={uri}"),
+        "--rw=randwrite",
+        &format!("--bs={bs}"),
+        "--iodepth=16",
+        &format!("--size={size}"),
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+    ]);
+    c
+}
+
+#[test]
+fn fio_verifies_under_every_policy() {
+    for policy in ioshare::policy::names() {
+        let dir = tempdir();
+        let s = Server::start(dir.path(), &format!("policy = \"{policy}\"\n{TWO_TENANTS}"));
+        let a = fio_verify(&s.uri("vm1"), "4k", "8m").output().unwrap();
+        let b = run(&mut fio_verify(&s.uri("vm2"), "16k", "8m"));
+        assert!(
+            a.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&a.stderr)
+        );
+        for out in [&a, &b] {
+            assert!(stdout(out).contains("err= 0"), "{policy}: {}", stdout(out));
+        }
+        let (status, err) = s.stop();
+        assert!(status.success(), "{policy}: {err}");
+        assert!(err.contains("0 errors, 0 refused"), "{policy}: {err}");
+    }
+}
+
+#[test]
+fn cache_none_serves_unaligned_requests() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("[backend]\ncache = \"none\"\n{TWO_TENANTS}"),
+    );
+    for bs in ["1000", "4k", "3584"] {
+        let out = run(&mut fio_verify(&s.uri("vm1"), bs, "2m"));
+        assert!(stdout(&out).contains("err= 0"), "{bs}: {}", stdout(&out));
+    }
+    assert!(s.stop().0.success());
+}
+
+#[test]
+fn nbdcopy_round_trip_and_regions_stay_isolated() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        r#"
+[backend]
+path = "shared.img"
+[[tenant]]
+name = "a"
+offset = 0
+size = "8m"
+[[tenant]]
+name = "b"
+offset = "8m"
+size = "8m"
+"#,
+    );
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let src = dir.path().join("src.img");
+    std::fs::write(&src, &data).unwrap();
+    run(Command::new("nbdcopy").arg(&src).arg(s.uri("b")));
+    let back = dir.path().join("back.img");
+    run(Command::new("nbdcopy").arg(s.uri("b")).arg(&back));
+    assert!(std::fs::read(&back).unwrap() == data, "b read back differs");
+    let a = dir.path().join("a.img");
+    run(Command::new("nbdcopy").arg(s.uri("a")).arg(&a));
+    assert!(
+        std::fs::read(&a).unwrap().iter().all(|&x| x == 0),
+        "b's bytes leaked into a"
+    );
+    assert!(s.stop().0.success());
+    let shared = std::fs::read(dir.path().join("shared.img")).unwrap();
+    assert!(
+        shared[8 << 20..] == data[..],
+        "b is bytes 8..16 MiB of the shared file"
+    );
+}
+
+#[test]
+fn flushed_data_survives_sigkill() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0xab 4096 65536", "-c", "flush"])
+        .arg(s.uri("vm1")));
+    drop(s); // SIGKILL
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    let out = run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read -P 0xab 4096 65536"])
+        .arg(s.uri("vm1")));
+    assert!(
+        !stdout(&out).contains("Pattern verification failed"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(s.stop().0.success());
+}
+
+/// A raw protocol client: fixed newstyle handshake by `NBD_OPT_GO`.
+struct Raw(UnixStream);
+
+impl Raw {
+    fn connect(s: &Server) -> Raw {
+        let mut c = UnixStream::connect(&s.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).unwrap();
+        assert_eq!(&greeting[..8], b"NBDMAGIC");
+        c.write_all(&3u32.to_be_bytes()).unwrap(); // fixed newstyle, no zeroes
+        Raw(c)
+    }
+
+    fn option(&mut self, option: u32, data: &[u8]) {
+        let mut b = b"IHAVEOPT".to_vec();
+        b.extend_from_slice(&option.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        self.0.write_all(&b).unwrap();
+    }
+
+    /// Sends GO for `name`; returns the reply types up to the final one.
+    fn go(&mut self, name: &str) -> Vec<u32> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&0u16.to_be_bytes());
+        self.option(7, &d);
+        let mut kinds = Vec::new();
+        loop {
+            let mut h = [0u8; 20];
+            self.0.read_exact(&mut h).unwrap();
+            let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+            let mut body = vec![0; len];
+            self.0.read_exact(&mut body).unwrap();
+            kinds.push(kind);
+            if kind != 3 {
+                return kinds; // ACK or an error ends the reply
+            }
+        }
+    }
+
+    fn request(&mut self, kind: u16, handle: u64, offset: u64, len: u32, payload: &[u8]) {
+        let mut b = 0x2560_9513u32.to_be_bytes().to_vec();
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&kind.to_be_bytes());
+        b.extend_from_slice(&handle.to_be_bytes());
+        b.extend_from_slice(&offset.to_be_bytes());
+        b.extend_from_slice(&len.to_be_bytes());
+        self.0.write_all(&b).unwrap();
+        self.0.write_all(payload).unwrap();
+    }
+
+    /// (handle, error) of the next simple reply, reading `data` bytes after a success.
+    fn reply(&mut self, data: usize) -> (u64, u32) {
+        let mut h = [0u8; 16];
+        self.0.read_exact(&mut h).unwrap();
+        assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
+        let error = u32::from_be_bytes(h[4..8].try_into().unwrap());
+        if error == 0 {
+            let mut d = vec![0; data];
+            self.0.read_exact(&mut d).unwrap();
+        }
+        (u64::from_be_bytes(h[8..16].try_into().unwrap()), error)
+    }
+}
+
+#[test]
+fn bad_requests_get_errors_and_connections_stay_usable() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "{TWO_TENANTS}\n[[tenant]]\nname = \"ro\"\nfile = \"ro.img\"\nsize = \"1m\"\nread_only = true\n"
+        ),
+    );
+    let mut c = Raw::connect(&s);
+    assert_eq!(
+        c.go("../vm1.img"),
+        vec![(1 << 31) + 6],
+        "unknown export: ERR_UNKNOWN"
+    );
+    assert_eq!(c.go("vm2"), vec![3, 3, 1]);
+    c.request(0, 1, (32 << 20) - 512, 4096, &[]); // read past the end
+    assert_eq!(c.reply(0), (1, 22));
+    c.request(1, 2, 0, (32 << 20) + 1, &vec![7; (32 << 20) + 1]); // write over 32 MiB
+    assert_eq!(c.reply(0), (2, 22));
+    c.request(1, 3, (32 << 20) - 2, 4, b"abcd"); // write past the end
+    assert_eq!(c.reply(0), (3, 28));
+    c.request(1, 4, 0, 4, b"abcd");
+    assert_eq!(c.reply(0), (4, 0));
+    c.request(0, 5, 0, 4, &[]);
+    assert_eq!(c.reply(4), (5, 0), "still usable");
+    let mut ro = Raw::connect(&s);
+    assert_eq!(ro.go("ro"), vec![3, 3, 1]);
+    ro.request(1, 9, 0, 2, b"no");
+    assert_eq!(ro.reply(0), (9, 1), "EPERM on a read-only export");
+    // Garbage instead of a handshake: that client is dropped, the others go on.
+    let mut bad = UnixStream::connect(&s.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    bad.read_exact(&mut greeting).unwrap();
+    bad.write_all(&[0xff; 64]).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut rest = Vec::new();
+    let _ = bad.read_to_end(&mut rest);
+    c.request(0, 6, 0, 4, &[]);
+    assert_eq!(c.reply(4), (6, 0));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn clients_leaving_with_requests_in_flight_harm_nobody() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    for _ in 0..4 {
+        let mut c = Raw::connect(&s);
+        c.go("vm1");
+        for h in 0..64 {
+            c.request(0, h, h * (1 << 20) % (64 << 20), 1 << 20, &[]);
+        }
+        drop(c); // gone before the replies
+    }
+    let mut c = Raw::connect(&s);
+    c.go("vm2");
+    c.request(0, 1, 0, 4096, &[]);
+    assert_eq!(c.reply(4096), (1, 0));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("vm1: ") && err.contains("0 errors"), "{err}");
+}
+
+#[test]
+fn bad_config_names_the_field() {
+    let dir = tempdir();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nqueue_depth = 0\n[[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = 4096\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("server.queue_depth: must be 1 ..= 4096, got 0"),
+        "{err}"
+    );
+}
