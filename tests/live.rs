@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 /// A running `ioshare serve` in its own folder.
 struct Server {
     child: Child,
-    dir: PathBuf,
     socket: PathBuf,
 }
 
@@ -37,11 +36,7 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Server {
-            child,
-            dir: dir.to_path_buf(),
-            socket,
-        }
+        Server { child, socket }
     }
 
     fn uri(&self, export: &str) -> String {
