@@ -373,6 +373,29 @@ fn clients_leaving_with_requests_in_flight_harm_nobody() {
 }
 
 #[test]
+fn null_backend_succeeds_at_once_and_reads_zeroes() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        "[backend]\nkind = \"null\"\n[[tenant]]\nname = \"n\"\nsize = \"1m\"\n",
+    );
+    let mut c = Raw::connect(&s);
+    assert_eq!(c.go("n"), vec![3, 3, 1]);
+    c.request(1, 1, 0, 4, b"abcd");
+    assert_eq!(c.reply(0), (1, 0));
+    c.request(3, 2, 0, 0, &[]);
+    assert_eq!(c.reply(0), (2, 0));
+    c.request(0, 3, 0, 4, &[]);
+    let mut h = [0u8; 20];
+    c.0.read_exact(&mut h).unwrap();
+    assert_eq!(&h[4..8], &[0, 0, 0, 0], "no error");
+    assert_eq!(&h[16..], &[0, 0, 0, 0], "zeroes");
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("n: 3 requests"), "{err}");
+}
+
+#[test]
 fn bad_config_names_the_field() {
     let dir = tempdir();
     let cfg = dir.path().join("bad.toml");

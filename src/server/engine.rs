@@ -547,13 +547,17 @@ fn answer(gates: &[Gate], sub: Submission, error: u32, data: Option<Buffer>) {
     });
 }
 
-/// The null backend: reads return zeroes, everything succeeds at once.
+/// The null backend: reads return zeroes, everything succeeds at once (the result a
+/// completion of the whole length would carry).
 fn null_result(l: &mut Live) -> i32 {
-    if let CommandKind::Read = l.sub.kind {
-        l.buf = Some(Buffer::Plain(vec![0; l.sub.len as usize]));
+    match l.sub.kind {
+        CommandKind::Read => {
+            l.buf = Some(Buffer::Plain(vec![0; l.sub.len as usize]));
+            l.sub.len as i32
+        }
+        CommandKind::Write { .. } => l.sub.len as i32,
+        _ => 0,
     }
-    l.done = l.sub.len;
-    0
 }
 
 fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
