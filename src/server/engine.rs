@@ -35,7 +35,7 @@ const WAKE: u64 = u64::MAX;
 pub struct Reply {
     pub handle: u64,
     pub error: u32,
-    /// Read data (the reply carries `len` bytes of it).
+    /// Read data, exactly the request's length.
     pub data: Option<Buffer>,
 }
 
@@ -95,7 +95,7 @@ impl Gate {
 pub struct EngineHandle {
     tx: Sender<Message>,
     wake: Arc<File>,
-    pub gates: Arc<Vec<Gate>>,
+    gates: Arc<Vec<Gate>>,
 }
 
 impl EngineHandle {

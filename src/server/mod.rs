@@ -13,7 +13,7 @@ pub mod stats;
 
 use crate::nbd::{Event, ExportInfo, ServerCodec, proto};
 use config::ServerConfig;
-use engine::{Buffer, EngineHandle, Reply, Submission};
+use engine::{EngineHandle, Reply, Submission};
 use stats::LiveStats;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -385,11 +385,7 @@ fn write_replies(mut stream: Stream, rx: Receiver<Reply>) {
         while let Some(r) = reply.take() {
             proto::simple_reply(&mut out, r.handle, r.error);
             if let Some(data) = &r.data {
-                let n = match data {
-                    Buffer::Plain(v) => v.len(),
-                    Buffer::Aligned(a) => a.as_slice().len(),
-                };
-                out.extend_from_slice(&data.as_slice()[..n]);
+                out.extend_from_slice(data.as_slice());
             }
             if out.len() < (1 << 20) {
                 reply = rx.try_recv().ok();
