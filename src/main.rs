@@ -51,7 +51,8 @@ enum Command {
         out: PathBuf,
     },
     /// Serve the tenants of CONFIG as NBD exports (unix socket and/or TCP), scheduling
-    /// their I/O with the configured policy; SIGTERM or Ctrl-C drains, syncs and exits.
+    /// their I/O with the configured policy; SIGTERM or Ctrl-C drains, syncs and exits;
+    /// SIGHUP reloads tenants' weights, SLOs, reservations and limits from CONFIG.
     Serve {
         /// Server configuration (see examples/serve.toml).
         config: PathBuf,
@@ -107,8 +108,8 @@ fn run(cli: Cli) -> Result<()> {
             simulate(&[s], Some(&out), true)
         }
         Command::Serve { config } => {
-            let config = ioshare::server::config::ServerConfig::load(&config)?;
-            ioshare::server::serve(config)
+            let loaded = ioshare::server::config::ServerConfig::load(&config)?;
+            ioshare::server::serve(loaded, Some(config))
         }
         Command::List => {
             println!("policies:");

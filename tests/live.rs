@@ -416,3 +416,142 @@ fn bad_config_names_the_field() {
         "{err}"
     );
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` from the metrics endpoint: (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the series `name` (with its labels) in an exposition.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn signal(s: &Server, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, sig) };
+}
+
+#[test]
+fn metrics_endpoint_and_sighup_reload() {
+    let dir = tempdir();
+    let port = free_port();
+    let s = Server::start(
+        dir.path(),
+        &format!("metrics = \"127.0.0.1:{port}\"\npolicy = \"feedbac\"\n{TWO_TENANTS}"),
+    );
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x5a 0 1M"])
+        .arg(s.uri("vm1")));
+    let (status, text) = http_get(port, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(
+        series(&text, "ioshare_policy_info{policy=\"feedbac\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        series(&text, "ioshare_written_bytes_total{tenant=\"vm1\"}"),
+        Some(1048576.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "ioshare_written_bytes_total{tenant=\"vm2\"}"),
+        Some(0.0)
+    );
+    let completed = series(&text, "ioshare_requests_completed_total{tenant=\"vm1\"}").unwrap();
+    assert!(completed >= 1.0, "{text}");
+    assert_eq!(
+        series(
+            &text,
+            "ioshare_request_latency_seconds_count{tenant=\"vm1\"}"
+        ),
+        Some(completed)
+    );
+    assert!(
+        text.contains("# TYPE ioshare_policy_credits gauge"),
+        "{text}"
+    );
+    assert!(series(&text, "ioshare_policy_credits{tenant=\"vm2\"}").is_some());
+    assert_eq!(http_get(port, "/").0, "HTTP/1.1 404 Not Found");
+
+    // SIGHUP applies a new weight...
+    let weight = |port| {
+        series(
+            &http_get(port, "/metrics").1,
+            "ioshare_tenant_weight{tenant=\"vm1\"}",
+        )
+    };
+    assert_eq!(weight(port), Some(2.0));
+    let cfg = dir.path().join("serve.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replacen("weight = 2", "weight = 5", 1)).unwrap();
+    signal(&s, libc::SIGHUP);
+    let t = Instant::now();
+    while weight(port) != Some(5.0) {
+        assert!(t.elapsed() < Duration::from_secs(10), "reload not applied");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ...but not a change that needs a restart.
+    std::fs::write(&cfg, text.replacen("size = \"64m\"", "size = \"128m\"", 1)).unwrap();
+    signal(&s, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(weight(port), Some(5.0), "a refused reload applies nothing");
+    let info = stdout(&run(Command::new("qemu-img").arg("info").arg(s.uri("vm1"))));
+    assert!(info.contains("(67108864 bytes)"), "{info}");
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("reload: vm1: weight 2 -> 5"), "{err}");
+    assert!(
+        err.contains(
+            "reload: tenant 1 ('vm1'): size changed, which needs a restart; nothing applied"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        "policy = \"mclock\"\ndrain_timeout_s = 0.5\n[[tenant]]\nname = \"slow\"\nfile = \"slow.img\"\nsize = \"1m\"\nlimit_iops = 2.0\n",
+    );
+    let mut c = Raw::connect(&s);
+    assert_eq!(c.go("slow"), vec![3, 3, 1]);
+    for h in 0..10 {
+        c.request(0, h, h * 4096, 4096, &[]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "drain took {:?}",
+        t.elapsed()
+    );
+    let replies: Vec<(u64, u32)> = (0..10).map(|_| c.reply(4096)).collect();
+    let ok = replies.iter().filter(|r| r.1 == 0).count();
+    let shut = replies.iter().filter(|r| r.1 == 108).count();
+    // 2 IOPS for 0.7 s: one to three served, the rest answered ESHUTDOWN.
+    assert!((1..=3).contains(&ok), "{replies:?}");
+    assert_eq!(ok + shut, 10, "{replies:?}");
+    let mut handles: Vec<u64> = replies.iter().map(|r| r.0).collect();
+    handles.sort();
+    assert_eq!(handles, (0..10).collect::<Vec<_>>());
+    assert!(err.contains("drain deadline passed"), "{err}");
+}

@@ -18,7 +18,7 @@
 //! default), `timeout_ms` (default 125, BFQ's `timeout_sync`). Weight changes apply from
 //! the tenant's next budget.
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -207,6 +207,21 @@ impl Policy for Bfq {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        vec![
+            Gauge::policy(
+                "keep_queue_total",
+                "Budgets renewed for the tenant in service",
+                self.keep_queue as f64,
+            ),
+            Gauge::policy(
+                "new_queue_total",
+                "Budgets given to a newly selected tenant",
+                self.new_queue as f64,
+            ),
+        ]
     }
 
     fn stats(&self) -> serde_json::Value {

@@ -19,7 +19,7 @@
 //!
 //! [`Cfq::set_slice_factor`] scales one tenant's slice; MoTS drives it.
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -233,6 +233,23 @@ impl Policy for Cfq {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let mut g = vec![Gauge::policy(
+            "slices_total",
+            "Time slices granted",
+            self.slices as f64,
+        )];
+        for i in 0..self.queues.len() {
+            g.push(Gauge::tenant(
+                "slice_seconds",
+                "The time slice the tenant gets now",
+                i,
+                self.slice_of(i as TenantId) as f64 / 1e9,
+            ));
+        }
+        g
     }
 
     fn stats(&self) -> serde_json::Value {

@@ -44,7 +44,7 @@
 //! from the next allocation. `stats()` records predicted vs consumed credits per
 //! prediction period (the paper's Fig. 5).
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
 };
@@ -440,6 +440,47 @@ impl Policy for FeedBac {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let mut g = vec![
+            Gauge::policy(
+                "forecast_rate",
+                "Forecast device capacity, credits per second",
+                self.rate,
+            ),
+            Gauge::policy(
+                "period_seconds",
+                "Length of the current allocation period",
+                self.period as f64 / NANOS_PER_SEC as f64,
+            ),
+            Gauge::policy(
+                "device_time_seconds",
+                "Mean device time of a request in the last prediction period",
+                self.device_time / NANOS_PER_SEC as f64,
+            ),
+            Gauge::policy("periods_total", "Allocation periods", self.periods as f64),
+            Gauge::policy(
+                "early_refills_total",
+                "Periods ended early because every active tenant ran out of credits",
+                self.early_refills as f64,
+            ),
+        ];
+        for (i, t) in self.tenants.iter().enumerate() {
+            g.push(Gauge::tenant(
+                "credits",
+                "Credits left this period",
+                i,
+                t.credits,
+            ));
+            g.push(Gauge::tenant(
+                "allocation",
+                "Credits given this period",
+                i,
+                t.allocation,
+            ));
+        }
+        g
     }
 
     fn stats(&self) -> serde_json::Value {

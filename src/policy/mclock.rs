@@ -23,7 +23,7 @@
 //! * A tenant without a reservation never enters the constraint phase; one without a
 //!   limit is never held by `L`. Costs are per request (reservations and limits are IOPS).
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use serde_json::json;
 use std::collections::VecDeque;
@@ -202,6 +202,25 @@ impl Policy for MClock {
 
     fn queued(&self) -> usize {
         self.queued
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let mut g = Vec::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            g.push(Gauge::tenant(
+                "by_reservation_total",
+                "Requests dispatched in the reservation phase",
+                i,
+                t.by_reservation as f64,
+            ));
+            g.push(Gauge::tenant(
+                "by_weight_total",
+                "Requests dispatched in the weight phase",
+                i,
+                t.by_weight as f64,
+            ));
+        }
+        g
     }
 
     fn stats(&self) -> serde_json::Value {

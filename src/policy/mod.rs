@@ -38,6 +38,42 @@ pub enum Dispatch {
     Idle,
 }
 
+/// One value of a policy's state, exported as `ioshare_policy_<name>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gauge {
+    /// Metric name without prefix; counters end in `_total`.
+    pub name: &'static str,
+    pub help: &'static str,
+    /// The tenant it belongs to, `None` for the whole policy.
+    pub tenant: Option<TenantId>,
+    pub value: f64,
+}
+
+impl Gauge {
+    pub fn policy(name: &'static str, help: &'static str, value: f64) -> Self {
+        Gauge {
+            name,
+            help,
+            tenant: None,
+            value,
+        }
+    }
+
+    pub fn tenant(name: &'static str, help: &'static str, tenant: usize, value: f64) -> Self {
+        Gauge {
+            name,
+            help,
+            tenant: Some(tenant as TenantId),
+            value,
+        }
+    }
+
+    /// A counter (only grows) rather than a value that goes up and down.
+    pub fn is_counter(&self) -> bool {
+        self.name.ends_with("_total")
+    }
+}
+
 /// A scheduler. See the module docs for the contract.
 pub trait Policy: Send {
     /// Registry name of the policy (`none`, `cfq`, ...).
@@ -81,6 +117,12 @@ pub trait Policy: Send {
     /// switch states). `Null` when there is nothing to tell.
     fn stats(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// The policy's state now, for live monitoring (`/metrics`): credits, switch
+    /// states, slices. Cheap and bounded; empty when there is nothing to show.
+    fn gauges(&self) -> Vec<Gauge> {
+        Vec::new()
     }
 
     /// Switch states over the run, for policies that switch throttling in and out
@@ -295,4 +337,59 @@ pub fn build(
     let policy = (info.build)(&mut params, tenants)?;
     params.finish()?;
     Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every policy shows its state as finite values with names fit for Prometheus,
+    /// one value per (name, tenant), tenants in range.
+    #[test]
+    fn gauges_are_well_formed_for_every_policy() {
+        let tenants = [
+            test_slo_tenant("a", 500.0, 10_000),
+            TenantSpec {
+                weight: 2.0,
+                ..test_slo_tenant("b", 500.0, 10_000)
+            },
+        ];
+        for name in names() {
+            let mut p = build(name, toml::Table::new(), &tenants).expect("defaults build");
+            let mut now = 0;
+            for i in 0..64u64 {
+                now = i * 100_000;
+                p.enqueue(test_request(i + 1, (i % 2) as TenantId, 4096, now), now);
+                while p.take_refused().is_some() {}
+                if let Dispatch::Request(r) = p.dispatch(now) {
+                    let c = Completion {
+                        request: r,
+                        start: now,
+                        finish: now + 50_000,
+                    };
+                    p.complete(&c, now + 50_000);
+                }
+                if p.next_timer().is_some_and(|t| t <= now) {
+                    p.on_timer(now);
+                }
+            }
+            let _ = p.dispatch(now);
+            let gauges = p.gauges();
+            if name != "none" {
+                assert!(!gauges.is_empty(), "{name} shows no state");
+            }
+            let mut seen = BTreeSet::new();
+            for g in &gauges {
+                assert!(
+                    !g.name.is_empty()
+                        && g.name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                    "{name}: bad metric name {:?}",
+                    g.name
+                );
+                assert!(g.value.is_finite(), "{name}: {} = {}", g.name, g.value);
+                assert!(g.tenant.is_none_or(|t| t < 2), "{name}: {g:?}");
+                assert!(seen.insert((g.name, g.tenant)), "{name}: {g:?} twice");
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@
 //! `clamp` (default 16), and CFQ's `base_slice_ms`, `slice_idle_ms`.
 
 use super::cfq::Cfq;
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -203,6 +203,24 @@ impl Policy for Mots {
 
     fn queued(&self) -> usize {
         self.cfq.queued()
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let mut g = self.cfq.gauges();
+        g.push(Gauge::policy(
+            "ticks_total",
+            "Feedback ticks",
+            self.ticks as f64,
+        ));
+        for i in 0..self.tenants.len() {
+            g.push(Gauge::tenant(
+                "slice_factor",
+                "Feedback factor on the tenant's weighted slice",
+                i,
+                self.factor(i as TenantId),
+            ));
+        }
+        g
     }
 
     fn stats(&self) -> serde_json::Value {

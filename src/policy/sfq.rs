@@ -15,7 +15,7 @@
 //! applies), `min_cost` bytes (default 4096).
 //! Weight changes apply to requests tagged after the change.
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -124,6 +124,21 @@ impl Policy for Sfq {
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
         self.flows[tenant as usize].weight = spec.weight;
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        vec![
+            Gauge::policy(
+                "virtual_time",
+                "Start tag of the last dispatched request",
+                self.virtual_time as f64,
+            ),
+            Gauge::policy(
+                "outstanding",
+                "Requests dispatched and not yet completed",
+                self.outstanding as f64,
+            ),
+        ]
     }
 
     fn queued(&self) -> usize {

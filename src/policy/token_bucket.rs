@@ -45,7 +45,7 @@
 //!   tenant exceeds its rate when that is above `iops × (1 + rate_slack)`.
 //! * Tenants without an SLO have no bucket and always bypass.
 
-use super::{Dispatch, Policy, PolicyError, PolicyParams};
+use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::metrics::SwitchLog;
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use serde_json::json;
@@ -553,6 +553,50 @@ impl Policy for SwitchedBuckets {
                 .map(|x| (x.time, x.tenant, x.on))
                 .collect(),
         })
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let mut g = vec![
+            Gauge::policy(
+                "breaches_total",
+                "Response times above the high water mark",
+                self.breaches as f64,
+            ),
+            Gauge::policy(
+                "transitions_total",
+                "Switch transitions",
+                self.transitions as f64,
+            ),
+        ];
+        for (i, t) in self.tenants.iter().enumerate() {
+            g.push(Gauge::tenant(
+                "switch_on",
+                "1 while the tenant's requests go through its bucket",
+                i,
+                f64::from(u8::from(t.on)),
+            ));
+            g.push(Gauge::tenant(
+                "throttled_total",
+                "Requests that waited in the tenant's bucket",
+                i,
+                t.throttled as f64,
+            ));
+            g.push(Gauge::tenant(
+                "refused_total",
+                "Requests refused because they could not meet the response time",
+                i,
+                t.refused as f64,
+            ));
+            if let Some(b) = &t.bucket {
+                g.push(Gauge::tenant(
+                    "bucket_tokens",
+                    "Tokens in the tenant's bucket, in requests",
+                    i,
+                    b.tokens() as f64 / MILLI as f64,
+                ));
+            }
+        }
+        g
     }
 
     /// Water marks, switch states and the transition timeline.

@@ -4,7 +4,7 @@
 //! folder; export names are only ever looked up, never turned into paths.
 
 use crate::scenario::{PolicyChoice, PolicyEntry, policy_choice, tenant_spec};
-use crate::types::{Slo, TenantSpec};
+use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,8 @@ struct ServerFile {
     queue_limit: Option<u32>,
     policy: Option<PolicyEntry>,
     interval_s: Option<f64>,
+    metrics: Option<String>,
+    drain_timeout_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,6 +115,10 @@ pub struct ServerConfig {
     pub queue_limit: u32,
     pub policy: PolicyChoice,
     pub interval_s: f64,
+    /// Address of the Prometheus `/metrics` HTTP endpoint, if any.
+    pub metrics: Option<String>,
+    /// How long a SIGTERM drain waits for the policy to release what it holds.
+    pub drain_timeout: Nanos,
     pub backend: BackendKind,
     pub cache: Cache,
     /// The shared file and its size when tenants are regions of one.
@@ -153,6 +159,12 @@ impl ServerConfig {
         if !(interval_s >= 0.0 && interval_s.is_finite()) {
             return Err(format!(
                 "server.interval_s: must be >= 0 (0: quiet), got {interval_s}"
+            ));
+        }
+        let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
+        if !(0.0..=86_400.0).contains(&drain_timeout_s) {
+            return Err(format!(
+                "server.drain_timeout_s: must be 0 ..= 86400 seconds, got {drain_timeout_s}"
             ));
         }
         let policy = match s.policy {
@@ -277,11 +289,52 @@ impl ServerConfig {
             queue_limit,
             policy,
             interval_s,
+            metrics: s.metrics,
+            drain_timeout: secs_to_nanos(drain_timeout_s),
             backend,
             cache,
             shared,
             tenants,
         })
+    }
+
+    /// The first thing in `new` that a running server cannot take on: everything but
+    /// the tenants' weights, SLOs, reservations and limits, and `interval_s`, needs a
+    /// restart. `None` when `new` can be applied by a reload.
+    pub fn reload_conflict(&self, new: &ServerConfig) -> Option<String> {
+        let server = [
+            ("server.unix", self.unix == new.unix),
+            ("server.tcp", self.tcp == new.tcp),
+            ("server.queue_depth", self.queue_depth == new.queue_depth),
+            ("server.queue_limit", self.queue_limit == new.queue_limit),
+            ("server.policy", self.policy == new.policy),
+            ("server.metrics", self.metrics == new.metrics),
+            (
+                "server.drain_timeout_s",
+                self.drain_timeout == new.drain_timeout,
+            ),
+            ("backend.kind", self.backend == new.backend),
+            ("backend.cache", self.cache == new.cache),
+            ("backend.path/size", self.shared == new.shared),
+        ];
+        if let Some((field, _)) = server.iter().find(|(_, same)| !same) {
+            return Some(field.to_string());
+        }
+        if self.tenants.len() != new.tenants.len() {
+            return Some("the number of [[tenant]]s (exports cannot be added or removed)".into());
+        }
+        for (i, (a, b)) in self.tenants.iter().zip(&new.tenants).enumerate() {
+            let fields = [
+                ("name", a.spec.name == b.spec.name),
+                ("size", a.size == b.size),
+                ("read_only", a.read_only == b.read_only),
+                ("file/offset", a.storage == b.storage),
+            ];
+            if let Some((field, _)) = fields.iter().find(|(_, same)| !same) {
+                return Some(format!("tenant {} ('{}'): {field}", i + 1, a.spec.name));
+            }
+        }
+        None
     }
 
     pub fn specs(&self) -> Vec<TenantSpec> {
@@ -361,10 +414,48 @@ mod tests {
                 "[backend]\nkind='null'\n[[tenant]]\nname='a'",
                 "size: needed with the null backend",
             ),
+            (
+                "[server]\ndrain_timeout_s = -1\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.drain_timeout_s",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn reload_takes_weights_and_slos_but_not_exports() {
+        let base =
+            "[server]\npolicy = 'sfq'\n[[tenant]]\nname='a'\nfile='a'\nsize='1m'\nweight=1\n";
+        let old = parse(base).unwrap();
+        let weights = parse(&base.replace(
+            "weight=1",
+            "weight=5\nslo = { iops = 100, size = 4096, rt_us = 5000 }",
+        ))
+        .unwrap();
+        assert_eq!(old.reload_conflict(&weights), None);
+        let cases = [
+            (base.replace("'sfq'", "'bfq'"), "server.policy"),
+            (
+                base.replace("size='1m'", "size='2m'"),
+                "tenant 1 ('a'): size",
+            ),
+            (
+                base.replace("file='a'", "file='b'"),
+                "tenant 1 ('a'): file/offset",
+            ),
+            (
+                format!("{base}[[tenant]]\nname='b'\nfile='b'\nsize=4096"),
+                "number of [[tenant]]s",
+            ),
+            (format!("{base}[backend]\ncache='none'"), "backend.cache"),
+        ];
+        for (text, want) in cases {
+            let new = parse(&text).unwrap();
+            let got = old.reload_conflict(&new).unwrap_or_default();
+            assert!(got.contains(want), "{text:?}: {got:?}");
         }
     }
 }

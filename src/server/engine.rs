@@ -14,7 +14,7 @@ use super::stats::LiveStats;
 use crate::nbd::CommandKind;
 use crate::nbd::proto;
 use crate::policy::{Dispatch, Policy};
-use crate::types::{Completion, Nanos, Op, Request};
+use crate::types::{Completion, Nanos, Op, Request, TenantSpec};
 use io_uring::{IoUring, opcode, types};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -29,6 +29,8 @@ use std::time::Instant;
 pub const DIRECT_ALIGN: u64 = 4096;
 /// `user_data` of the eventfd read that wakes the loop.
 const WAKE: u64 = u64::MAX;
+/// How often the policy's state is published for `/metrics`.
+const PUBLISH_EVERY: Nanos = 100_000_000;
 
 /// A reply for a connection's writer.
 #[derive(Debug)]
@@ -52,6 +54,11 @@ pub struct Submission {
 
 pub enum Message {
     Submit(Submission),
+    /// A tenant's weight, SLO, reservation or limit changed (configuration reload).
+    Update {
+        tenant: u32,
+        spec: TenantSpec,
+    },
     /// Finish what was submitted, sync every file, and stop.
     Drain,
 }
@@ -113,6 +120,13 @@ impl EngineHandle {
 
     pub fn drain(&self) {
         let _ = self.tx.send(Message::Drain);
+        self.poke();
+    }
+
+    /// Applies a tenant's new weight/SLO/reservation/limit from the policy's next
+    /// period on.
+    pub fn update(&self, tenant: u32, spec: TenantSpec) {
+        let _ = self.tx.send(Message::Update { tenant, spec });
         self.poke();
     }
 
@@ -211,7 +225,8 @@ enum Stage {
 struct Live {
     sub: Submission,
     request: Request,
-    start: Nanos,
+    /// When the policy dispatched it (`None`: still held by the policy).
+    start: Option<Nanos>,
     buf: Option<Buffer>,
     done: u32,
     stage: Stage,
@@ -376,7 +391,9 @@ pub fn run(
     let mut live: HashMap<u64, Live> = HashMap::new();
     let mut next_id = 0u64;
     let mut in_flight = 0u32;
-    let mut draining = false;
+    let mut drain_deadline: Option<Nanos> = None;
+    let mut abandoned = false;
+    let mut last_publish: Option<Nanos> = None;
     let mut finished: Vec<(u64, i32)> = Vec::new();
     loop {
         // New requests.
@@ -406,7 +423,7 @@ pub fn run(
                         Live {
                             sub: s,
                             request,
-                            start: 0,
+                            start: None,
                             buf: None,
                             done: 0,
                             stage: Stage::Transfer,
@@ -420,13 +437,45 @@ pub fn run(
                         answer(&gates, l.sub, proto::EIO, None);
                     }
                 }
-                Ok(Message::Drain) => draining = true,
+                Ok(Message::Update { tenant, spec }) => {
+                    stats.set_weight(tenant, spec.weight);
+                    policy.update_tenant(tenant, &spec, now());
+                }
+                Ok(Message::Drain) => {
+                    drain_deadline.get_or_insert(now() + config.drain_timeout);
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    draining = true;
+                    drain_deadline.get_or_insert(now() + config.drain_timeout);
                     break;
                 }
             }
+        }
+        let draining = drain_deadline.is_some();
+        // A policy still holding requests at the deadline (a limit, an empty bucket)
+        // does not keep the server from stopping: they are answered ESHUTDOWN.
+        if !abandoned && drain_deadline.is_some_and(|d| now() >= d) {
+            abandoned = true;
+            let held: Vec<u64> = live
+                .iter()
+                .filter(|(_, l)| l.start.is_none())
+                .map(|(&id, _)| id)
+                .collect();
+            if !held.is_empty() {
+                eprintln!(
+                    "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
+                    held.len()
+                );
+            }
+            for id in held {
+                let l = live.remove(&id).expect("listed");
+                stats.cancelled(l.sub.tenant);
+                answer(&gates, l.sub, proto::ESHUTDOWN, None);
+            }
+        }
+        if last_publish.is_none_or(|at| now() >= at + PUBLISH_EVERY) {
+            stats.publish_policy(policy.gauges());
+            last_publish = Some(now());
         }
         // The policy's own clock (periods, refills).
         if policy.next_timer().is_some_and(|at| at <= now()) {
@@ -434,13 +483,14 @@ pub fn run(
         }
         // Dispatch while the device has room.
         let mut wait_until: Option<Nanos> = None;
-        while in_flight < config.queue_depth {
+        while in_flight < config.queue_depth && !abandoned {
             let t = now();
             match policy.dispatch(t) {
                 Dispatch::Request(r) => {
                     let l = live.get_mut(&r.id).expect("dispatched a known request");
-                    l.start = t;
+                    l.start = Some(t);
                     in_flight += 1;
+                    stats.dispatched(r.tenant);
                     match files.targets[r.tenant as usize] {
                         None => finished.push((r.id, null_result(l))),
                         Some(target) => start(&mut ring, target, r.id, l)?,
@@ -453,7 +503,10 @@ pub fn run(
                 Dispatch::Idle => break,
             }
         }
-        if let Some(at) = policy.next_timer() {
+        for at in [policy.next_timer(), drain_deadline.filter(|_| !abandoned)]
+            .into_iter()
+            .flatten()
+        {
             wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
         }
         if draining && live.is_empty() && finished.is_empty() {
@@ -510,7 +563,7 @@ pub fn run(
                     let t = now();
                     let c = Completion {
                         request: l.request,
-                        start: l.start,
+                        start: l.start.expect("dispatched"),
                         finish: t,
                     };
                     policy.complete(&c, t);

@@ -4,11 +4,16 @@
 //! [`crate::policy::Policy`] objects as the simulator, in wall-clock time, in front of
 //! io_uring.
 //!
-//! SIGTERM or SIGINT: stop accepting and reading, serve what was received, sync every
-//! file, exit 0.
+//! SIGTERM or SIGINT: stop accepting and reading, serve what was received (at most
+//! `drain_timeout_s` for what the policy still holds), sync every file, exit 0.
+//!
+//! SIGHUP: read the configuration file again and apply changed weights, SLOs,
+//! reservations and limits (and `interval_s`) to the running policy. Anything else
+//! that changed needs a restart; the reload says what and applies nothing.
 
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod stats;
 
 use crate::nbd::{Event, ExportInfo, ServerCodec, proto};
@@ -28,9 +33,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+extern "C" fn on_signal(signal: libc::c_int) {
+    if signal == libc::SIGHUP {
+        RELOAD.store(true, Ordering::SeqCst);
+    } else {
+        STOP.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A client connection over either kind of socket.
@@ -78,8 +88,9 @@ impl Write for Stream {
 /// Open connections, so shutdown can stop their readers.
 type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
 
-/// Runs the server until SIGTERM/SIGINT.
-pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
+/// Runs the server until SIGTERM/SIGINT. `source` is the configuration file SIGHUP
+/// reloads (`None`: SIGHUP is ignored).
+pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Result<()> {
     let specs = config.specs();
     let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
         .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
@@ -110,6 +121,7 @@ pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
     }
     let stats = Arc::new(LiveStats::new(
         &specs
@@ -117,6 +129,16 @@ pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
             .map(|s| (s.name.clone(), s.weight))
             .collect::<Vec<_>>(),
     ));
+    let metrics_at = match &config.metrics {
+        Some(addr) => Some(metrics::spawn(
+            addr,
+            metrics::MetricsSource {
+                stats: stats.clone(),
+                policy: config.policy.label.clone(),
+            },
+        )?),
+        None => None,
+    };
     let clock = Instant::now();
     let (handle, inbox) = engine::channel(&config)?;
     let engine_thread = {
@@ -131,6 +153,9 @@ pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
     }
     if let Some(l) = &tcp {
         listening.push(format!("tcp:{}", l.local_addr()?));
+    }
+    if let Some(a) = metrics_at {
+        eprintln!("ioshare: metrics on http://{a}/metrics");
     }
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
@@ -153,6 +178,12 @@ pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
         unsafe { libc::fcntl(l, libc::F_SETFL, libc::O_NONBLOCK) };
     }
     while !STOP.load(Ordering::SeqCst) {
+        if RELOAD.swap(false, Ordering::SeqCst) {
+            match &source {
+                Some(path) => reload(&mut config, path, &handle),
+                None => eprintln!("ioshare: SIGHUP: no configuration file to reload"),
+            }
+        }
         let mut fds: Vec<libc::pollfd> = [
             unix.as_ref().map(|l| l.as_raw_fd()),
             tcp.as_ref().map(|l| l.as_raw_fd()),
@@ -224,6 +255,52 @@ pub fn serve(config: ServerConfig) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Reads the configuration again and hands changed tenant specs to the engine; a
+/// change that needs a restart (or a file that no longer loads) applies nothing.
+fn reload(config: &mut ServerConfig, path: &std::path::Path, engine: &EngineHandle) {
+    let new = match ServerConfig::load(path) {
+        Ok(new) => new,
+        Err(e) => {
+            eprintln!("ioshare: reload: {e}; nothing applied");
+            return;
+        }
+    };
+    if let Some(field) = config.reload_conflict(&new) {
+        eprintln!("ioshare: reload: {field} changed, which needs a restart; nothing applied");
+        return;
+    }
+    let mut changed = 0;
+    for (i, (old, new)) in config.tenants.iter().zip(&new.tenants).enumerate() {
+        if old.spec != new.spec {
+            eprintln!(
+                "ioshare: reload: {}: weight {} -> {}, slo {} -> {}, reservation {} -> {}, limit {} -> {}",
+                new.spec.name,
+                old.spec.weight,
+                new.spec.weight,
+                describe(&old.spec.slo),
+                describe(&new.spec.slo),
+                describe(&old.spec.reservation_iops),
+                describe(&new.spec.reservation_iops),
+                describe(&old.spec.limit_iops),
+                describe(&new.spec.limit_iops),
+            );
+            engine.update(i as u32, new.spec.clone());
+            changed += 1;
+        }
+    }
+    if changed == 0 && config.interval_s == new.interval_s {
+        eprintln!("ioshare: reload: nothing changed");
+    }
+    *config = new;
+}
+
+fn describe<T: std::fmt::Debug>(value: &Option<T>) -> String {
+    match value {
+        Some(v) => format!("{v:?}"),
+        None => "none".into(),
+    }
 }
 
 /// Binds the unix socket with mode 0600, replacing a stale socket (never another file).

@@ -1,9 +1,31 @@
 //! What each tenant got on the live server: counters and latency histograms written by
-//! the engine, read by the periodic terminal line.
+//! the engine, read by the periodic terminal line and the `/metrics` endpoint.
 
-use crate::types::{Completion, Op};
+use crate::policy::Gauge;
+use crate::types::{Completion, Nanos, Op};
 use hdrhistogram::Histogram;
 use std::sync::Mutex;
+
+/// Upper bounds of the exported latency histogram's buckets, nanoseconds (50 µs to 10 s).
+pub const LATENCY_BUCKETS_NS: [Nanos; 17] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
 
 #[derive(Debug, Clone)]
 pub struct TenantCounters {
@@ -13,16 +35,39 @@ pub struct TenantCounters {
     pub completed: u64,
     pub errors: u64,
     pub refused: u64,
+    /// Requests the policy sent to the backend.
+    pub dispatched: u64,
+    /// Requests answered with an error at shutdown because the drain deadline passed
+    /// while the policy still held them.
+    pub cancelled: u64,
     pub read_bytes: u64,
     pub written_bytes: u64,
-    /// Latency of completions, µs.
+    /// Latency of successful completions, µs.
     pub latency: Histogram<u64>,
+    /// The same latencies counted exactly into [`LATENCY_BUCKETS_NS`] (non-cumulative;
+    /// the last slot holds what is above every bound), and their sum.
+    pub latency_buckets: [u64; LATENCY_BUCKETS_NS.len() + 1],
+    pub latency_sum_ns: u128,
+}
+
+impl TenantCounters {
+    /// Requests held by the policy: arrived, not yet dispatched, refused or cancelled.
+    pub fn queued(&self) -> u64 {
+        self.arrived - self.refused - self.cancelled - self.dispatched
+    }
+
+    /// Requests on the backend.
+    pub fn in_flight(&self) -> u64 {
+        self.dispatched - self.completed
+    }
 }
 
 /// Shared between the engine (writer) and the reporting loop.
 #[derive(Debug)]
 pub struct LiveStats {
     tenants: Mutex<Vec<TenantCounters>>,
+    /// The policy's state as of its last publication by the engine.
+    policy: Mutex<Vec<Gauge>>,
 }
 
 impl LiveStats {
@@ -38,14 +83,39 @@ impl LiveStats {
                         completed: 0,
                         errors: 0,
                         refused: 0,
+                        dispatched: 0,
+                        cancelled: 0,
                         read_bytes: 0,
                         written_bytes: 0,
                         latency: Histogram::new_with_bounds(1, 60_000_000, 2)
                             .expect("histogram bounds"),
+                        latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
+                        latency_sum_ns: 0,
                     })
                     .collect(),
             ),
+            policy: Mutex::new(Vec::new()),
         }
+    }
+
+    pub fn dispatched(&self, tenant: u32) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].dispatched += 1;
+    }
+
+    pub fn cancelled(&self, tenant: u32) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].cancelled += 1;
+    }
+
+    pub fn set_weight(&self, tenant: u32, weight: f64) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].weight = weight;
+    }
+
+    pub fn publish_policy(&self, gauges: Vec<Gauge>) {
+        *self.policy.lock().expect("stats lock") = gauges;
+    }
+
+    pub fn policy_gauges(&self) -> Vec<Gauge> {
+        self.policy.lock().expect("stats lock").clone()
     }
 
     pub fn arrived(&self, tenant: u32) {
@@ -69,7 +139,10 @@ impl LiveStats {
             Op::Write => t.written_bytes += c.request.len as u64,
             Op::Flush | Op::Trim => {}
         }
-        t.latency.saturating_record((c.latency() / 1000).max(1));
+        let latency = c.latency();
+        t.latency.saturating_record((latency / 1000).max(1));
+        t.latency_buckets[LATENCY_BUCKETS_NS.partition_point(|&b| b < latency)] += 1;
+        t.latency_sum_ns += latency as u128;
     }
 
     /// A copy of the counters now.
