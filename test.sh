@@ -3,9 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# System packages used by the tests that talk to real NBD clients (live server).
+# System packages used by the tests that talk to real NBD clients (live server) and
+# put a file system on an export (nbdfuse, losetup, mkfs.ext4).
 need=()
-for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit; do
+for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdfuse:libnbd-bin nbdkit:nbdkit \
+    mkfs.ext4:e2fsprogs losetup:mount; do
     cmd=${pair%%:*}
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

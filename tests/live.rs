@@ -555,3 +555,174 @@ fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
     assert_eq!(handles, (0..10).collect::<Vec<_>>());
     assert!(err.contains("drain deadline passed"), "{err}");
 }
+
+/// Mounts made by the file-system test, undone in reverse order even when it fails.
+#[derive(Default)]
+struct Mounts {
+    fuse: Option<(PathBuf, Child)>,
+    loop_dev: Option<String>,
+    fs: Option<PathBuf>,
+}
+
+impl Mounts {
+    fn unmount_fs(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            run(Command::new("umount").arg(&fs));
+        }
+    }
+
+    fn detach(&mut self) {
+        self.unmount_fs();
+        if let Some(dev) = self.loop_dev.take() {
+            run(Command::new("losetup").arg("-d").arg(&dev));
+        }
+        if let Some((dir, mut child)) = self.fuse.take() {
+            run(Command::new("umount").arg(&dir));
+            assert!(child.wait().unwrap().success(), "nbdfuse failed");
+        }
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            let _ = Command::new("umount").arg("-l").arg(fs).status();
+        }
+        if let Some(dev) = self.loop_dev.take() {
+            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+        }
+        if let Some((dir, mut child)) = self.fuse.take() {
+            let _ = Command::new("umount").arg("-l").arg(dir).status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The export as a file (nbdfuse), a loop device on it, and `fs` mounted from it.
+fn attach(m: &mut Mounts, s: &Server, export: &str, dir: &Path) -> String {
+    let fuse = dir.join("fuse");
+    let pidfile = dir.join("nbdfuse.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    std::fs::create_dir_all(&fuse).unwrap();
+    let child = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(&fuse)
+        .arg(s.uri(export))
+        .spawn()
+        .expect("nbdfuse (./test.sh installs libnbd-bin)");
+    m.fuse = Some((fuse.clone(), child));
+    let t = Instant::now();
+    while !pidfile.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nbdfuse did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(fuse.join("nbd")));
+    let dev = stdout(&out).trim().to_string();
+    m.loop_dev = Some(dev.clone());
+    dev
+}
+
+fn mount(m: &mut Mounts, dev: &str, at: &Path) {
+    std::fs::create_dir_all(at).unwrap();
+    run(Command::new("mount").arg(dev).arg(at));
+    m.fs = Some(at.to_path_buf());
+}
+
+/// Why this machine cannot run the file-system test, if it cannot (no FUSE device,
+/// no loop devices, not allowed to mount).
+fn no_mount_support() -> Option<&'static str> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("no /dev/fuse");
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no /dev/loop-control");
+    }
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (mount and losetup need it)");
+    }
+    None
+}
+
+#[test]
+fn ext4_on_an_export_survives_unmount_and_server_restart() {
+    if let Some(why) = no_mount_support() {
+        // Required where it can run: IOSHARE_REQUIRE_MOUNT=1 turns the skip into a failure.
+        assert!(
+            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
+            "cannot run: {why}"
+        );
+        eprintln!("SKIPPED ext4_on_an_export_survives_unmount_and_server_restart: {why}");
+        return;
+    }
+    let dir = tempdir();
+    let config = "policy = \"sfq\"\n[backend]\ncache = \"none\"\n[[tenant]]\nname = \"fs\"\nfile = \"fs.img\"\nsize = \"96m\"\n[[tenant]]\nname = \"other\"\nfile = \"other.img\"\nsize = \"16m\"\n";
+    let s = Server::start(dir.path(), config);
+    let mut m = Mounts::default();
+    let dev = attach(&mut m, &s, "fs", dir.path());
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev));
+    let root = dir.path().join("mnt");
+    mount(&mut m, &dev, &root);
+    // Files: one large of pseudo-random bytes, many small ones in a folder.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let big: Vec<u8> = (0..(8 << 20))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let write = |path: &Path, bytes: &[u8]| {
+        let mut f = std::fs::File::create(path).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+    };
+    write(&root.join("big.bin"), &big);
+    std::fs::create_dir(root.join("small")).unwrap();
+    for i in 0..200 {
+        write(
+            &root.join("small").join(format!("{i}.txt")),
+            format!("file {i}\n").repeat(i + 1).as_bytes(),
+        );
+    }
+    let check = |root: &Path| {
+        assert!(
+            std::fs::read(root.join("big.bin")).unwrap() == big,
+            "big.bin differs"
+        );
+        for i in 0..200 {
+            let got = std::fs::read_to_string(root.join("small").join(format!("{i}.txt"))).unwrap();
+            assert_eq!(got, format!("file {i}\n").repeat(i + 1));
+        }
+    };
+    // Unmount and mount again on the same server...
+    m.unmount_fs();
+    mount(&mut m, &dev, &root);
+    check(&root);
+    // ...then take everything down, restart the server, and look once more.
+    m.detach();
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    let s = Server::start(dir.path(), config);
+    let dev = attach(&mut m, &s, "fs", dir.path());
+    run(Command::new("e2fsck").args(["-f", "-n"]).arg(&dev));
+    mount(&mut m, &dev, &root);
+    check(&root);
+    m.detach();
+    // The other export saw none of it.
+    let other = std::fs::read(dir.path().join("other.img")).unwrap();
+    assert!(
+        other.iter().all(|&b| b == 0),
+        "the other export was written"
+    );
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
