@@ -417,6 +417,13 @@ impl ServerCodec {
             CMD_WRITE_ZEROES => CommandKind::WriteZeroes { fua },
             _ => return error(EINVAL),
         };
+        // A flush covers the whole export; what a client put in its offset and length
+        // (zeroes, by the protocol) must not count as bytes to a policy.
+        let (offset, len) = if kind == CommandKind::Flush {
+            (0, 0)
+        } else {
+            (offset, len)
+        };
         Ok(Step::Event(Event::Command(Command {
             handle,
             offset,

@@ -4,6 +4,7 @@
 //! byte slices.
 
 pub mod codec;
+pub mod fuzzing;
 pub mod proto;
 
 pub use codec::{Command, CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};

@@ -1,0 +1,128 @@
+//! Drives the codec as a connection does, for the fuzz target (`fuzz/`) and the
+//! property tests: any input, cut into any pieces, must give the same events and the
+//! same handshake bytes as the whole input at once, and every request the codec lets
+//! through must be one the server can execute safely.
+
+use super::{CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};
+use std::sync::Arc;
+
+/// The largest request the codec accepts (the block-size maximum it advertises).
+const MAX_REQUEST: u32 = 32 << 20;
+
+/// Everything a codec said to one input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    pub events: Vec<Result<Event, ProtocolError>>,
+    /// Handshake bytes sent, all together.
+    pub output: Vec<u8>,
+}
+
+/// The exports the fuzz target serves: a writable one, a read-only one, a tiny one.
+pub fn exports() -> Arc<Vec<ExportInfo>> {
+    Arc::new(vec![
+        ExportInfo {
+            name: "vm1".into(),
+            size: 1 << 20,
+            read_only: false,
+        },
+        ExportInfo {
+            name: "ro".into(),
+            size: 64 << 10,
+            read_only: true,
+        },
+        ExportInfo {
+            name: "tiny".into(),
+            size: 1000,
+            read_only: false,
+        },
+    ])
+}
+
+/// Feeds `input` cut at `cuts` (positions, taken modulo the length, in any order),
+/// polling after every piece as the server's reader does.
+pub fn run(exports: &Arc<Vec<ExportInfo>>, input: &[u8], cuts: &[usize]) -> Transcript {
+    let mut codec = ServerCodec::new(exports.clone());
+    let mut t = Transcript {
+        events: Vec::new(),
+        output: codec.take_output(),
+    };
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
+    points.sort_unstable();
+    points.push(input.len());
+    let mut at = 0;
+    for p in points {
+        codec.receive(&input[at..p]);
+        at = p;
+        loop {
+            let polled = codec.poll();
+            t.output.extend(codec.take_output());
+            match polled {
+                Ok(Some(e)) => t.events.push(Ok(e)),
+                Ok(None) => break,
+                Err(e) => t.events.push(Err(e)),
+            }
+        }
+    }
+    t
+}
+
+/// Panics unless the transcript keeps the codec's promises: requests only after an
+/// export is selected, inside it, reads and writes at most 32 MiB, writes carrying
+/// exactly their length, flushes without a range, nothing that changes a read-only
+/// export, nothing after the end.
+pub fn check(exports: &[ExportInfo], t: &Transcript) {
+    let mut selected: Option<&ExportInfo> = None;
+    let mut over = false;
+    for e in &t.events {
+        assert!(!over, "an event after the connection ended: {e:?}");
+        match e {
+            Ok(Event::Selected { export }) => {
+                assert!(selected.is_none(), "a second export selected");
+                selected = Some(&exports[*export]);
+            }
+            Ok(Event::Command(c)) => {
+                let x = selected.expect("a request before an export was selected");
+                // Trims and zeroing carry no payload and may be larger.
+                if matches!(c.kind, CommandKind::Read | CommandKind::Write { .. }) {
+                    assert!(c.len <= MAX_REQUEST, "{} bytes let through", c.len);
+                }
+                if c.kind == CommandKind::Flush {
+                    assert_eq!((c.offset, c.len), (0, 0), "a flush with a range");
+                } else {
+                    let end = c.offset.checked_add(c.len as u64);
+                    assert!(
+                        end.is_some_and(|end| end <= x.size),
+                        "request {}+{} past {}",
+                        c.offset,
+                        c.len,
+                        x.size
+                    );
+                }
+                match &c.kind {
+                    CommandKind::Write { data, .. } => {
+                        assert_eq!(data.len(), c.len as usize, "payload length");
+                        assert!(!x.read_only, "write to a read-only export");
+                    }
+                    CommandKind::Trim { .. } | CommandKind::WriteZeroes { .. } => {
+                        assert!(!x.read_only, "change to a read-only export")
+                    }
+                    CommandKind::Read | CommandKind::Flush => {}
+                }
+            }
+            Ok(Event::Error { .. }) => {
+                assert!(selected.is_some(), "a request error before transmission");
+            }
+            Ok(Event::Disconnect) | Err(_) => over = true,
+        }
+    }
+}
+
+/// The fuzz target's body: `input` whole and cut at `cuts` says the same, and keeps
+/// the promises of [`check`].
+pub fn check_pieces(input: &[u8], cuts: &[usize]) {
+    let exports = exports();
+    let whole = run(&exports, input, &[]);
+    check(&exports, &whole);
+    let pieces = run(&exports, input, cuts);
+    assert_eq!(whole, pieces, "cut at {cuts:?}");
+}
