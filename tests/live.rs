@@ -726,3 +726,64 @@ fn ext4_on_an_export_survives_unmount_and_server_restart() {
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn a_flooding_client_is_held_back_by_its_queue_bound() {
+    let dir = tempdir();
+    let port = free_port();
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "policy = \"mclock\"\nqueue_limit = 4\ndrain_timeout_s = 0.2\nmetrics = \"127.0.0.1:{port}\"\n\
+             [[tenant]]\nname = \"flood\"\nfile = \"flood.img\"\nsize = \"64m\"\nlimit_iops = 1.0\n\
+             [[tenant]]\nname = \"calm\"\nfile = \"calm.img\"\nsize = \"1m\"\n"
+        ),
+    );
+    let mut flood = Raw::connect(&s);
+    assert_eq!(flood.go("flood"), vec![3, 3, 1]);
+    // 64 MiB of writes, sent as fast as the socket takes them, replies never read.
+    let mut sender = flood.0.try_clone().unwrap();
+    sender
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flooding = {
+        let sent = sent.clone();
+        std::thread::spawn(move || {
+            let payload = vec![0x77u8; 64 << 10];
+            for h in 0..1024u64 {
+                let mut b = 0x2560_9513u32.to_be_bytes().to_vec();
+                b.extend_from_slice(&0u16.to_be_bytes());
+                b.extend_from_slice(&1u16.to_be_bytes());
+                b.extend_from_slice(&h.to_be_bytes());
+                b.extend_from_slice(&(h * (64 << 10)).to_be_bytes());
+                b.extend_from_slice(&(64u32 << 10).to_be_bytes());
+                b.extend_from_slice(&payload);
+                if sender.write_all(&b).is_err() {
+                    return;
+                }
+                sent.fetch_add(b.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    // The server holds at most the bound in the engine, its read buffer and one
+    // request being assembled: the flood stalls in the socket, megabytes short.
+    let stalled = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(stalled < 8 << 20, "{stalled} bytes taken in 1.5 s");
+    let text = http_get(port, "/metrics").1;
+    let held = series(&text, "ioshare_tenant_queued{tenant=\"flood\"}").unwrap()
+        + series(&text, "ioshare_tenant_in_flight{tenant=\"flood\"}").unwrap();
+    assert!(held <= 4.0, "{held} requests held\n{text}");
+    // The other tenant is served meanwhile.
+    let mut calm = Raw::connect(&s);
+    assert_eq!(calm.go("calm"), vec![3, 3, 1]);
+    let t = Instant::now();
+    calm.request(0, 1, 0, 4096, &[]);
+    assert_eq!(calm.reply(4096), (1, 0));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    drop(flood);
+    flooding.join().unwrap();
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Side by side, in one run: fio (ioengine=nbd) against ioshare (policy none), nbdkit's
+# file plugin and qemu-nbd, all serving the same file in the same cache mode over a unix
+# socket, and fio (io_uring) on the file itself. Prints a markdown table per cache mode
+# with IOPS, MB/s and ratios.
+#
+#   bench/nbd-compare.sh                 # both cache modes, 10 s per cell
+#   MODES=none RUNTIME=30 bench/nbd-compare.sh
+#
+# Environment: MODES ("none writeback"), RUNTIME (seconds per cell, 10), SIZE (file size,
+# 1g), IODEPTH (32), BENCH_DIR (where the file lives, target/bench: use a real disk;
+# cache mode none needs O_DIRECT, which tmpfs lacks).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODES=${MODES:-"none writeback"}
+RUNTIME=${RUNTIME:-10}
+SIZE=${SIZE:-1g}
+IODEPTH=${IODEPTH:-32}
+DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
+
+need=()
+for pair in fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing ${need[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "missing ${need[*]}: install them (or run as root with apt-get)" >&2
+        exit 1
+    fi
+fi
+cargo build --release --quiet
+
+mkdir -p "$DIR"
+FILE=$DIR/disk.img
+SOCK=$DIR/nbd.sock
+bytes=$(numfmt --from=iec "${SIZE^^}")
+if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != "$bytes" ]; then
+    echo "writing $SIZE to $FILE (fully allocated, so no run measures block allocation)" >&2
+    rm -f "$FILE"
+    fio --name=fill --filename="$FILE" --rw=write --bs=1m --size="$SIZE" --ioengine=psync \
+        --direct=1 --output=/dev/null
+fi
+
+server_pid=
+stop_server() {
+    if [ -n "$server_pid" ]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=
+    fi
+    rm -f "$SOCK"
+}
+trap stop_server EXIT
+
+# start_server TARGET MODE: serves $FILE as export "disk" on $SOCK.
+start_server() {
+    local target=$1 mode=$2
+    rm -f "$SOCK"
+    case $target in
+    ioshare)
+        cat >"$DIR/ioshare.toml" <<EOF
+[server]
+unix = "$SOCK"
+interval_s = 0
+queue_depth = $IODEPTH
+policy = "none"
+[backend]
+cache = "$mode"
+[[tenant]]
+name = "disk"
+file = "$FILE"
+size = $bytes
+EOF
+        ./target/release/ioshare serve "$DIR/ioshare.toml" 2>"$DIR/ioshare.log" &
+        ;;
+    nbdkit)
+        # nbdkit 1.32's file plugin has no O_DIRECT; its cache=none evicts written and
+        # read pages from the page cache, the nearest it comes.
+        local cache=default
+        [ "$mode" = none ] && cache=none
+        nbdkit --foreground --unix "$SOCK" --exportname disk file "$FILE" cache=$cache \
+            2>"$DIR/nbdkit.log" &
+        ;;
+    qemu-nbd)
+        qemu-nbd --socket="$SOCK" --export-name=disk --format=raw --cache="$mode" \
+            --aio=io_uring --shared=16 --persistent "$FILE" 2>"$DIR/qemu-nbd.log" &
+        ;;
+    esac
+    server_pid=$!
+    for _ in $(seq 200); do
+        nbdinfo --size "nbd+unix:///disk?socket=$SOCK" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "$target did not start; see $DIR/$target.log" >&2
+    exit 1
+}
+
+# measure TARGET MODE RW BS: prints "IOPS MB/s".
+measure() {
+    local target=$1 mode=$2 rw=$3 bs=$4 engine
+    if [ "$target" = raw ]; then
+        local direct=0
+        [ "$mode" = none ] && direct=1
+        engine=(--ioengine=io_uring --filename="$FILE" --direct=$direct)
+    else
+        engine=(--ioengine=nbd "--uri=nbd+unix:///disk?socket=$SOCK")
+    fi
+    fio --name=b "${engine[@]}" --rw="$rw" --bs="$bs" --iodepth="$IODEPTH" --size="$SIZE" \
+        --time_based --runtime="$RUNTIME" --ramp_time=2 --randrepeat=0 --minimal |
+        awk -F';' -v rw="$rw" '$1 == 3 && NF > 50 {
+            # terse v3 (fio nbd also prints a "connected" line): read KiB/s and IOPS in
+            # fields 7 and 8, write in 48 and 49
+            if (rw ~ /write/) { bw = $48; iops = $49 } else { bw = $7; iops = $8 }
+            printf "%d %.1f\n", iops, bw * 1024 / 1e6
+        }'
+}
+
+targets=(raw ioshare nbdkit qemu-nbd)
+workloads=("randread 4k" "randwrite 4k" "read 128k" "write 128k")
+echo "# $(date -u +%F) $(nproc) CPUs, $(uname -r), $(fio --version), nbdkit $(nbdkit --version | cut -d' ' -f2), $(qemu-nbd --version | head -1 | cut -d' ' -f2)"
+echo "# file $FILE ($SIZE on $(findmnt -no FSTYPE -T "$DIR")), iodepth $IODEPTH, ${RUNTIME} s per cell after 2 s ramp"
+for mode in $MODES; do
+    declare -A result=()
+    for target in "${targets[@]}"; do
+        [ "$target" != raw ] && start_server "$target" "$mode"
+        for w in "${workloads[@]}"; do
+            result[$target,$w]=$(measure "$target" "$mode" $w)
+            echo "cache=$mode $target $w: ${result[$target,$w]}" >&2
+        done
+        stop_server
+    done
+    echo
+    echo "### cache mode \`$mode\`"
+    echo
+    echo "| workload | raw fio (io_uring) | ioshare | nbdkit file | qemu-nbd | ioshare / raw | ioshare / best of nbdkit, qemu-nbd |"
+    echo "|---|---|---|---|---|---|---|"
+    for w in "${workloads[@]}"; do
+        read -r raw_iops raw_mb <<<"${result[raw,$w]}"
+        read -r io_iops io_mb <<<"${result[ioshare,$w]}"
+        read -r kit_iops kit_mb <<<"${result[nbdkit,$w]}"
+        read -r qemu_iops qemu_mb <<<"${result[qemu-nbd,$w]}"
+        awk -v w="$w" -v r="$raw_iops" -v rm="$raw_mb" -v i="$io_iops" -v im="$io_mb" \
+            -v k="$kit_iops" -v km="$kit_mb" -v q="$qemu_iops" -v qm="$qemu_mb" 'BEGIN {
+            best = (k > q) ? k : q
+            printf "| %s | %d IOPS, %.0f MB/s | %d, %.0f | %d, %.0f | %d, %.0f | %.2f | %.2f |\n",
+                w, r, rm, i, im, k, km, q, qm, (r > 0 ? i / r : 0), (best > 0 ? i / best : 0)
+        }'
+    done
+    unset result
+done
