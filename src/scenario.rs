@@ -52,7 +52,7 @@ pub(crate) enum PolicyEntry {
 }
 
 #[derive(Debug, Deserialize)]
-struct DeviceFile {
+pub(crate) struct DeviceFile {
     model: String,
     preset: Option<String>,
     precondition: Option<Precondition>,
@@ -600,7 +600,7 @@ pub(crate) fn policy_choice(entry: PolicyEntry) -> Result<PolicyChoice, String> 
     }
 }
 
-fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
+pub(crate) fn device_spec(d: DeviceFile) -> Result<DeviceSpec, String> {
     match d.model.as_str() {
         "fixed" => {
             if d.preset.is_some() || d.precondition.is_some() || d.aging_passes.is_some() {

@@ -787,3 +787,78 @@ fn a_flooding_client_is_held_back_by_its_queue_bound() {
     drop(flood);
     flooding.join().unwrap();
 }
+
+#[test]
+fn emulated_backend_never_answers_before_the_model() {
+    let dir = tempdir();
+    // One request at a time, 2 ms each: the model's clock is easy to check.
+    let s = Server::start(
+        dir.path(),
+        "[backend]\nkind = \"emulated\"\npath = \"data.img\"\n\
+         device = { model = \"fixed\", latency_us = 2000, bandwidth_mb_s = 100000, parallelism = 1, capacity_gib = 1 }\n\
+         [[tenant]]\nname = \"a\"\noffset = 0\nsize = \"16m\"\n",
+    );
+    let mut c = Raw::connect(&s);
+    assert_eq!(c.go("a"), vec![3, 3, 1]);
+    let mut slowest_qd1 = Duration::ZERO;
+    for h in 0..10 {
+        let t = Instant::now();
+        c.request(0, h, h * 4096, 4096, &[]);
+        assert_eq!(c.reply(4096), (h, 0));
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(2),
+            "request {h} took {took:?}"
+        );
+        slowest_qd1 = slowest_qd1.max(took);
+    }
+    // Eight at once on a device that serves one at a time: 16 ms at the least.
+    let t = Instant::now();
+    for h in 10..18 {
+        c.request(0, h, h * 4096, 4096, &[]);
+    }
+    let mut order = Vec::new();
+    for _ in 10..18 {
+        order.push(c.reply(4096).0);
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(16), "8 requests in {took:?}");
+    // A sanity bound only (this is a shared machine): not seconds.
+    assert!(took < Duration::from_secs(2), "8 requests in {took:?}");
+    assert!(slowest_qd1 < Duration::from_secs(1), "{slowest_qd1:?}");
+    order.sort();
+    assert_eq!(order, (10..18).collect::<Vec<_>>());
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("emulating fixed: 2000 µs"), "{err}");
+}
+
+#[test]
+fn emulated_aged_ssd_keeps_every_byte() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        "policy = \"feedbac\"\n[backend]\nkind = \"emulated\"\npath = \"data.img\"\n\
+         device = { model = \"ssd\", preset = \"nvme-p4500\", precondition = \"aged\", capacity_gib = 1 }\n\
+         [[tenant]]\nname = \"a\"\noffset = 0\nsize = \"32m\"\nweight = 2\n\
+         [[tenant]]\nname = \"b\"\noffset = \"32m\"\nsize = \"32m\"\n",
+    );
+    let a = fio_verify(&s.uri("a"), "4k", "16m")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = run(&mut fio_verify(&s.uri("b"), "64k", "32m"));
+    let a = a.wait_with_output().unwrap();
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    for out in [&a, &b] {
+        assert!(stdout(out).contains("err= 0"), "{}", stdout(out));
+    }
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("emulating ssd nvme-p4500 (aged), 1 GiB"),
+        "{err}"
+    );
+    assert!(err.contains("0 errors, 0 refused"), "{err}");
+}

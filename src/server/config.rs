@@ -3,7 +3,9 @@
 //! one shared file or block device. Relative paths are taken from the config file's
 //! folder; export names are only ever looked up, never turned into paths.
 
-use crate::scenario::{PolicyChoice, PolicyEntry, policy_choice, tenant_spec};
+use crate::scenario::{
+    DeviceFile, DeviceSpec, PolicyChoice, PolicyEntry, device_spec, policy_choice, tenant_spec,
+};
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
 use serde::Deserialize;
@@ -49,6 +51,10 @@ struct BackendFile {
     path: Option<PathBuf>,
     /// Size of the shared file when it is created.
     size: Option<ByteSize>,
+    /// The emulated backend's device model, as a scenario's `[device]`.
+    device: Option<DeviceFile>,
+    /// Seed of the emulated device's aging.
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +89,9 @@ pub enum BackendKind {
     File,
     /// Completes every request at once; reads return zeroes (measures the engine).
     Null,
+    /// Data in `backend.path`, timing from a simulated device: a request completes
+    /// when its I/O is done and the model says the device would have finished it.
+    Emulated,
 }
 
 /// Where a tenant's bytes live.
@@ -123,6 +132,8 @@ pub struct ServerConfig {
     pub cache: Cache,
     /// The shared file and its size when tenants are regions of one.
     pub shared: Option<(PathBuf, Option<u64>)>,
+    /// The emulated backend's device model and aging seed.
+    pub emulated: Option<(DeviceSpec, u64)>,
     pub tenants: Vec<TenantConfig>,
 }
 
@@ -181,12 +192,38 @@ impl ServerConfig {
             cache: None,
             path: None,
             size: None,
+            device: None,
+            seed: None,
         });
         let backend = match b.kind.as_deref().unwrap_or("file") {
             "file" => BackendKind::File,
             "null" => BackendKind::Null,
-            other => return Err(format!("backend.kind: '{other}' is not one of file, null")),
+            "emulated" => BackendKind::Emulated,
+            other => {
+                return Err(format!(
+                    "backend.kind: '{other}' is not one of file, null, emulated"
+                ));
+            }
         };
+        let emulated = match (backend, b.device) {
+            (BackendKind::Emulated, Some(d)) => {
+                let spec = device_spec(d).map_err(|e| format!("backend.device: {e}"))?;
+                Some((spec, b.seed.unwrap_or(1)))
+            }
+            (BackendKind::Emulated, None) => {
+                return Err("backend.device: the emulated backend needs a device model, e.g. { model = \"ssd\", preset = \"nvme-p4500\", precondition = \"aged\", capacity_gib = 16 }".into());
+            }
+            (_, Some(_)) => {
+                return Err("backend.device: only the emulated backend has a device model".into());
+            }
+            (_, None) => None,
+        };
+        if backend == BackendKind::Emulated && b.path.is_none() {
+            return Err(
+                "backend.path: the emulated backend keeps the tenants' data in one file; name it"
+                    .into(),
+            );
+        }
         let cache = match b.cache.as_deref().unwrap_or("writeback") {
             "none" => Cache::None,
             "writeback" => Cache::Writeback,
@@ -223,6 +260,12 @@ impl ServerConfig {
                 (BackendKind::Null, _, _) => {
                     return Err(ctx("file/offset: the null backend stores nothing".into()));
                 }
+                (BackendKind::Emulated, Some(_), _) => {
+                    return Err(ctx("file: the emulated backend keeps every tenant in backend.path; give an offset (the tenant's place on the emulated device)".into()));
+                }
+                (BackendKind::Emulated, None, None) => {
+                    return Err(ctx("offset: needed with the emulated backend (the tenant's place on the emulated device)".into()));
+                }
                 (BackendKind::File, Some(_), Some(_)) => {
                     return Err(ctx("give either file (its own image) or offset (a region of backend.path), not both".into()));
                 }
@@ -239,7 +282,7 @@ impl ServerConfig {
                     };
                     (Storage::Own(path), size)
                 }
-                (BackendKind::File, None, Some(offset)) => {
+                (BackendKind::File | BackendKind::Emulated, None, Some(offset)) => {
                     if shared.is_none() {
                         return Err(ctx(
                             "offset: a region needs backend.path (the shared file)".into()
@@ -262,6 +305,16 @@ impl ServerConfig {
                     return Err(ctx(
                         "offset and size of a region must be multiples of 4 KiB".into(),
                     ));
+                }
+                if let Some((device, _)) = &emulated
+                    && offset + size > device.capacity_bytes()
+                {
+                    return Err(ctx(format!(
+                        "region {}+{} ends past the emulated device ({})",
+                        format_bytes(offset),
+                        format_bytes(size),
+                        format_bytes(device.capacity_bytes())
+                    )));
                 }
                 if let Some(other) = tenants.iter().find(|x| match x.storage {
                     Storage::Region { offset: o } => o < offset + size && offset < o + x.size,
@@ -294,6 +347,7 @@ impl ServerConfig {
             backend,
             cache,
             shared,
+            emulated,
             tenants,
         })
     }
@@ -316,6 +370,7 @@ impl ServerConfig {
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
             ("backend.path/size", self.shared == new.shared),
+            ("backend.device", self.emulated == new.emulated),
         ];
         if let Some((field, _)) = server.iter().find(|(_, same)| !same) {
             return Some(field.to_string());
@@ -417,6 +472,30 @@ mod tests {
             (
                 "[server]\ndrain_timeout_s = -1\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
                 "server.drain_timeout_s",
+            ),
+            (
+                "[backend]\nkind='emulated'\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize=4096",
+                "backend.device: the emulated backend needs a device model",
+            ),
+            (
+                "[backend]\nkind='emulated'\npath='d'\ndevice={model='ssd',preset='x'}\n[[tenant]]\nname='a'\noffset=0\nsize=4096",
+                "backend.device: unknown preset 'x'",
+            ),
+            (
+                "[backend]\nkind='emulated'\npath='d'\ndevice={model='fixed',capacity_gib=1}\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "tenant 1 ('a'): file: the emulated backend keeps every tenant in backend.path",
+            ),
+            (
+                "[backend]\nkind='emulated'\npath='d'\ndevice={model='fixed',capacity_gib=1}\n[[tenant]]\nname='a'\noffset='1023m'\nsize='2m'",
+                "tenant 1 ('a'): region 1023 MiB+2 MiB ends past the emulated device (1 GiB)",
+            ),
+            (
+                "[backend]\nkind='emulated'\ndevice={model='fixed'}\n[[tenant]]\nname='a'\noffset=0\nsize=4096",
+                "backend.path: the emulated backend keeps the tenants' data in one file",
+            ),
+            (
+                "[backend]\ndevice={model='fixed'}\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "backend.device: only the emulated backend has a device model",
             ),
         ];
         for (text, want) in cases {

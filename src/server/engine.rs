@@ -11,12 +11,14 @@
 
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
 use super::stats::LiveStats;
+use crate::device::{DeviceModel, Finished, Submitted};
 use crate::nbd::CommandKind;
 use crate::nbd::proto;
 use crate::policy::{Dispatch, Policy};
 use crate::types::{Completion, Nanos, Op, Request, TenantSpec};
 use io_uring::{IoUring, opcode, types};
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
@@ -231,6 +233,12 @@ struct Live {
     done: u32,
     stage: Stage,
     direct: bool,
+    /// Emulated backend: when the device model finishes the request (`None` while a
+    /// deferring model has not decided yet).
+    model_finish: Option<Nanos>,
+    /// Emulated backend: the reply's error once the data I/O is done, while the model's
+    /// finish time is still ahead.
+    io_result: Option<u32>,
 }
 
 /// Opens every tenant's storage as the configuration says.
@@ -271,7 +279,7 @@ impl Files {
             Ok((buffered, d))
         };
         let shared = match (&config.shared, config.backend) {
-            (Some((path, size)), BackendKind::File) => {
+            (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
                 let need = config
                     .tenants
                     .iter()
@@ -379,6 +387,7 @@ pub fn run(
     config: &ServerConfig,
     files: Files,
     mut policy: Box<dyn Policy>,
+    mut model: Option<Box<dyn DeviceModel>>,
     inbox: Inbox,
     stats: Arc<LiveStats>,
     clock: Instant,
@@ -395,6 +404,9 @@ pub fn run(
     let mut abandoned = false;
     let mut last_publish: Option<Nanos> = None;
     let mut finished: Vec<(u64, i32)> = Vec::new();
+    // Emulated backend: requests whose data I/O is done, by the model's finish time.
+    let mut due: BinaryHeap<Reverse<(Nanos, u64)>> = BinaryHeap::new();
+    let mut model_done: Vec<Finished> = Vec::new();
     loop {
         // New requests.
         loop {
@@ -428,6 +440,8 @@ pub fn run(
                             done: 0,
                             stage: Stage::Transfer,
                             direct: false,
+                            model_finish: None,
+                            io_result: None,
                         },
                     );
                     policy.enqueue(request, t);
@@ -491,6 +505,13 @@ pub fn run(
                     l.start = Some(t);
                     in_flight += 1;
                     stats.dispatched(r.tenant);
+                    if let Some(m) = model.as_mut() {
+                        m.advance(t, &mut model_done);
+                        l.model_finish = match m.submit(&r, t) {
+                            Submitted::Finishes(at) => Some(at),
+                            Submitted::Queued => None,
+                        };
+                    }
                     match files.targets[r.tenant as usize] {
                         None => finished.push((r.id, null_result(l))),
                         Some(target) => start(&mut ring, target, r.id, l)?,
@@ -503,9 +524,16 @@ pub fn run(
                 Dispatch::Idle => break,
             }
         }
-        for at in [policy.next_timer(), drain_deadline.filter(|_| !abandoned)]
-            .into_iter()
-            .flatten()
+        let model_next = model.as_ref().and_then(|m| m.next_event());
+        let next_due = due.peek().map(|Reverse((at, _))| *at);
+        for at in [
+            policy.next_timer(),
+            drain_deadline.filter(|_| !abandoned),
+            model_next,
+            next_due,
+        ]
+        .into_iter()
+        .flatten()
         {
             wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
         }
@@ -557,24 +585,41 @@ pub fn run(
             let target = files.targets[l.sub.tenant as usize];
             match step(l, result) {
                 Next::Again => start(&mut ring, target.expect("file request"), id, l)?,
+                Next::Done(error) if model.is_some() => {
+                    // The data is there; the reply waits for the model's finish time.
+                    l.io_result = Some(error);
+                    if let Some(at) = l.model_finish {
+                        due.push(Reverse((at, id)));
+                    }
+                }
                 Next::Done(error) => {
                     let l = live.remove(&id).expect("known");
                     in_flight -= 1;
-                    let t = now();
-                    let c = Completion {
-                        request: l.request,
-                        start: l.start.expect("dispatched"),
-                        finish: t,
-                    };
-                    policy.complete(&c, t);
-                    stats.completed(&c, error == 0);
-                    let data = if l.request.op == Op::Read && error == 0 {
-                        l.buf
-                    } else {
-                        None
-                    };
-                    answer(&gates, l.sub, error, data);
+                    complete(l, error, now(), policy.as_mut(), &stats, &gates);
                 }
+            }
+        }
+        if let Some(m) = model.as_mut() {
+            m.advance(now(), &mut model_done);
+            for f in model_done.drain(..) {
+                let l = live
+                    .get_mut(&f.request.id)
+                    .expect("modelled a known request");
+                l.model_finish = Some(f.finish);
+                if l.io_result.is_some() {
+                    due.push(Reverse((f.finish, f.request.id)));
+                }
+            }
+            let t = now();
+            while let Some(&Reverse((at, id))) = due.peek() {
+                if at > t {
+                    break;
+                }
+                due.pop();
+                let l = live.remove(&id).expect("due request is live");
+                in_flight -= 1;
+                let error = l.io_result.expect("data I/O done");
+                complete(l, error, t, policy.as_mut(), &stats, &gates);
             }
         }
     }
@@ -588,6 +633,30 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// A request is over: the policy and the counters learn of it, the client gets its reply.
+fn complete(
+    l: Live,
+    error: u32,
+    t: Nanos,
+    policy: &mut dyn Policy,
+    stats: &LiveStats,
+    gates: &[Gate],
+) {
+    let c = Completion {
+        request: l.request,
+        start: l.start.expect("dispatched"),
+        finish: t,
+    };
+    policy.complete(&c, t);
+    stats.completed(&c, error == 0);
+    let data = if l.request.op == Op::Read && error == 0 {
+        l.buf
+    } else {
+        None
+    };
+    answer(gates, l.sub, error, data);
 }
 
 fn answer(gates: &[Gate], sub: Submission, error: u32, data: Option<Buffer>) {

@@ -95,6 +95,16 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
     let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
         .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
     let files = engine::Files::open(&config)?;
+    let model = config.emulated.as_ref().map(|(device, seed)| {
+        let t = Instant::now();
+        let model = device.build(*seed);
+        eprintln!(
+            "ioshare: emulating {} (built in {:.1} s)",
+            device.describe(),
+            t.elapsed().as_secs_f64()
+        );
+        model
+    });
     let exports: Arc<Vec<ExportInfo>> = Arc::new(
         config
             .tenants
@@ -145,7 +155,7 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || engine::run(&config, files, policy, inbox, stats, clock))?
+            .spawn(move || engine::run(&config, files, policy, model, inbox, stats, clock))?
     };
     let mut listening = Vec::new();
     if let Some(p) = &config.unix {
