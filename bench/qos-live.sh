@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Live QoS accuracy with unchanged fio clients: the server runs 4 tenants (weights
+# 100:50:25:10), one fio client per export (ioengine=nbd, 4 KiB, iodepth 32) doing
+# random read, random write and 50/50 in turn, under each policy, on the `file` backend
+# and on an emulated aged nvme-p4500; then the MCFQ setting (10:7:4:1, emulated aged
+# sata-840pro, fileserver-like jobs). Prints per-tenant MB/s, total relative to `none`
+# and the share error (mean over tenants of |share − ideal| / ideal, all backlogged).
+#
+#   bench/qos-live.sh                        # everything, 10 s per cell
+#   RUNTIME=5 POLICIES="none feedbac" SETTINGS=emulated bench/qos-live.sh
+#
+# Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"), SETTINGS
+# ("file emulated mcfq"), BENCH_DIR (target/qos-live).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNTIME=${RUNTIME:-10}
+POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
+SETTINGS=${SETTINGS:-"file emulated mcfq"}
+DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
+
+need=()
+for pair in fio:fio nbdinfo:libnbd-bin; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "missing ${need[*]}: install them (or run as root with apt-get)" >&2
+        exit 1
+    fi
+fi
+cargo build --release --quiet
+mkdir -p "$DIR"
+SOCK=$DIR/qos.sock
+
+server_pid=
+stop_server() {
+    if [ -n "$server_pid" ]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=
+    fi
+}
+trap stop_server EXIT
+
+# config SETTING POLICY: the server configuration on stdout.
+config() {
+    local setting=$1 policy=$2 weights
+    echo "[server]"
+    echo "unix = \"$SOCK\""
+    echo "interval_s = 0"
+    echo "queue_depth = 32"
+    echo "policy = \"$policy\""
+    echo "[backend]"
+    case $setting in
+    file)
+        echo "kind = \"file\""
+        echo "cache = \"none\""
+        echo "path = \"$DIR/file.img\""
+        ;;
+    emulated)
+        echo "kind = \"emulated\""
+        echo "path = \"$DIR/emulated.img\""
+        echo 'device = { model = "ssd", preset = "nvme-p4500", precondition = "aged", capacity_gib = 16 }'
+        ;;
+    mcfq)
+        echo "kind = \"emulated\""
+        echo "path = \"$DIR/mcfq.img\""
+        echo 'device = { model = "ssd", preset = "sata-840pro", precondition = "aged", capacity_gib = 16 }'
+        ;;
+    esac
+    if [ "$setting" = mcfq ]; then weights=(10 7 4 1); else weights=(100 50 25 10); fi
+    for i in 0 1 2 3; do
+        echo "[[tenant]]"
+        echo "name = \"t$((i + 1))\""
+        echo "offset = \"$((i * 2))g\""
+        echo "size = \"2g\""
+        echo "weight = ${weights[$i]}"
+    done
+}
+
+start_server() {
+    config "$1" "$2" >"$DIR/serve.toml"
+    rm -f "$SOCK"
+    ./target/release/ioshare serve "$DIR/serve.toml" 2>"$DIR/serve.log" &
+    server_pid=$!
+    for _ in $(seq 600); do
+        nbdinfo --size "nbd+unix:///t1?socket=$SOCK" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "server did not start; see $DIR/serve.log" >&2
+    exit 1
+}
+
+# run_clients WORKLOAD: one fio per export at once; prints each tenant's MB/s.
+run_clients() {
+    local workload=$1 job
+    case $workload in
+    randread) job=(--rw=randread --bs=4k) ;;
+    randwrite) job=(--rw=randwrite --bs=4k) ;;
+    randrw) job=(--rw=randrw --rwmixread=50 --bs=4k) ;;
+    fileserver) job=(--rw=randrw --rwmixwrite=67 --bssplit=4k/20:16k/20:64k/30:128k/30) ;;
+    esac
+    local pids=()
+    for i in 1 2 3 4; do
+        fio --name="t$i" --ioengine=nbd "--uri=nbd+unix:///t$i?socket=$SOCK" "${job[@]}" \
+            --iodepth=32 --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
+            --randrepeat=0 --minimal >"$DIR/fio-$i.out" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for i in 1 2 3 4; do
+        # terse v3: read and write KiB/s in fields 7 and 48
+        awk -F';' '$1 == 3 && NF > 50 { printf "%.1f ", ($7 + $48) * 1024 / 1e6 }' "$DIR/fio-$i.out"
+    done
+    echo
+}
+
+echo "# $(date -u +%F) $(nproc) CPUs, $(uname -r), $(fio --version); ${RUNTIME} s per cell after 2 s ramp"
+for setting in $SETTINGS; do
+    if [ "$setting" = mcfq ]; then
+        workloads=(fileserver)
+        weights="10 7 4 1"
+        policies="none cfq mots"
+    else
+        workloads=(randread randwrite randrw)
+        weights="100 50 25 10"
+        policies=$POLICIES
+    fi
+    declare -A bw=()
+    for policy in $policies; do
+        start_server "$setting" "$policy"
+        for w in "${workloads[@]}"; do
+            bw[$policy,$w]=$(run_clients "$w")
+            echo "$setting $policy $w: ${bw[$policy,$w]}" >&2
+        done
+        stop_server
+    done
+    echo
+    echo "### $setting (weights $weights)"
+    echo
+    echo "| workload | policy | MB/s t1 t2 t3 t4 | total MB/s | total / none | share error |"
+    echo "|---|---|---|---|---|---|"
+    for w in "${workloads[@]}"; do
+        for policy in $policies; do
+            awk -v w="$w" -v p="$policy" -v bws="${bw[$policy,$w]}" -v base="${bw[none,$w]}" \
+                -v ws="$weights" 'BEGIN {
+                n = split(bws, b, " "); split(base, z, " "); split(ws, wt, " ")
+                total = 0; ztotal = 0; wsum = 0
+                for (i = 1; i <= n; i++) { total += b[i]; ztotal += z[i]; wsum += wt[i] }
+                err = 0
+                for (i = 1; i <= n; i++) {
+                    ideal = wt[i] / wsum
+                    share = total > 0 ? b[i] / total : 0
+                    d = share - ideal; if (d < 0) d = -d
+                    err += d / ideal
+                }
+                printf "| %s | %s | %s | %.1f | %.2f | %.1f %% |\n", w, p, bws, total,
+                    (ztotal > 0 ? total / ztotal : 0), 100 * err / n
+            }'
+        done
+    done
+    unset bw
+done
