@@ -19,20 +19,8 @@ SIZE=${SIZE:-1g}
 IODEPTH=${IODEPTH:-32}
 DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
 
-need=()
-for pair in fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing ${need[*]}" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    else
-        echo "missing ${need[*]}: install them (or run as root with apt-get)" >&2
-        exit 1
-    fi
-fi
+source bench/install-tools.sh
+install_tools fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit
 cargo build --release --quiet
 
 mkdir -p "$DIR"

@@ -19,19 +19,8 @@ POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 
-need=()
-for pair in fio:fio nbdinfo:libnbd-bin; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    else
-        echo "missing ${need[*]}: install them (or run as root with apt-get)" >&2
-        exit 1
-    fi
-fi
+source bench/install-tools.sh
+install_tools fio:fio nbdinfo:libnbd-bin
 cargo build --release --quiet
 mkdir -p "$DIR"
 SOCK=$DIR/qos.sock
