@@ -19,7 +19,7 @@ SIZE=${SIZE:-1g}
 IODEPTH=${IODEPTH:-32}
 DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
 
-source bench/install-tools.sh
+source bench/common.sh
 install_tools fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit
 cargo build --release --quiet
 
@@ -34,16 +34,6 @@ if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != "$bytes" ]; then
         --direct=1 --output=/dev/null
 fi
 
-server_pid=
-stop_server() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=
-    fi
-    rm -f "$SOCK"
-}
-trap stop_server EXIT
 
 # start_server TARGET MODE: serves $FILE as export "disk" on $SOCK.
 start_server() {
@@ -79,13 +69,7 @@ EOF
             --aio=io_uring --shared=16 --persistent "$FILE" 2>"$DIR/qemu-nbd.log" &
         ;;
     esac
-    server_pid=$!
-    for _ in $(seq 200); do
-        nbdinfo --size "nbd+unix:///disk?socket=$SOCK" >/dev/null 2>&1 && return 0
-        sleep 0.05
-    done
-    echo "$target did not start; see $DIR/$target.log" >&2
-    exit 1
+    wait_for_export "nbd+unix:///disk?socket=$SOCK" "$DIR/$target.log"
 }
 
 # measure TARGET MODE RW BS: prints "IOPS MB/s".
@@ -121,6 +105,7 @@ for mode in $MODES; do
             echo "cache=$mode $target $w: ${result[$target,$w]}" >&2
         done
         stop_server
+        rm -f "$SOCK"
     done
     echo
     echo "### cache mode \`$mode\`"

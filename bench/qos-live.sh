@@ -19,21 +19,12 @@ POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 
-source bench/install-tools.sh
+source bench/common.sh
 install_tools fio:fio nbdinfo:libnbd-bin
 cargo build --release --quiet
 mkdir -p "$DIR"
 SOCK=$DIR/qos.sock
 
-server_pid=
-stop_server() {
-    if [ -n "$server_pid" ]; then
-        kill "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=
-    fi
-}
-trap stop_server EXIT
 
 # config SETTING POLICY: the server configuration on stdout.
 config() {
@@ -75,13 +66,7 @@ start_server() {
     config "$1" "$2" >"$DIR/serve.toml"
     rm -f "$SOCK"
     ./target/release/ioshare serve "$DIR/serve.toml" 2>"$DIR/serve.log" &
-    server_pid=$!
-    for _ in $(seq 600); do
-        nbdinfo --size "nbd+unix:///t1?socket=$SOCK" >/dev/null 2>&1 && return 0
-        sleep 0.05
-    done
-    echo "server did not start; see $DIR/serve.log" >&2
-    exit 1
+    wait_for_export "nbd+unix:///t1?socket=$SOCK" "$DIR/serve.log"
 }
 
 # run_clients WORKLOAD: one fio per export at once; prints each tenant's MB/s.

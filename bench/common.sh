@@ -1,0 +1,42 @@
+# Sourced by the bench scripts that start NBD servers.
+
+# install_tools CMD:PACKAGE ...: installs the Debian packages of the commands that are
+# missing (as root with apt-get), or stops.
+install_tools() {
+    local need=() pair
+    for pair in "$@"; do
+        command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+    done
+    [ ${#need[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing ${need[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "missing ${need[*]}: install them (or run as root with apt-get)" >&2
+        exit 1
+    fi
+}
+
+# The server started last in the background; stop_server ends it (also on exit).
+server_pid=
+stop_server() {
+    if [ -n "$server_pid" ]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=
+    fi
+}
+trap stop_server EXIT
+
+# wait_for_export URI LOG: records $! as the server and waits (30 s at most) until URI
+# answers; stops with a pointer to LOG if it never does.
+wait_for_export() {
+    server_pid=$!
+    for _ in $(seq 600); do
+        nbdinfo --size "$1" >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "the server did not start; see $2" >&2
+    exit 1
+}
