@@ -1,8 +1,11 @@
-//! The live server's device loop: one thread that owns the policy, the io_uring ring and
-//! the open files. Requests from every connection arrive on a channel (an eventfd read
-//! kept on the ring wakes the loop), enter the policy with the wall-clock time, and what
-//! the policy dispatches goes to the backend while fewer than `queue_depth` are in
-//! flight. Completions go back to the policy and, as replies, to the connection.
+//! The live server's device loop: one thread that owns the policy, the io_uring ring, the
+//! open files and every connection past its handshake. Sockets are read and written on
+//! the same ring as the files, so a request goes from the client's bytes to the policy,
+//! to the backend and back to the client without a thread hand-off, and one
+//! `io_uring_enter` submits and reaps socket and file I/O together. Requests enter the
+//! policy with the wall-clock time; what the policy dispatches goes to the backend while
+//! fewer than `queue_depth` are in flight. Rare messages (a new connection, a reload, the
+//! drain) come on a channel with an eventfd read kept on the ring to wake the loop.
 //!
 //! With `cache = "none"` aligned requests use an `O_DIRECT` descriptor and aligned
 //! buffers; unaligned ones go through a second, buffered descriptor of the same file
@@ -10,10 +13,11 @@
 //! stay coherent) instead of a read-modify-write that would have to lock block ranges.
 
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
+use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
 use crate::device::{DeviceModel, Finished, Submitted};
-use crate::nbd::CommandKind;
 use crate::nbd::proto;
+use crate::nbd::{Command, CommandKind, Event};
 use crate::policy::{Dispatch, Policy};
 use crate::types::{Completion, Nanos, Op, Request, TenantSpec};
 use io_uring::{IoUring, opcode, types};
@@ -23,101 +27,48 @@ use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Alignment of `O_DIRECT` requests and buffers (covers 512 and 4096-byte sectors).
 pub const DIRECT_ALIGN: u64 = 4096;
-/// `user_data` of the eventfd read that wakes the loop.
-const WAKE: u64 = u64::MAX;
 /// How often the policy's state is published for `/metrics`.
 const PUBLISH_EVERY: Nanos = 100_000_000;
+/// After the drain deadline, how long replies may still take to reach a client before
+/// its connection is cut.
+const SEND_GRACE: Nanos = 1_000_000_000;
 
-/// A reply for a connection's writer.
-#[derive(Debug)]
-pub struct Reply {
-    pub handle: u64,
-    pub error: u32,
-    /// Read data, exactly the request's length.
-    pub data: Option<Buffer>,
-}
-
-/// A request from a connection.
-#[derive(Debug)]
-pub struct Submission {
-    pub tenant: u32,
-    pub handle: u64,
-    pub offset: u64,
-    pub len: u32,
-    pub kind: CommandKind,
-    pub reply: Sender<Reply>,
-}
+/// What a completion on the ring belongs to: `user_data` is a request id (below
+/// `TAG_RECV`), or a tag with a connection's slot, or `WAKE`.
+const TAG_RECV: u64 = 1 << 62;
+const TAG_SEND: u64 = 2 << 62;
+const TAG_MASK: u64 = 3 << 62;
+/// `user_data` of the eventfd read that wakes the loop.
+const WAKE: u64 = u64::MAX;
 
 pub enum Message {
-    Submit(Submission),
+    /// A connection finished its handshake; the engine serves it from now on.
+    Attach(Attach),
     /// A tenant's weight, SLO, reservation or limit changed (configuration reload).
-    Update {
-        tenant: u32,
-        spec: TenantSpec,
-    },
-    /// Finish what was submitted, sync every file, and stop.
+    Update { tenant: u32, spec: TenantSpec },
+    /// Finish what was received, sync every file, and stop.
     Drain,
 }
 
-/// Per-tenant bound on requests inside the engine: a connection that cannot take a
-/// credit stops reading its socket (back-pressure instead of unbounded memory).
-#[derive(Debug)]
-pub struct Gate {
-    held: Mutex<u32>,
-    freed: Condvar,
-    limit: u32,
-}
-
-impl Gate {
-    pub fn new(limit: u32) -> Self {
-        Gate {
-            held: Mutex::new(0),
-            freed: Condvar::new(),
-            limit,
-        }
-    }
-
-    /// Waits for a credit.
-    pub fn acquire(&self) {
-        let mut held = self.held.lock().expect("gate lock");
-        while *held >= self.limit {
-            held = self.freed.wait(held).expect("gate lock");
-        }
-        *held += 1;
-    }
-
-    pub fn release(&self) {
-        let mut held = self.held.lock().expect("gate lock");
-        *held -= 1;
-        self.freed.notify_one();
-    }
-}
-
-/// The sending side: connections submit through it.
+/// The sending side: the accepting side hands connections and control through it.
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: Sender<Message>,
     wake: Arc<File>,
-    gates: Arc<Vec<Gate>>,
 }
 
 impl EngineHandle {
-    /// Hands a request to the engine (after taking the tenant's credit).
-    pub fn submit(&self, s: Submission) -> bool {
-        self.gates[s.tenant as usize].acquire();
-        let tenant = s.tenant;
-        if self.tx.send(Message::Submit(s)).is_err() {
-            self.gates[tenant as usize].release();
-            return false;
-        }
+    /// Hands a connection to the engine; `false` when the engine is gone.
+    pub fn attach(&self, a: Attach) -> bool {
+        let sent = self.tx.send(Message::Attach(a)).is_ok();
         self.poke();
-        true
+        sent
     }
 
     pub fn drain(&self) {
@@ -137,6 +88,18 @@ impl EngineHandle {
         // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
+}
+
+/// A request from a connection.
+#[derive(Debug)]
+struct Submission {
+    tenant: u32,
+    /// Slot of the connection in the engine.
+    conn: usize,
+    handle: u64,
+    offset: u64,
+    len: u32,
+    kind: CommandKind,
 }
 
 /// Bytes of a request: plain, or aligned for `O_DIRECT`.
@@ -352,11 +315,10 @@ fn open_sized(path: &std::path::Path, size: u64) -> anyhow::Result<File> {
 pub struct Inbox {
     rx: Receiver<Message>,
     wake: Arc<File>,
-    gates: Arc<Vec<Gate>>,
 }
 
 /// Creates the engine's channel; [`run`] consumes the receiving side.
-pub fn channel(config: &ServerConfig) -> anyhow::Result<(EngineHandle, Inbox)> {
+pub fn channel() -> anyhow::Result<(EngineHandle, Inbox)> {
     let (tx, rx) = std::sync::mpsc::channel();
     // SAFETY: plain syscall; the descriptor is owned by the File from here on.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -365,20 +327,12 @@ pub fn channel(config: &ServerConfig) -> anyhow::Result<(EngineHandle, Inbox)> {
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let wake = Arc::new(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-    let gates: Arc<Vec<Gate>> = Arc::new(
-        config
-            .tenants
-            .iter()
-            .map(|_| Gate::new(config.queue_limit))
-            .collect(),
-    );
     Ok((
         EngineHandle {
             tx,
             wake: wake.clone(),
-            gates: gates.clone(),
         },
-        Inbox { rx, wake, gates },
+        Inbox { rx, wake },
     ))
 }
 
@@ -386,244 +340,36 @@ pub fn channel(config: &ServerConfig) -> anyhow::Result<(EngineHandle, Inbox)> {
 pub fn run(
     config: &ServerConfig,
     files: Files,
-    mut policy: Box<dyn Policy>,
-    mut model: Option<Box<dyn DeviceModel>>,
+    policy: Box<dyn Policy>,
+    model: Option<Box<dyn DeviceModel>>,
     inbox: Inbox,
     stats: Arc<LiveStats>,
     clock: Instant,
 ) -> anyhow::Result<()> {
-    let Inbox { rx, wake, gates } = inbox;
-    let mut ring = IoUring::new((config.queue_depth * 2 + 8).next_power_of_two())?;
-    let now = || clock.elapsed().as_nanos() as Nanos;
-    let mut wake_buf = [0u8; 8];
-    let mut wake_armed = false;
-    let mut live: HashMap<u64, Live> = HashMap::new();
-    let mut next_id = 0u64;
-    let mut in_flight = 0u32;
-    let mut drain_deadline: Option<Nanos> = None;
-    let mut abandoned = false;
-    let mut last_publish: Option<Nanos> = None;
-    let mut finished: Vec<(u64, i32)> = Vec::new();
-    // Emulated backend: requests whose data I/O is done, by the model's finish time.
-    let mut due: BinaryHeap<Reverse<(Nanos, u64)>> = BinaryHeap::new();
-    let mut model_done: Vec<Finished> = Vec::new();
-    loop {
-        // New requests.
-        loop {
-            match rx.try_recv() {
-                Ok(Message::Submit(s)) => {
-                    let t = now();
-                    next_id += 1;
-                    let request = Request {
-                        id: next_id,
-                        tenant: s.tenant,
-                        op: match s.kind {
-                            CommandKind::Read => Op::Read,
-                            CommandKind::Write { .. } | CommandKind::WriteZeroes { .. } => {
-                                Op::Write
-                            }
-                            CommandKind::Flush => Op::Flush,
-                            CommandKind::Trim { .. } => Op::Trim,
-                        },
-                        offset: files.targets[s.tenant as usize].map_or(0, |x| x.base) + s.offset,
-                        len: s.len,
-                        arrival: t,
-                    };
-                    stats.arrived(s.tenant);
-                    live.insert(
-                        next_id,
-                        Live {
-                            sub: s,
-                            request,
-                            start: None,
-                            buf: None,
-                            done: 0,
-                            stage: Stage::Transfer,
-                            direct: false,
-                            model_finish: None,
-                            io_result: None,
-                        },
-                    );
-                    policy.enqueue(request, t);
-                    while let Some(r) = policy.take_refused() {
-                        let l = live.remove(&r.id).expect("refused a known request");
-                        stats.refused(r.tenant);
-                        answer(&gates, l.sub, proto::EIO, None);
-                    }
-                }
-                Ok(Message::Update { tenant, spec }) => {
-                    stats.set_weight(tenant, spec.weight);
-                    policy.update_tenant(tenant, &spec, now());
-                }
-                Ok(Message::Drain) => {
-                    drain_deadline.get_or_insert(now() + config.drain_timeout);
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    drain_deadline.get_or_insert(now() + config.drain_timeout);
-                    break;
-                }
-            }
-        }
-        let draining = drain_deadline.is_some();
-        // A policy still holding requests at the deadline (a limit, an empty bucket)
-        // does not keep the server from stopping: they are answered ESHUTDOWN.
-        if !abandoned && drain_deadline.is_some_and(|d| now() >= d) {
-            abandoned = true;
-            let held: Vec<u64> = live
-                .iter()
-                .filter(|(_, l)| l.start.is_none())
-                .map(|(&id, _)| id)
-                .collect();
-            if !held.is_empty() {
-                eprintln!(
-                    "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
-                    held.len()
-                );
-            }
-            for id in held {
-                let l = live.remove(&id).expect("listed");
-                stats.cancelled(l.sub.tenant);
-                answer(&gates, l.sub, proto::ESHUTDOWN, None);
-            }
-        }
-        if last_publish.is_none_or(|at| now() >= at + PUBLISH_EVERY) {
-            stats.publish_policy(policy.gauges());
-            last_publish = Some(now());
-        }
-        // The policy's own clock (periods, refills).
-        if policy.next_timer().is_some_and(|at| at <= now()) {
-            policy.on_timer(now());
-        }
-        // Dispatch while the device has room.
-        let mut wait_until: Option<Nanos> = None;
-        while in_flight < config.queue_depth && !abandoned {
-            let t = now();
-            match policy.dispatch(t) {
-                Dispatch::Request(r) => {
-                    let l = live.get_mut(&r.id).expect("dispatched a known request");
-                    l.start = Some(t);
-                    in_flight += 1;
-                    stats.dispatched(r.tenant);
-                    if let Some(m) = model.as_mut() {
-                        m.advance(t, &mut model_done);
-                        l.model_finish = match m.submit(&r, t) {
-                            Submitted::Finishes(at) => Some(at),
-                            Submitted::Queued => None,
-                        };
-                    }
-                    match files.targets[r.tenant as usize] {
-                        None => finished.push((r.id, null_result(l))),
-                        Some(target) => start(&mut ring, target, r.id, l)?,
-                    }
-                }
-                Dispatch::Wait(at) => {
-                    wait_until = Some(at);
-                    break;
-                }
-                Dispatch::Idle => break,
-            }
-        }
-        let model_next = model.as_ref().and_then(|m| m.next_event());
-        let next_due = due.peek().map(|Reverse((at, _))| *at);
-        for at in [
-            policy.next_timer(),
-            drain_deadline.filter(|_| !abandoned),
-            model_next,
-            next_due,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
-        }
-        if draining && live.is_empty() && finished.is_empty() {
-            break;
-        }
-        if !wake_armed {
-            let e = opcode::Read::new(types::Fd(wake.as_raw_fd()), wake_buf.as_mut_ptr(), 8)
-                .build()
-                .user_data(WAKE);
-            push(&mut ring, e)?;
-            wake_armed = true;
-        }
-        // Wait for a completion, a new request (the eventfd) or the policy's time.
-        if finished.is_empty() {
-            let wait = wait_until.map(|at| at.saturating_sub(now()));
-            let submitted = match wait {
-                Some(0) => ring.submit(),
-                Some(ns) => {
-                    let ts = types::Timespec::new()
-                        .sec(ns / 1_000_000_000)
-                        .nsec((ns % 1_000_000_000) as u32);
-                    ring.submitter()
-                        .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-                }
-                None => ring.submit_and_wait(1),
-            };
-            match submitted {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => return Err(e.into()),
-            }
-        } else {
-            ring.submit()?;
-        }
-        for cqe in ring.completion() {
-            if cqe.user_data() == WAKE {
-                wake_armed = false;
-            } else {
-                finished.push((cqe.user_data(), cqe.result()));
-            }
-        }
-        for (id, result) in std::mem::take(&mut finished) {
-            let l = live.get_mut(&id).expect("completion of a known request");
-            let target = files.targets[l.sub.tenant as usize];
-            match step(l, result) {
-                Next::Again => start(&mut ring, target.expect("file request"), id, l)?,
-                Next::Done(error) if model.is_some() => {
-                    // The data is there; the reply waits for the model's finish time.
-                    l.io_result = Some(error);
-                    if let Some(at) = l.model_finish {
-                        due.push(Reverse((at, id)));
-                    }
-                }
-                Next::Done(error) => {
-                    let l = live.remove(&id).expect("known");
-                    in_flight -= 1;
-                    complete(l, error, now(), policy.as_mut(), &stats, &gates);
-                }
-            }
-        }
-        if let Some(m) = model.as_mut() {
-            m.advance(now(), &mut model_done);
-            for f in model_done.drain(..) {
-                let l = live
-                    .get_mut(&f.request.id)
-                    .expect("modelled a known request");
-                l.model_finish = Some(f.finish);
-                if l.io_result.is_some() {
-                    due.push(Reverse((f.finish, f.request.id)));
-                }
-            }
-            let t = now();
-            while let Some(&Reverse((at, id))) = due.peek() {
-                if at > t {
-                    break;
-                }
-                due.pop();
-                let l = live.remove(&id).expect("due request is live");
-                in_flight -= 1;
-                let error = l.io_result.expect("data I/O done");
-                complete(l, error, t, policy.as_mut(), &stats, &gates);
-            }
-        }
-    }
-    for f in &files.files {
+    let Inbox { rx, wake } = inbox;
+    let mut engine = Engine {
+        ring: new_ring(config.queue_depth)?,
+        wake_buf: Box::new([0; 8]),
+        wake,
+        config,
+        files,
+        policy,
+        model,
+        stats,
+        clock,
+        live: HashMap::new(),
+        next_id: 0,
+        in_flight: 0,
+        conns: Vec::new(),
+        held: vec![0; config.tenants.len()],
+        drain_deadline: None,
+        abandoned: false,
+        finished: Vec::new(),
+        due: BinaryHeap::new(),
+        model_done: Vec::new(),
+    };
+    engine.run(&rx)?;
+    for f in &engine.files.files {
         // SAFETY: plain syscall on an open descriptor.
         if unsafe { libc::fdatasync(f.as_raw_fd()) } != 0 {
             eprintln!(
@@ -635,38 +381,532 @@ pub fn run(
     Ok(())
 }
 
-/// A request is over: the policy and the counters learn of it, the client gets its reply.
-fn complete(
-    l: Live,
-    error: u32,
-    t: Nanos,
-    policy: &mut dyn Policy,
-    stats: &LiveStats,
-    gates: &[Gate],
-) {
-    let c = Completion {
-        request: l.request,
-        start: l.start.expect("dispatched"),
-        finish: t,
-    };
-    policy.complete(&c, t);
-    stats.completed(&c, error == 0);
-    let data = if l.request.op == Op::Read && error == 0 {
-        l.buf
-    } else {
-        None
-    };
-    answer(gates, l.sub, error, data);
+/// A ring with room for the device queue plus a receive and a send per connection;
+/// completions beyond the queue are kept by the kernel rather than dropped.
+fn new_ring(queue_depth: u32) -> anyhow::Result<IoUring> {
+    let entries = (queue_depth * 2 + 64).next_power_of_two();
+    // Only the engine thread submits; task work may wait for its next system call.
+    let tuned = IoUring::builder()
+        .setup_cqsize(entries * 8)
+        .setup_single_issuer()
+        .setup_coop_taskrun()
+        .build(entries);
+    match tuned {
+        Ok(ring) => Ok(ring),
+        // Kernels before 6.0 lack the flags.
+        Err(_) => Ok(IoUring::builder().setup_cqsize(entries * 8).build(entries)?),
+    }
 }
 
-fn answer(gates: &[Gate], sub: Submission, error: u32, data: Option<Buffer>) {
-    gates[sub.tenant as usize].release();
-    // A client that went away no longer reads replies; nothing else to do.
-    let _ = sub.reply.send(Reply {
-        handle: sub.handle,
-        error,
-        data,
-    });
+/// Everything the device loop owns.
+struct Engine<'a> {
+    /// First, so it is dropped (and whatever is still on it cancelled) before the
+    /// buffers below.
+    ring: IoUring,
+    wake_buf: Box<[u8; 8]>,
+    wake: Arc<File>,
+    config: &'a ServerConfig,
+    files: Files,
+    policy: Box<dyn Policy>,
+    model: Option<Box<dyn DeviceModel>>,
+    stats: Arc<LiveStats>,
+    clock: Instant,
+    live: HashMap<u64, Live>,
+    next_id: u64,
+    /// Requests on the backend.
+    in_flight: u32,
+    /// Connections by slot; a slot is reused once its connection is closed.
+    conns: Vec<Option<Conn>>,
+    /// Requests of each tenant inside the engine (held by the policy or on the
+    /// backend): at `queue_limit` its connections are not read (back-pressure).
+    held: Vec<u32>,
+    drain_deadline: Option<Nanos>,
+    /// The drain deadline passed: what the policy held was answered `ESHUTDOWN`.
+    abandoned: bool,
+    /// Request completions to handle: (id, result as a CQE carries it).
+    finished: Vec<(u64, i32)>,
+    /// Emulated backend: requests whose data I/O is done, by the model's finish time.
+    due: BinaryHeap<Reverse<(Nanos, u64)>>,
+    model_done: Vec<Finished>,
+}
+
+impl Engine<'_> {
+    fn now(&self) -> Nanos {
+        self.clock.elapsed().as_nanos() as Nanos
+    }
+
+    fn run(&mut self, rx: &Receiver<Message>) -> anyhow::Result<()> {
+        let mut wake_armed = false;
+        let mut last_publish: Option<Nanos> = None;
+        loop {
+            loop {
+                match rx.try_recv() {
+                    Ok(message) => self.on_message(message)?,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.start_drain();
+                        break;
+                    }
+                }
+            }
+            self.check_deadlines();
+            let now = self.now();
+            if last_publish.is_none_or(|at| now >= at + PUBLISH_EVERY) {
+                self.stats.publish_policy(self.policy.gauges());
+                last_publish = Some(now);
+            }
+            // The policy's own clock (periods, refills).
+            if self.policy.next_timer().is_some_and(|at| at <= now) {
+                self.policy.on_timer(now);
+            }
+            let mut wait_until = self.dispatch()?;
+            self.flush_replies()?;
+            self.close_finished();
+            let model_next = self.model.as_ref().and_then(|m| m.next_event());
+            let next_due = self.due.peek().map(|Reverse((at, _))| *at);
+            let deadline = match self.drain_deadline {
+                Some(d) if !self.abandoned => Some(d),
+                Some(d) if self.conns.iter().flatten().any(|c| c.send_armed) => {
+                    Some(d + SEND_GRACE)
+                }
+                _ => None,
+            };
+            for at in [self.policy.next_timer(), deadline, model_next, next_due]
+                .into_iter()
+                .flatten()
+            {
+                wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
+            }
+            if self.drain_deadline.is_some()
+                && self.live.is_empty()
+                && self.finished.is_empty()
+                && self.conns.iter().all(Option::is_none)
+            {
+                return Ok(());
+            }
+            if !wake_armed {
+                let e = opcode::Read::new(
+                    types::Fd(self.wake.as_raw_fd()),
+                    self.wake_buf.as_mut_ptr(),
+                    8,
+                )
+                .build()
+                .user_data(WAKE);
+                push(&mut self.ring, e)?;
+                wake_armed = true;
+            }
+            // Wait for a completion, a message (the eventfd) or the policy's time.
+            if self.finished.is_empty() {
+                let wait = wait_until.map(|at| at.saturating_sub(self.now()));
+                let submitted = match wait {
+                    Some(0) => self.ring.submit(),
+                    Some(ns) => {
+                        let ts = types::Timespec::new()
+                            .sec(ns / 1_000_000_000)
+                            .nsec((ns % 1_000_000_000) as u32);
+                        self.ring
+                            .submitter()
+                            .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+                    }
+                    None => self.ring.submit_and_wait(1),
+                };
+                match submitted {
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                        ) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                self.ring.submit()?;
+            }
+            let cqes: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (user_data, result) in cqes {
+                match user_data {
+                    WAKE => wake_armed = false,
+                    u if u & TAG_MASK == TAG_RECV => {
+                        self.received((u & !TAG_MASK) as usize, result)?
+                    }
+                    u if u & TAG_MASK == TAG_SEND => self.on_sent((u & !TAG_MASK) as usize, result)?,
+                    id => self.finished.push((id, result)),
+                }
+            }
+            self.reap()?;
+            self.emulate();
+            // Requests answered made room under `queue_limit`: read what waited.
+            for slot in 0..self.conns.len() {
+                if self.conns[slot]
+                    .as_ref()
+                    .is_some_and(|c| !c.parsed && !c.receiving)
+                {
+                    self.pump(slot)?;
+                }
+            }
+        }
+    }
+
+    fn on_message(&mut self, message: Message) -> anyhow::Result<()> {
+        match message {
+            Message::Attach(a) => {
+                if self.drain_deadline.is_some() {
+                    return Ok(()); // stopping: dropping it closes the connection
+                }
+                let conn = Conn::new(a);
+                let slot = match self.conns.iter().position(Option::is_none) {
+                    Some(free) => free,
+                    None => {
+                        self.conns.push(None);
+                        self.conns.len() - 1
+                    }
+                };
+                self.conns[slot] = Some(conn);
+                self.pump(slot)?;
+            }
+            Message::Update { tenant, spec } => {
+                self.stats.set_weight(tenant, spec.weight);
+                let now = self.now();
+                self.policy.update_tenant(tenant, &spec, now);
+            }
+            Message::Drain => self.start_drain(),
+        }
+        Ok(())
+    }
+
+    /// Stops receiving; what was received is still served.
+    fn start_drain(&mut self) {
+        if self.drain_deadline.is_none() {
+            self.drain_deadline = Some(self.now() + self.config.drain_timeout);
+            for c in self.conns.iter_mut().flatten() {
+                c.stop_receiving();
+            }
+        }
+    }
+
+    /// A policy still holding requests at the drain deadline (a limit, an empty bucket)
+    /// does not keep the server from stopping: they are answered ESHUTDOWN. A client
+    /// that still does not take its replies a while later is cut off.
+    fn check_deadlines(&mut self) {
+        let Some(deadline) = self.drain_deadline else {
+            return;
+        };
+        let now = self.now();
+        if !self.abandoned && now >= deadline {
+            self.abandoned = true;
+            let held: Vec<u64> = self
+                .live
+                .iter()
+                .filter(|(_, l)| l.start.is_none())
+                .map(|(&id, _)| id)
+                .collect();
+            if !held.is_empty() {
+                eprintln!(
+                    "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
+                    held.len()
+                );
+            }
+            for id in held {
+                let l = self.live.remove(&id).expect("listed");
+                self.stats.cancelled(l.sub.tenant);
+                self.answer(l.sub, proto::ESHUTDOWN, None);
+            }
+        }
+        if now >= deadline + SEND_GRACE {
+            for c in self.conns.iter_mut().flatten() {
+                if c.send_armed {
+                    c.cut();
+                }
+            }
+        }
+    }
+
+    /// Takes a connection's requests from its codec while its tenant has room; when
+    /// the codec needs bytes, a receive goes on the ring.
+    fn pump(&mut self, slot: usize) -> anyhow::Result<()> {
+        loop {
+            let limit = self.config.queue_limit;
+            let c = self.conns[slot].as_mut().expect("pumped a live connection");
+            if c.parsed || c.receiving || self.held[c.tenant as usize] >= limit {
+                return Ok(());
+            }
+            match c.codec.poll() {
+                Ok(Some(Event::Command(command))) => self.admit(slot, command),
+                Ok(Some(Event::Error { handle, error })) => c.reply(handle, error, None),
+                Ok(Some(Event::Disconnect)) => c.parsed = true,
+                Ok(Some(Event::Selected { .. })) => {
+                    eprintln!("ioshare: connection {}: a second export selection", c.id);
+                    c.parsed = true;
+                }
+                Ok(None) if c.eof => c.parsed = true,
+                Ok(None) => {
+                    let e = opcode::Recv::new(
+                        types::Fd(c.fd.as_raw_fd()),
+                        c.inbox.as_mut_ptr(),
+                        c.inbox.len() as u32,
+                    )
+                    .build()
+                    .user_data(TAG_RECV | slot as u64);
+                    c.receiving = true;
+                    return push(&mut self.ring, e);
+                }
+                Err(e) => {
+                    eprintln!("ioshare: connection {}: {e}", c.id);
+                    c.parsed = true;
+                }
+            }
+        }
+    }
+
+    /// A receive on the ring returned.
+    fn received(&mut self, slot: usize, result: i32) -> anyhow::Result<()> {
+        let draining = self.drain_deadline.is_some();
+        let c = self.conns[slot].as_mut().expect("receive of a live connection");
+        c.receiving = false;
+        match result {
+            n if n > 0 => {
+                c.codec.receive(&c.inbox[..n as usize]);
+                if draining {
+                    c.eof = true;
+                }
+            }
+            0 => c.eof = true,
+            e if e == -libc::EINTR || e == -libc::EAGAIN => {}
+            e => {
+                // A client that hangs up mid-conversation is not news.
+                if e != -libc::ECONNRESET {
+                    eprintln!(
+                        "ioshare: connection {}: receive: {}",
+                        c.id,
+                        std::io::Error::from_raw_os_error(-e)
+                    );
+                }
+                c.eof = true;
+            }
+        }
+        self.pump(slot)
+    }
+
+    /// Hands every connection's waiting replies to the ring (one send each at a time).
+    fn flush_replies(&mut self) -> anyhow::Result<()> {
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_mut() else {
+                continue;
+            };
+            let fd = types::Fd(c.fd.as_raw_fd());
+            if let Some(bytes) = c.next_send() {
+                let e = opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
+                    .flags(libc::MSG_NOSIGNAL)
+                    .build()
+                    .user_data(TAG_SEND | slot as u64);
+                push(&mut self.ring, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A send on the ring returned: the rest of a short send goes again.
+    fn on_sent(&mut self, slot: usize, result: i32) -> anyhow::Result<()> {
+        let c = self.conns[slot].as_mut().expect("send of a live connection");
+        let fd = types::Fd(c.fd.as_raw_fd());
+        if result < 0 && ![libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN].contains(&-result)
+        {
+            eprintln!(
+                "ioshare: connection {}: send: {}",
+                c.id,
+                std::io::Error::from_raw_os_error(-result)
+            );
+        }
+        if let Some(rest) = c.sent(result) {
+            let e = opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+                .user_data(TAG_SEND | slot as u64);
+            push(&mut self.ring, e)?;
+        }
+        Ok(())
+    }
+
+    /// Closes connections with nothing left to receive, serve or send.
+    fn close_finished(&mut self) {
+        for c in &mut self.conns {
+            if c.as_ref().is_some_and(Conn::is_finished) {
+                *c = None;
+            }
+        }
+    }
+
+    /// A request from a connection enters the policy (or, past the drain deadline, is
+    /// answered at once).
+    fn admit(&mut self, slot: usize, command: Command) {
+        let c = self.conns[slot].as_mut().expect("admitted from a live connection");
+        let tenant = c.tenant;
+        c.outstanding += 1;
+        self.held[tenant as usize] += 1;
+        self.stats.arrived(tenant);
+        let sub = Submission {
+            tenant,
+            conn: slot,
+            handle: command.handle,
+            offset: command.offset,
+            len: command.len,
+            kind: command.kind,
+        };
+        if self.abandoned {
+            self.stats.cancelled(tenant);
+            self.answer(sub, proto::ESHUTDOWN, None);
+            return;
+        }
+        let t = self.now();
+        self.next_id += 1;
+        let request = Request {
+            id: self.next_id,
+            tenant,
+            op: match sub.kind {
+                CommandKind::Read => Op::Read,
+                CommandKind::Write { .. } | CommandKind::WriteZeroes { .. } => Op::Write,
+                CommandKind::Flush => Op::Flush,
+                CommandKind::Trim { .. } => Op::Trim,
+            },
+            offset: self.files.targets[tenant as usize].map_or(0, |x| x.base) + sub.offset,
+            len: sub.len,
+            arrival: t,
+        };
+        self.live.insert(
+            request.id,
+            Live {
+                sub,
+                request,
+                start: None,
+                buf: None,
+                done: 0,
+                stage: Stage::Transfer,
+                direct: false,
+                model_finish: None,
+                io_result: None,
+            },
+        );
+        self.policy.enqueue(request, t);
+        while let Some(r) = self.policy.take_refused() {
+            let l = self.live.remove(&r.id).expect("refused a known request");
+            self.stats.refused(r.tenant);
+            self.answer(l.sub, proto::EIO, None);
+        }
+    }
+
+    /// Dispatches while the device has room; returns when the policy wants to be asked
+    /// again.
+    fn dispatch(&mut self) -> anyhow::Result<Option<Nanos>> {
+        while self.in_flight < self.config.queue_depth && !self.abandoned {
+            let t = self.now();
+            match self.policy.dispatch(t) {
+                Dispatch::Request(r) => {
+                    let l = self.live.get_mut(&r.id).expect("dispatched a known request");
+                    l.start = Some(t);
+                    self.in_flight += 1;
+                    self.stats.dispatched(r.tenant);
+                    if let Some(m) = self.model.as_mut() {
+                        m.advance(t, &mut self.model_done);
+                        l.model_finish = match m.submit(&r, t) {
+                            Submitted::Finishes(at) => Some(at),
+                            Submitted::Queued => None,
+                        };
+                    }
+                    match self.files.targets[r.tenant as usize] {
+                        None => self.finished.push((r.id, null_result(l))),
+                        Some(target) => start(&mut self.ring, target, r.id, l)?,
+                    }
+                }
+                Dispatch::Wait(at) => return Ok(Some(at)),
+                Dispatch::Idle => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Handles the backend's completions: the next part of a request, or its end.
+    fn reap(&mut self) -> anyhow::Result<()> {
+        for (id, result) in std::mem::take(&mut self.finished) {
+            let l = self.live.get_mut(&id).expect("completion of a known request");
+            let target = self.files.targets[l.sub.tenant as usize];
+            match step(l, result) {
+                Next::Again => start(&mut self.ring, target.expect("file request"), id, l)?,
+                Next::Done(error) if self.model.is_some() => {
+                    // The data is there; the reply waits for the model's finish time.
+                    l.io_result = Some(error);
+                    if let Some(at) = l.model_finish {
+                        self.due.push(Reverse((at, id)));
+                    }
+                }
+                Next::Done(error) => {
+                    let l = self.live.remove(&id).expect("known");
+                    let now = self.now();
+                    self.complete(l, error, now);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emulated backend: answers the requests whose model finish time has passed.
+    fn emulate(&mut self) {
+        let Some(m) = self.model.as_mut() else {
+            return;
+        };
+        let now = self.clock.elapsed().as_nanos() as Nanos;
+        m.advance(now, &mut self.model_done);
+        for f in self.model_done.drain(..) {
+            let l = self
+                .live
+                .get_mut(&f.request.id)
+                .expect("modelled a known request");
+            l.model_finish = Some(f.finish);
+            if l.io_result.is_some() {
+                self.due.push(Reverse((f.finish, f.request.id)));
+            }
+        }
+        while let Some(&Reverse((at, id))) = self.due.peek() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let l = self.live.remove(&id).expect("due request is live");
+            let error = l.io_result.expect("data I/O done");
+            self.complete(l, error, now);
+        }
+    }
+
+    /// A request is over: the policy and the counters learn of it, the client gets its
+    /// reply.
+    fn complete(&mut self, l: Live, error: u32, t: Nanos) {
+        self.in_flight -= 1;
+        let c = Completion {
+            request: l.request,
+            start: l.start.expect("dispatched"),
+            finish: t,
+        };
+        self.policy.complete(&c, t);
+        self.stats.completed(&c, error == 0);
+        let data = if l.request.op == Op::Read && error == 0 {
+            l.buf
+        } else {
+            None
+        };
+        self.answer(l.sub, error, data);
+    }
+
+    fn answer(&mut self, sub: Submission, error: u32, data: Option<Buffer>) {
+        self.held[sub.tenant as usize] -= 1;
+        let c = self.conns[sub.conn]
+            .as_mut()
+            .expect("a connection stays open while it has requests");
+        c.outstanding -= 1;
+        c.reply(sub.handle, error, data.as_ref().map(Buffer::as_slice));
+    }
 }
 
 /// The null backend: reads return zeroes, everything succeeds at once (the result a

@@ -1,8 +1,8 @@
-//! The live server (`ioshare serve`): every tenant is an NBD export; connections are
-//! read by one thread each (the [`crate::nbd`] codec turns bytes into requests), a writer
-//! thread per connection sends replies, and the [`engine`] thread runs the same
-//! [`crate::policy::Policy`] objects as the simulator, in wall-clock time, in front of
-//! io_uring.
+//! The live server (`ioshare serve`): every tenant is an NBD export. A thread per new
+//! connection runs the handshake (the [`crate::nbd`] codec), then hands the socket to
+//! the [`engine`] thread, which reads requests, runs the same [`crate::policy::Policy`]
+//! objects as the simulator in wall-clock time, does the I/O and writes replies, all on
+//! one io_uring ring.
 //!
 //! SIGTERM or SIGINT: stop accepting and reading, serve what was received (at most
 //! `drain_timeout_s` for what the policy still holds), sync every file, exit 0.
@@ -12,23 +12,24 @@
 //! that changed needs a restart; the reload says what and applies nothing.
 
 pub mod config;
+pub mod conn;
 pub mod engine;
 pub mod metrics;
 pub mod stats;
 
-use crate::nbd::{Event, ExportInfo, ServerCodec, proto};
+use crate::nbd::{Event, ExportInfo, ServerCodec};
 use config::ServerConfig;
-use engine::{EngineHandle, Reply, Submission};
+use conn::Attach;
+use engine::EngineHandle;
 use stats::LiveStats;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -150,7 +151,7 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
         None => None,
     };
     let clock = Instant::now();
-    let (handle, inbox) = engine::channel(&config)?;
+    let (handle, inbox) = engine::channel()?;
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
@@ -351,7 +352,7 @@ fn spawn_connection(
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
-            if let Err(e) = connection(stream, exports, engine) {
+            if let Err(e) = connection(stream, id, exports, engine) {
                 // A client that hangs up mid-conversation is not news.
                 let gone = e.downcast_ref::<std::io::Error>().is_some_and(|e| {
                     matches!(
@@ -372,16 +373,12 @@ fn spawn_connection(
     }
 }
 
-/// Reads one connection: the handshake, then requests until the client leaves.
-fn connection(
-    mut stream: Stream,
-    exports: Arc<Vec<ExportInfo>>,
-    engine: EngineHandle,
-) -> anyhow::Result<()> {
+/// Runs one connection's handshake, then hands it to the engine, which serves its
+/// requests from then on.
+fn connection(mut stream: Stream, id: u64, exports: Arc<Vec<ExportInfo>>, engine: EngineHandle) -> anyhow::Result<()> {
     let mut codec = ServerCodec::new(exports);
-    let mut buf = vec![0u8; 256 << 10];
+    let mut buf = vec![0u8; 64 << 10];
     stream.write_all(&codec.take_output())?;
-    // Handshake: the reader answers options itself.
     let export = loop {
         let n = stream.read(&mut buf)?;
         if n == 0 {
@@ -407,80 +404,16 @@ fn connection(
             break e;
         }
     };
-    let tenant = export as u32;
-    let (tx, rx) = std::sync::mpsc::channel::<Reply>();
-    let writer = {
-        let s = stream.try_clone()?;
-        std::thread::Builder::new()
-            .name("writer".into())
-            .spawn(move || write_replies(s, rx))?
+    let fd: OwnedFd = match stream {
+        Stream::Unix(s) => s.into(),
+        Stream::Tcp(s) => s.into(),
     };
-    let result = (|| -> anyhow::Result<()> {
-        loop {
-            loop {
-                match codec.poll() {
-                    Ok(Some(Event::Command(c))) => {
-                        let s = Submission {
-                            tenant,
-                            handle: c.handle,
-                            offset: c.offset,
-                            len: c.len,
-                            kind: c.kind,
-                            reply: tx.clone(),
-                        };
-                        if !engine.submit(s) {
-                            let _ = tx.send(Reply {
-                                handle: c.handle,
-                                error: proto::ESHUTDOWN,
-                                data: None,
-                            });
-                        }
-                    }
-                    Ok(Some(Event::Error { handle, error })) => {
-                        let _ = tx.send(Reply {
-                            handle,
-                            error,
-                            data: None,
-                        });
-                    }
-                    Ok(Some(Event::Disconnect)) => return Ok(()),
-                    Ok(Some(Event::Selected { .. })) => unreachable!("selected once"),
-                    Ok(None) => break,
-                    Err(e) => return Err(anyhow::anyhow!("{e}")),
-                }
-            }
-            let n = stream.read(&mut buf)?;
-            if n == 0 {
-                return Ok(());
-            }
-            codec.receive(&buf[..n]);
-        }
-    })();
-    drop(tx);
-    // Replies of requests still in flight are written before the socket closes.
-    let _ = writer.join();
-    stream.shutdown(Shutdown::Both);
-    result
-}
-
-/// Writes replies as they come, several per system call when several are ready.
-fn write_replies(mut stream: Stream, rx: Receiver<Reply>) {
-    let mut out = Vec::with_capacity(1 << 20);
-    while let Ok(first) = rx.recv() {
-        out.clear();
-        let mut reply = Some(first);
-        while let Some(r) = reply.take() {
-            proto::simple_reply(&mut out, r.handle, r.error);
-            if let Some(data) = &r.data {
-                out.extend_from_slice(data.as_slice());
-            }
-            if out.len() < (1 << 20) {
-                reply = rx.try_recv().ok();
-            }
-        }
-        if stream.write_all(&out).is_err() {
-            // The client is gone: keep draining so senders never block (they do not).
-            break;
-        }
-    }
+    // A stopping engine drops the connection, which closes it.
+    engine.attach(Attach {
+        id,
+        fd,
+        codec,
+        tenant: export as u32,
+    });
+    Ok(())
 }
