@@ -56,6 +56,10 @@ enum Command {
     Serve {
         /// Server configuration (see examples/serve.toml).
         config: PathBuf,
+        /// At shutdown, write the run's results.json, timeseries.csv and report.html
+        /// (the simulator's formats, measured from start to the end of the drain) here.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// List policies, device presets and workload stand-ins.
     List,
@@ -107,9 +111,9 @@ fn run(cli: Cli) -> Result<()> {
                 .collect();
             simulate(&[s], Some(&out), true)
         }
-        Command::Serve { config } => {
+        Command::Serve { config, out } => {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
-            ioshare::server::serve(loaded, Some(config))
+            ioshare::server::serve(loaded, Some(config), out)
         }
         Command::List => {
             println!("policies:");

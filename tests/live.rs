@@ -15,6 +15,11 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, config: &str) -> Server {
+        Server::start_with(dir, config, &[])
+    }
+
+    /// With more arguments after `serve CONFIG`.
+    fn start_with(dir: &Path, config: &str, args: &[&str]) -> Server {
         let cfg = dir.join("serve.toml");
         std::fs::write(
             &cfg,
@@ -25,6 +30,8 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_ioshare"))
             .arg("serve")
             .arg(&cfg)
+            .args(args)
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -44,7 +51,13 @@ impl Server {
     }
 
     /// SIGTERM; returns the exit status and what the server wrote to stderr.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
+    fn stop(self) -> (std::process::ExitStatus, String) {
+        let (status, _, err) = self.stop_with_stdout();
+        (status, err)
+    }
+
+    /// SIGTERM; the exit status, stdout and stderr.
+    fn stop_with_stdout(mut self) -> (std::process::ExitStatus, String, String) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().unwrap();
@@ -55,7 +68,14 @@ impl Server {
             .unwrap()
             .read_to_string(&mut err)
             .unwrap();
-        (status, err)
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        (status, out, err)
     }
 }
 
@@ -393,6 +413,71 @@ fn null_backend_succeeds_at_once_and_reads_zeroes() {
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
     assert!(err.contains("n: 3 requests"), "{err}");
+}
+
+#[test]
+fn serve_out_reports_the_run_like_the_simulator() {
+    let dir = tempdir();
+    let out = dir.path().join("report");
+    let s = Server::start_with(
+        dir.path(),
+        "policy = \"sfq\"\n[[tenant]]\nname = \"a\"\nweight = 2\nfile = \"a.img\"\nsize = \"1m\"\n\
+         [[tenant]]\nname = \"b\"\nfile = \"b.img\"\nsize = \"1m\"\n",
+        &["--out", out.to_str().unwrap()],
+    );
+    let mut a = Raw::connect(&s);
+    a.go("a");
+    for i in 0..3 {
+        a.request(1, i, i * 4096, 4096, &[7; 4096]);
+        assert_eq!(a.reply(0), (i, 0));
+    }
+    a.request(3, 9, 0, 0, &[]);
+    assert_eq!(a.reply(0), (9, 0));
+    let mut b = Raw::connect(&s);
+    b.go("b");
+    for i in 0..2 {
+        b.request(0, i, i * 8192, 8192, &[]);
+        assert_eq!(b.reply(8192), (i, 0));
+    }
+    // Past the end: refused by the codec, never reaches the engine or the report.
+    b.request(0, 5, 1 << 20, 4096, &[]);
+    assert_ne!(b.reply(0).1, 0);
+    let (status, stdout, err) = s.stop_with_stdout();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("report written to"), "{err}");
+    assert!(stdout.contains("scenario live"), "{stdout}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["scenario"], "live");
+    let run = &json["runs"][0];
+    assert_eq!(run["policy"], "sfq");
+    assert_eq!(run["sim"]["requests"], 6);
+    let tenants = run["tenants"].as_array().unwrap();
+    assert_eq!(tenants[0]["name"], "a");
+    assert_eq!(tenants[0]["weight"], 2.0);
+    assert_eq!(
+        (tenants[0]["bytes"].as_u64(), tenants[0]["ios"].as_u64()),
+        (Some(3 * 4096), Some(4))
+    );
+    assert_eq!(
+        (tenants[1]["bytes"].as_u64(), tenants[1]["ios"].as_u64()),
+        (Some(2 * 8192), Some(2))
+    );
+    // The timeseries adds up to the totals, interval by interval.
+    let csv = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("policy,tenant,interval_start_s,bytes,bandwidth_bytes_per_s,iops,mean_latency_us")
+    );
+    let mut bytes = [0u64; 2];
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        bytes[(f[1] == "b") as usize] += f[3].parse::<u64>().unwrap();
+    }
+    assert_eq!(bytes, [3 * 4096, 2 * 8192]);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<svg"), "report.html has its plots");
 }
 
 #[test]

@@ -322,7 +322,11 @@ impl Recorder {
     /// Measures completions in `[start, end)`, binned every `interval`.
     pub fn new(tenants: &[TenantSpec], start: Nanos, end: Nanos, interval: Nanos) -> Self {
         let interval = interval.max(1);
-        let bins = (end.saturating_sub(start)).div_ceil(interval) as usize;
+        // An open run's intervals are added as completions reach them.
+        let bins = match end {
+            Nanos::MAX => 0,
+            _ => end.saturating_sub(start).div_ceil(interval) as usize,
+        };
         let n = tenants.len();
         Recorder {
             start,
@@ -353,6 +357,28 @@ impl Recorder {
             phase_starts: vec![0],
         }
         .with_phases(&[0])
+    }
+
+    /// Measures a run whose end is not known yet (the live server): from `start` on,
+    /// intervals added as time goes; [`Recorder::end_at`] closes it before
+    /// [`Recorder::finish`].
+    pub fn open(tenants: &[TenantSpec], start: Nanos, interval: Nanos) -> Self {
+        Recorder::new(tenants, start, Nanos::MAX, interval)
+    }
+
+    /// Closes an [`open`](Recorder::open) run at `end`.
+    pub fn end_at(&mut self, end: Nanos) {
+        self.end = end.max(self.start);
+        let bins = (self.end - self.start).div_ceil(self.series.interval) as usize;
+        for series in [
+            &mut self.series.bytes,
+            &mut self.series.ios,
+            &mut self.series.latency_sum_ns,
+        ] {
+            for tenant in series.iter_mut() {
+                tenant.resize(bins, 0);
+            }
+        }
     }
 
     /// Splits the run into phases starting at these times (0 is always the first).
@@ -467,6 +493,17 @@ impl Recorder {
         }
         let bin = ((c.finish - start) / self.series.interval) as usize;
         let tid = c.request.tenant as usize;
+        if bin >= self.series.bytes[tid].len() {
+            for series in [
+                &mut self.series.bytes,
+                &mut self.series.ios,
+                &mut self.series.latency_sum_ns,
+            ] {
+                for tenant in series.iter_mut() {
+                    tenant.resize(bin + 1, 0);
+                }
+            }
+        }
         self.series.bytes[tid][bin] += bytes;
         self.series.ios[tid][bin] += 1;
         self.series.latency_sum_ns[tid][bin] += lat;
@@ -722,6 +759,35 @@ mod tests {
         assert!(!res.tenants[0].backlogged);
         assert!(res.tenants[1].backlogged);
         assert_eq!(res.tenants[1].ideal_share, 1.0);
+    }
+
+    #[test]
+    fn an_open_run_grows_its_intervals_and_ends_where_it_is_closed() {
+        let specs = [
+            TenantSpec::weighted("a", 1.0),
+            TenantSpec::weighted("b", 3.0),
+        ];
+        let s = 1_000_000_000;
+        let mut r = Recorder::open(&specs, 0, s);
+        for (t, arr, fin) in [(0, 0, 10), (1, 2 * s, 2 * s + 7), (1, 2 * s, 3 * s - 1)] {
+            r.arrived(t, arr);
+            r.completed(&done(t, 4096, arr, fin));
+        }
+        // Closed at 4.5 s: five intervals, the last two empty.
+        r.end_at(4 * s + s / 2);
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            SimStats::default(),
+            PolicyOutcome::default(),
+        );
+        assert_eq!(res.timeseries.bytes[0], vec![4096, 0, 0, 0, 0]);
+        assert_eq!(res.timeseries.bytes[1], vec![0, 0, 8192, 0, 0]);
+        assert_eq!(res.timeseries.ios[1], vec![0, 0, 2, 0, 0]);
+        assert_eq!(res.phases[0].end_s, 4.5);
+        assert!((res.tenants[1].bandwidth_bytes_per_s - 8192.0 / 4.5).abs() < 1e-9);
     }
 
     #[test]

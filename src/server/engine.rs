@@ -15,7 +15,8 @@
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
 use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
-use crate::device::{DeviceModel, Finished, Submitted};
+use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
+use crate::metrics::{PolicyOutcome, Recorder};
 use crate::nbd::proto;
 use crate::nbd::{Command, CommandKind, Event};
 use crate::policy::{Dispatch, Policy};
@@ -336,7 +337,20 @@ pub fn channel() -> anyhow::Result<(EngineHandle, Inbox)> {
     ))
 }
 
-/// The device loop. Returns when drained.
+/// What the engine hands back when it stops, for the run's report.
+pub struct Outcome {
+    /// The recorder given to [`run`], with every request of the run in it.
+    pub recorder: Option<Recorder>,
+    /// When the engine stopped (nanoseconds since the server's clock started).
+    pub end: Nanos,
+    /// The device model's counters (emulated backend), or zeroes.
+    pub device: DeviceStats,
+    pub policy: PolicyOutcome,
+}
+
+/// The device loop. Returns when drained. With a `recorder`, every request is recorded
+/// in it (arrival, completion, refusal) for the report of the run.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     config: &ServerConfig,
     files: Files,
@@ -345,7 +359,8 @@ pub fn run(
     inbox: Inbox,
     stats: Arc<LiveStats>,
     clock: Instant,
-) -> anyhow::Result<()> {
+    recorder: Option<Recorder>,
+) -> anyhow::Result<Outcome> {
     let Inbox { rx, wake } = inbox;
     let mut engine = Engine {
         ring: new_ring(config.queue_depth)?,
@@ -367,6 +382,7 @@ pub fn run(
         finished: Vec::new(),
         due: BinaryHeap::new(),
         model_done: Vec::new(),
+        recorder,
     };
     engine.run(&rx)?;
     for f in &engine.files.files {
@@ -378,7 +394,15 @@ pub fn run(
             );
         }
     }
-    Ok(())
+    Ok(Outcome {
+        end: engine.now(),
+        device: engine.model.as_ref().map(|m| m.stats()).unwrap_or_default(),
+        policy: PolicyOutcome {
+            stats: engine.policy.stats(),
+            switches: engine.policy.switch_log(),
+        },
+        recorder: engine.recorder,
+    })
 }
 
 /// A ring with room for the device queue plus a receive and a send per connection;
@@ -394,7 +418,9 @@ fn new_ring(queue_depth: u32) -> anyhow::Result<IoUring> {
     match tuned {
         Ok(ring) => Ok(ring),
         // Kernels before 6.0 lack the flags.
-        Err(_) => Ok(IoUring::builder().setup_cqsize(entries * 8).build(entries)?),
+        Err(_) => Ok(IoUring::builder()
+            .setup_cqsize(entries * 8)
+            .build(entries)?),
     }
 }
 
@@ -428,6 +454,8 @@ struct Engine<'a> {
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
     due: BinaryHeap<Reverse<(Nanos, u64)>>,
     model_done: Vec<Finished>,
+    /// The run's measurements for `serve --out`.
+    recorder: Option<Recorder>,
 }
 
 impl Engine<'_> {
@@ -533,7 +561,9 @@ impl Engine<'_> {
                     u if u & TAG_MASK == TAG_RECV => {
                         self.received((u & !TAG_MASK) as usize, result)?
                     }
-                    u if u & TAG_MASK == TAG_SEND => self.on_sent((u & !TAG_MASK) as usize, result)?,
+                    u if u & TAG_MASK == TAG_SEND => {
+                        self.on_sent((u & !TAG_MASK) as usize, result)?
+                    }
                     id => self.finished.push((id, result)),
                 }
             }
@@ -613,6 +643,9 @@ impl Engine<'_> {
             for id in held {
                 let l = self.live.remove(&id).expect("listed");
                 self.stats.cancelled(l.sub.tenant);
+                if let Some(r) = self.recorder.as_mut() {
+                    r.refused(&l.request, now);
+                }
                 self.answer(l.sub, proto::ESHUTDOWN, None);
             }
         }
@@ -665,7 +698,9 @@ impl Engine<'_> {
     /// A receive on the ring returned.
     fn received(&mut self, slot: usize, result: i32) -> anyhow::Result<()> {
         let draining = self.drain_deadline.is_some();
-        let c = self.conns[slot].as_mut().expect("receive of a live connection");
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("receive of a live connection");
         c.receiving = false;
         match result {
             n if n > 0 => {
@@ -711,9 +746,12 @@ impl Engine<'_> {
 
     /// A send on the ring returned: the rest of a short send goes again.
     fn on_sent(&mut self, slot: usize, result: i32) -> anyhow::Result<()> {
-        let c = self.conns[slot].as_mut().expect("send of a live connection");
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("send of a live connection");
         let fd = types::Fd(c.fd.as_raw_fd());
-        if result < 0 && ![libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN].contains(&-result)
+        if result < 0
+            && ![libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN].contains(&-result)
         {
             eprintln!(
                 "ioshare: connection {}: send: {}",
@@ -743,7 +781,9 @@ impl Engine<'_> {
     /// A request from a connection enters the policy (or, past the drain deadline, is
     /// answered at once).
     fn admit(&mut self, slot: usize, command: Command) {
-        let c = self.conns[slot].as_mut().expect("admitted from a live connection");
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("admitted from a live connection");
         let tenant = c.tenant;
         c.outstanding += 1;
         self.held[tenant as usize] += 1;
@@ -790,10 +830,16 @@ impl Engine<'_> {
                 io_result: None,
             },
         );
+        if let Some(r) = self.recorder.as_mut() {
+            r.arrived(tenant, t);
+        }
         self.policy.enqueue(request, t);
         while let Some(r) = self.policy.take_refused() {
             let l = self.live.remove(&r.id).expect("refused a known request");
             self.stats.refused(r.tenant);
+            if let Some(rec) = self.recorder.as_mut() {
+                rec.refused(&r, t);
+            }
             self.answer(l.sub, proto::EIO, None);
         }
     }
@@ -805,7 +851,10 @@ impl Engine<'_> {
             let t = self.now();
             match self.policy.dispatch(t) {
                 Dispatch::Request(r) => {
-                    let l = self.live.get_mut(&r.id).expect("dispatched a known request");
+                    let l = self
+                        .live
+                        .get_mut(&r.id)
+                        .expect("dispatched a known request");
                     l.start = Some(t);
                     self.in_flight += 1;
                     self.stats.dispatched(r.tenant);
@@ -831,7 +880,10 @@ impl Engine<'_> {
     /// Handles the backend's completions: the next part of a request, or its end.
     fn reap(&mut self) -> anyhow::Result<()> {
         for (id, result) in std::mem::take(&mut self.finished) {
-            let l = self.live.get_mut(&id).expect("completion of a known request");
+            let l = self
+                .live
+                .get_mut(&id)
+                .expect("completion of a known request");
             let target = self.files.targets[l.sub.tenant as usize];
             match step(l, result) {
                 Next::Again => start(&mut self.ring, target.expect("file request"), id, l)?,
@@ -891,6 +943,13 @@ impl Engine<'_> {
         };
         self.policy.complete(&c, t);
         self.stats.completed(&c, error == 0);
+        // A failed request moved no data: the report counts it as not served.
+        if let Some(r) = self.recorder.as_mut() {
+            match error {
+                0 => r.completed(&c),
+                _ => r.refused(&c.request, t),
+            }
+        }
         let data = if l.request.op == Op::Read && error == 0 {
             l.buf
         } else {

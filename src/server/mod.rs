@@ -17,7 +17,9 @@ pub mod engine;
 pub mod metrics;
 pub mod stats;
 
+use crate::metrics::{Recorder, SimStats};
 use crate::nbd::{Event, ExportInfo, ServerCodec};
+use crate::sim::ScenarioResult;
 use config::ServerConfig;
 use conn::Attach;
 use engine::EngineHandle;
@@ -90,8 +92,19 @@ impl Write for Stream {
 type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
 
 /// Runs the server until SIGTERM/SIGINT. `source` is the configuration file SIGHUP
-/// reloads (`None`: SIGHUP is ignored).
-pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Result<()> {
+/// reloads (`None`: SIGHUP is ignored). With `out`, the run's `results.json`,
+/// `timeseries.csv` and `report.html` (the simulator's formats) are written there at
+/// shutdown.
+pub fn serve(
+    mut config: ServerConfig,
+    source: Option<PathBuf>,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if let Some(dir) = &out {
+        // Found out now, not after hours of serving.
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("--out: cannot create {}: {e}", dir.display()))?;
+    }
     let specs = config.specs();
     let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
         .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
@@ -152,11 +165,16 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
     };
     let clock = Instant::now();
     let (handle, inbox) = engine::channel()?;
+    let recorder = out
+        .as_ref()
+        .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || engine::run(&config, files, policy, model, inbox, stats, clock))?
+            .spawn(move || {
+                engine::run(&config, files, policy, model, inbox, stats, clock, recorder)
+            })?
     };
     let mut listening = Vec::new();
     if let Some(p) = &config.unix {
@@ -250,7 +268,7 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
     }
     handle.drain();
     drop(handle);
-    engine_thread
+    let outcome = engine_thread
         .join()
         .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
     let end = stats.snapshot();
@@ -265,7 +283,71 @@ pub fn serve(mut config: ServerConfig, source: Option<PathBuf>) -> anyhow::Resul
             t.refused
         );
     }
+    if let Some(dir) = &out {
+        let result = live_result(&config, outcome, clock.elapsed().as_secs_f64());
+        print!("{}", crate::report::table(&result));
+        crate::report::write_all(&result, dir)?;
+        eprintln!(
+            "ioshare: report written to {}/ (results.json, timeseries.csv, report.html)",
+            dir.display()
+        );
+    }
     Ok(())
+}
+
+/// The report's interval: the terminal line's, or a second when that is off.
+fn report_interval(config: &ServerConfig) -> crate::types::Nanos {
+    let secs = if config.interval_s > 0.0 {
+        config.interval_s
+    } else {
+        1.0
+    };
+    crate::types::secs_to_nanos(secs)
+}
+
+/// The live run as the simulator reports a scenario: one run (the configured policy),
+/// measured from the server's start to the end of its drain.
+fn live_result(
+    config: &ServerConfig,
+    outcome: engine::Outcome,
+    wall_seconds: f64,
+) -> ScenarioResult {
+    let mut recorder = outcome.recorder.expect("recorded with --out");
+    recorder.end_at(outcome.end);
+    let requests = recorder.completed_count();
+    let specs = config.specs();
+    let workloads: Vec<String> = config
+        .tenants
+        .iter()
+        .map(|t| format!("NBD export {}", t.spec.name))
+        .collect();
+    let device = match &config.emulated {
+        Some((device, seed)) => format!("emulated {} (seed {seed})", device.describe()),
+        None => format!("{:?} backend, cache {:?}", config.backend, config.cache).to_lowercase(),
+    };
+    let run = recorder.finish(
+        &config.policy.label,
+        &specs,
+        &workloads,
+        outcome.device,
+        SimStats {
+            requests,
+            wall_seconds,
+        },
+        outcome.policy,
+    );
+    ScenarioResult {
+        scenario: "live".into(),
+        description: format!(
+            "ioshare serve: {} tenant(s), policy {}, {device}",
+            specs.len(),
+            config.policy.label
+        ),
+        seed: config.emulated.as_ref().map_or(0, |(_, seed)| *seed),
+        duration_s: crate::types::nanos_to_secs(outcome.end),
+        device,
+        runs: vec![run],
+    }
 }
 
 /// Reads the configuration again and hands changed tenant specs to the engine; a
@@ -375,7 +457,12 @@ fn spawn_connection(
 
 /// Runs one connection's handshake, then hands it to the engine, which serves its
 /// requests from then on.
-fn connection(mut stream: Stream, id: u64, exports: Arc<Vec<ExportInfo>>, engine: EngineHandle) -> anyhow::Result<()> {
+fn connection(
+    mut stream: Stream,
+    id: u64,
+    exports: Arc<Vec<ExportInfo>>,
+    engine: EngineHandle,
+) -> anyhow::Result<()> {
     let mut codec = ServerCodec::new(exports);
     let mut buf = vec![0u8; 64 << 10];
     stream.write_all(&codec.take_output())?;
