@@ -5,18 +5,21 @@
 # and on an emulated aged nvme-p4500; then the MCFQ setting (10:7:4:1, emulated aged
 # sata-840pro, fileserver-like jobs). Prints per-tenant MB/s, total relative to `none`
 # and the share error (mean over tenants of |share − ideal| / ideal, all backlogged).
+# Last the SLO setting (emulated aged sata-840pro): t1 reads 4 KiB at its SLO's 500 IOPS
+# with an `rt` of 10 ms while t2 floods with 4 KiB random writes at iodepth 32, under
+# none, ta1, ta2, ta3; prints t1's IOPS, p99 and p99.9 and t2's MB/s.
 #
 #   bench/qos-live.sh                        # everything, 10 s per cell
 #   RUNTIME=5 POLICIES="none feedbac" SETTINGS=emulated bench/qos-live.sh
 #
 # Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"), SETTINGS
-# ("file emulated mcfq"), BENCH_DIR (target/qos-live).
+# ("file emulated mcfq slo"), BENCH_DIR (target/qos-live).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNTIME=${RUNTIME:-10}
 POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
-SETTINGS=${SETTINGS:-"file emulated mcfq"}
+SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 
 source bench/common.sh
@@ -46,12 +49,24 @@ config() {
         echo "path = \"$DIR/emulated.img\""
         echo 'device = { model = "ssd", preset = "nvme-p4500", precondition = "aged", capacity_gib = 16 }'
         ;;
-    mcfq)
+    mcfq | slo)
         echo "kind = \"emulated\""
-        echo "path = \"$DIR/mcfq.img\""
+        echo "path = \"$DIR/$setting.img\""
         echo 'device = { model = "ssd", preset = "sata-840pro", precondition = "aged", capacity_gib = 16 }'
         ;;
     esac
+    if [ "$setting" = slo ]; then
+        echo '[[tenant]]'
+        echo 'name = "t1"'
+        echo 'offset = "0g"'
+        echo 'size = "2g"'
+        echo "slo = { iops = 500.0, size = 4096, rt_us = 10000 }"
+        echo '[[tenant]]'
+        echo 'name = "t2"'
+        echo 'offset = "2g"'
+        echo 'size = "2g"'
+        return
+    fi
     if [ "$setting" = mcfq ]; then weights=(10 7 4 1); else weights=(100 50 25 10); fi
     for i in 0 1 2 3; do
         echo "[[tenant]]"
@@ -93,8 +108,51 @@ run_clients() {
     echo
 }
 
+# slo_cell POLICY: t1 at its SLO rate, t2 flooding; prints a table row.
+slo_cell() {
+    # iodepth 4: at most iops × rt = 5 outstanding, as the SLO allows (more is a burst
+    # the token-bucket policies may refuse with EIO, which fio then counts as errors)
+    fio --name=t1 --ioengine=nbd "--uri=nbd+unix:///t1?socket=$SOCK" --rw=randread --bs=4k \
+        --iodepth=4 --rate_iops=500 --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
+        --randrepeat=0 --minimal >"$DIR/fio-1.out" &
+    local reader=$!
+    fio --name=t2 --ioengine=nbd "--uri=nbd+unix:///t2?socket=$SOCK" --rw=randwrite --bs=4k \
+        --iodepth=32 --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
+        --randrepeat=0 --minimal >"$DIR/fio-2.out" &
+    wait $reader $!
+    # terse v3: read IOPS in field 8, read completion-latency percentiles (µs) in 18-37
+    local t1 t2
+    t1=$(awk -F';' '$1 == 3 && NF > 50 {
+        for (f = 18; f <= 37; f++) {
+            split($f, kv, "=")
+            if (kv[1] == "99.000000%") p99 = kv[2]
+            if (kv[1] == "99.900000%") p999 = kv[2]
+        }
+        # with continue_on_error, the error count and the first error close the line
+        printf "%d | %.2f ms | %.2f ms | %d", $8, p99 / 1000, p999 / 1000, $(NF - 1)
+    }' "$DIR/fio-1.out")
+    t2=$(awk -F';' '$1 == 3 && NF > 50 { printf "%.1f", $48 * 1024 / 1e6 }' "$DIR/fio-2.out")
+    echo "| $1 | $t1 | $t2 |"
+}
+
 echo "# $(date -u +%F) $(nproc) CPUs, $(uname -r), $(fio --version); ${RUNTIME} s per cell after 2 s ramp"
 for setting in $SETTINGS; do
+    if [ "$setting" = slo ]; then
+        rows=()
+        for policy in none ta1 ta2 ta3; do
+            start_server slo "$policy"
+            rows+=("$(slo_cell "$policy")")
+            echo "slo $policy: ${rows[-1]}" >&2
+            stop_server
+        done
+        echo
+        echo "### slo (t1: SLO 500 IOPS of 4 KiB within 10 ms, reading at 500 IOPS; t2 floods)"
+        echo
+        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors (refused) | t2 MB/s (writes) |"
+        echo "|---|---|---|---|---|---|"
+        printf '%s\n' "${rows[@]}"
+        continue
+    fi
     if [ "$setting" = mcfq ]; then
         workloads=(fileserver)
         weights="10 7 4 1"
