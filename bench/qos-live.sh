@@ -13,7 +13,13 @@
 #   RUNTIME=5 POLICIES="none feedbac" SETTINGS=emulated bench/qos-live.sh
 #
 # Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"), SETTINGS
-# ("file emulated mcfq slo"), BENCH_DIR (target/qos-live).
+# ("file emulated mcfq slo"), BENCH_DIR (target/qos-live: the `file` setting's image,
+# use a real disk), EMULATED_DIR (/dev/shm/ioshare-qos when /dev/shm exists, else
+# BENCH_DIR). An emulated request is answered when its data I/O is done *and* the model
+# says so; its data must come faster than the modelled drive, or the host's disk is what
+# gets measured (a cold page cache made the first `none` run 3× slower than a warm one
+# here). So the emulated images live in memory; each is removed after its setting
+# (up to 8 GiB while it runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,11 +27,13 @@ RUNTIME=${RUNTIME:-10}
 POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
+if [ -d /dev/shm ]; then EMULATED_DIR=${EMULATED_DIR:-/dev/shm/ioshare-qos}; fi
+EMULATED_DIR=$(realpath -m "${EMULATED_DIR:-$DIR}")
 
 source bench/common.sh
 install_tools fio:fio nbdinfo:libnbd-bin
 cargo build --release --quiet
-mkdir -p "$DIR"
+mkdir -p "$DIR" "$EMULATED_DIR"
 SOCK=$DIR/qos.sock
 
 
@@ -46,12 +54,12 @@ config() {
         ;;
     emulated)
         echo "kind = \"emulated\""
-        echo "path = \"$DIR/emulated.img\""
+        echo "path = \"$EMULATED_DIR/emulated.img\""
         echo 'device = { model = "ssd", preset = "nvme-p4500", precondition = "aged", capacity_gib = 16 }'
         ;;
     mcfq | slo)
         echo "kind = \"emulated\""
-        echo "path = \"$DIR/$setting.img\""
+        echo "path = \"$EMULATED_DIR/$setting.img\""
         echo 'device = { model = "ssd", preset = "sata-840pro", precondition = "aged", capacity_gib = 16 }'
         ;;
     esac
@@ -151,6 +159,7 @@ for setting in $SETTINGS; do
         echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors (refused) | t2 MB/s (writes) |"
         echo "|---|---|---|---|---|---|"
         printf '%s\n' "${rows[@]}"
+        rm -f "$EMULATED_DIR/slo.img"
         continue
     fi
     if [ "$setting" = mcfq ]; then
@@ -196,4 +205,5 @@ for setting in $SETTINGS; do
         done
     done
     unset bw
+    [ "$setting" != file ] && rm -f "$EMULATED_DIR/$setting.img"
 done
