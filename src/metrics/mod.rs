@@ -189,6 +189,17 @@ pub struct Timeseries {
     pub latency_sum_ns: Vec<Vec<u64>>,
 }
 
+impl Timeseries {
+    /// Makes every tenant's series `bins` intervals long (new intervals empty).
+    fn resize(&mut self, bins: usize) {
+        for series in [&mut self.bytes, &mut self.ios, &mut self.latency_sum_ns] {
+            for tenant in series.iter_mut() {
+                tenant.resize(bins, 0);
+            }
+        }
+    }
+}
+
 /// Mean over backlogged tenants of |s − s*| / s*, with s the tenant's share of the
 /// backlogged tenants' bandwidth and s* = w / Σw over them. 0 with fewer than one.
 pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f64 {
@@ -370,15 +381,7 @@ impl Recorder {
     pub fn end_at(&mut self, end: Nanos) {
         self.end = end.max(self.start);
         let bins = (self.end - self.start).div_ceil(self.series.interval) as usize;
-        for series in [
-            &mut self.series.bytes,
-            &mut self.series.ios,
-            &mut self.series.latency_sum_ns,
-        ] {
-            for tenant in series.iter_mut() {
-                tenant.resize(bins, 0);
-            }
-        }
+        self.series.resize(bins);
     }
 
     /// Splits the run into phases starting at these times (0 is always the first).
@@ -494,15 +497,7 @@ impl Recorder {
         let bin = ((c.finish - start) / self.series.interval) as usize;
         let tid = c.request.tenant as usize;
         if bin >= self.series.bytes[tid].len() {
-            for series in [
-                &mut self.series.bytes,
-                &mut self.series.ios,
-                &mut self.series.latency_sum_ns,
-            ] {
-                for tenant in series.iter_mut() {
-                    tenant.resize(bin + 1, 0);
-                }
-            }
+            self.series.resize(bin + 1);
         }
         self.series.bytes[tid][bin] += bytes;
         self.series.ios[tid][bin] += 1;

@@ -380,6 +380,7 @@ pub fn run(
         drain_deadline: None,
         abandoned: false,
         finished: Vec::new(),
+        cqes: Vec::new(),
         due: BinaryHeap::new(),
         model_done: Vec::new(),
         recorder,
@@ -451,6 +452,8 @@ struct Engine<'a> {
     abandoned: bool,
     /// Request completions to handle: (id, result as a CQE carries it).
     finished: Vec<(u64, i32)>,
+    /// The ring's completions of one turn of the loop (kept for its allocation).
+    cqes: Vec<(u64, i32)>,
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
     due: BinaryHeap<Reverse<(Nanos, u64)>>,
     model_done: Vec<Finished>,
@@ -550,12 +553,10 @@ impl Engine<'_> {
             } else {
                 self.ring.submit()?;
             }
-            let cqes: Vec<(u64, i32)> = self
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (user_data, result) in cqes {
+            // Copied out first: handling one may push to the ring.
+            let mut cqes = std::mem::take(&mut self.cqes);
+            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            for &(user_data, result) in &cqes {
                 match user_data {
                     WAKE => wake_armed = false,
                     u if u & TAG_MASK == TAG_RECV => {
@@ -567,6 +568,8 @@ impl Engine<'_> {
                     id => self.finished.push((id, result)),
                 }
             }
+            cqes.clear();
+            self.cqes = cqes;
             self.reap()?;
             self.emulate();
             // Requests answered made room under `queue_limit`: read what waited.
@@ -734,11 +737,7 @@ impl Engine<'_> {
             };
             let fd = types::Fd(c.fd.as_raw_fd());
             if let Some(bytes) = c.next_send() {
-                let e = opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
-                    .flags(libc::MSG_NOSIGNAL)
-                    .build()
-                    .user_data(TAG_SEND | slot as u64);
-                push(&mut self.ring, e)?;
+                push(&mut self.ring, send(fd, bytes, slot))?;
             }
         }
         Ok(())
@@ -760,11 +759,7 @@ impl Engine<'_> {
             );
         }
         if let Some(rest) = c.sent(result) {
-            let e = opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32)
-                .flags(libc::MSG_NOSIGNAL)
-                .build()
-                .user_data(TAG_SEND | slot as u64);
-            push(&mut self.ring, e)?;
+            push(&mut self.ring, send(fd, rest, slot))?;
         }
         Ok(())
     }
@@ -979,6 +974,14 @@ fn null_result(l: &mut Live) -> i32 {
         CommandKind::Write { .. } => l.sub.len as i32,
         _ => 0,
     }
+}
+
+/// A send of a connection's replies (the bytes stay in its `Conn` until it completes).
+fn send(fd: types::Fd, bytes: &[u8], slot: usize) -> io_uring::squeue::Entry {
+    opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
+        .flags(libc::MSG_NOSIGNAL)
+        .build()
+        .user_data(TAG_SEND | slot as u64)
 }
 
 fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
