@@ -12,8 +12,10 @@
 #   bench/qos-live.sh                        # everything, 10 s per cell
 #   RUNTIME=5 POLICIES="none feedbac" SETTINGS=emulated bench/qos-live.sh
 #
-# Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"), SETTINGS
-# ("file emulated mcfq slo"), BENCH_DIR (target/qos-live: the `file` setting's image,
+# Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"; a policy's
+# parameters as NAME:KEY=VALUE,KEY=VALUE, e.g. feedbac:period_ms=20), SETTINGS
+# ("file emulated mcfq slo"), WORKLOADS of the file and emulated settings ("randread
+# randwrite randrw"), BENCH_DIR (target/qos-live: the `file` setting's image,
 # use a real disk), EMULATED_DIR (/dev/shm/ioshare-qos when /dev/shm exists, else
 # BENCH_DIR). An emulated request is answered when its data I/O is done *and* the model
 # says so; its data must come faster than the modelled drive, or the host's disk is what
@@ -26,6 +28,7 @@ cd "$(dirname "$0")/.."
 RUNTIME=${RUNTIME:-10}
 POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
+WORKLOADS=${WORKLOADS:-"randread randwrite randrw"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 if [ -d /dev/shm ]; then EMULATED_DIR=${EMULATED_DIR:-/dev/shm/ioshare-qos}; fi
 EMULATED_DIR=$(realpath -m "${EMULATED_DIR:-$DIR}")
@@ -44,7 +47,13 @@ config() {
     echo "unix = \"$SOCK\""
     echo "interval_s = 0"
     echo "queue_depth = 32"
-    echo "policy = \"$policy\""
+    if [[ $policy == *:* ]]; then
+        # name:key=value,key=value → an inline table with the policy's parameters
+        local params=${policy#*:}
+        echo "policy = { name = \"${policy%%:*}\", ${params//,/, } }"
+    else
+        echo "policy = \"$policy\""
+    fi
     echo "[backend]"
     case $setting in
     file)
@@ -167,7 +176,7 @@ for setting in $SETTINGS; do
         weights="10 7 4 1"
         policies="none cfq mots"
     else
-        workloads=(randread randwrite randrw)
+        read -ra workloads <<<"$WORKLOADS"
         weights="100 50 25 10"
         policies=$POLICIES
     fi
