@@ -29,6 +29,8 @@ RUNTIME=${RUNTIME:-10}
 POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
 WORKLOADS=${WORKLOADS:-"randread randwrite randrw"}
+SLO_RT_US=${SLO_RT_US:-10000}
+SLO_POLICIES=${SLO_POLICIES:-"none ta1 ta2 ta3"}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 if [ -d /dev/shm ]; then EMULATED_DIR=${EMULATED_DIR:-/dev/shm/ioshare-qos}; fi
 EMULATED_DIR=$(realpath -m "${EMULATED_DIR:-$DIR}")
@@ -77,11 +79,12 @@ config() {
         echo 'name = "t1"'
         echo 'offset = "0g"'
         echo 'size = "2g"'
-        echo "slo = { iops = 500.0, size = 4096, rt_us = 10000 }"
+        echo "slo = { iops = 500.0, size = 4096, rt_us = $SLO_RT_US }"
         echo '[[tenant]]'
         echo 'name = "t2"'
         echo 'offset = "2g"'
         echo 'size = "2g"'
+        echo "slo = { iops = 500.0, size = 4096, rt_us = $SLO_RT_US }"
         return
     fi
     if [ "$setting" = mcfq ]; then weights=(10 7 4 1); else weights=(100 50 25 10); fi
@@ -148,9 +151,11 @@ slo_cell() {
         --iodepth=4 --rate_iops=500 --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
         --randrepeat=0 --minimal >"$DIR/fio-1.out" &
     local reader=$!
+    # t2 goes on after a refusal too (without continue_on_error fio stops at the first
+    # EIO, and the reader then runs alone)
     fio --name=t2 --ioengine=nbd "--uri=nbd+unix:///t2?socket=$SOCK" --rw=randwrite --bs=4k \
-        --iodepth=32 --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
-        --randrepeat=0 --minimal >"$DIR/fio-2.out" &
+        --iodepth=32 --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" \
+        --ramp_time=2 --randrepeat=0 --minimal >"$DIR/fio-2.out" &
     wait $reader $!
     # terse v3: read IOPS in field 8, read completion-latency percentiles (µs) in 18-37
     local t1 t2
@@ -163,7 +168,7 @@ slo_cell() {
         # with continue_on_error, the error count and the first error close the line
         printf "%d | %.2f ms | %.2f ms | %d", $8, p99 / 1000, p999 / 1000, $(NF - 1)
     }' "$DIR/fio-1.out")
-    t2=$(awk -F';' '$1 == 3 && NF > 50 { printf "%.1f", $48 * 1024 / 1e6 }' "$DIR/fio-2.out")
+    t2=$(awk -F';' '$1 == 3 && NF > 50 { printf "%d | %d", $49, $(NF - 1) }' "$DIR/fio-2.out")
     echo "| $1 | $t1 | $t2 |"
 }
 
@@ -172,17 +177,17 @@ for setting in $SETTINGS; do
     [ "$setting" = file ] && fill_image "$DIR/file.img"
     if [ "$setting" = slo ]; then
         rows=()
-        for policy in none ta1 ta2 ta3; do
+        for policy in $SLO_POLICIES; do
             start_server slo "$policy"
             rows+=("$(slo_cell "$policy")")
             echo "slo $policy: ${rows[-1]}" >&2
             stop_server
         done
         echo
-        echo "### slo (t1: SLO 500 IOPS of 4 KiB within 10 ms, reading at 500 IOPS; t2 floods)"
+        echo "### slo (t1 and t2: SLO 500 IOPS of 4 KiB within $((SLO_RT_US / 1000)) ms; t1 reads at 500 IOPS, t2 floods)"
         echo
-        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors (refused) | t2 MB/s (writes) |"
-        echo "|---|---|---|---|---|---|"
+        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors (refused) | t2 write IOPS | t2 errors (refused) |"
+        echo "|---|---|---|---|---|---|---|"
         printf '%s\n' "${rows[@]}"
         rm -f "$EMULATED_DIR/slo.img"
         continue

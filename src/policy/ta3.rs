@@ -2,8 +2,9 @@
 //!
 //! When a completion's storage response time exceeds its tenant's high water mark, the
 //! buckets of only those tenants whose arrival rate over the last `rate_window_ms`
-//! (default 100) is above their agreed `iops` (by more than `rate_slack`, default 5 %)
-//! are switched in: compliant tenants are never held by a bucket, and a violator runs
+//! (default 100, but at least the time `rate_window_requests` (100) take at the agreed
+//! rate) is above their agreed `iops` (by more than `rate_slack`, default 5 %) are
+//! switched in: compliant tenants are never held by a bucket, and a violator runs
 //! free while nobody is hurt. A breach is also an arriving request whose predicted
 //! storage response time is above `predict × rt` (default 0.4). When the largest of the
 //! last `rt_window` completions is below the low water mark every bucket is switched
@@ -14,7 +15,7 @@ use super::{Policy, PolicyError, PolicyParams};
 use crate::types::TenantSpec;
 
 /// Builds TA3 (`refill_hz`, `depth_factor`, `max_wait`, `hwm`, `lwm`, `rt_window`,
-/// `predict`, `rate_window_ms`, `rate_slack`).
+/// `predict`, `rate_window_ms`, `rate_window_requests`, `rate_slack`).
 pub fn build(
     params: &mut PolicyParams,
     tenants: &[TenantSpec],
@@ -28,17 +29,22 @@ pub fn build(
 mod tests {
     use super::*;
     use crate::policy::{Dispatch, test_request, test_slo_tenant};
-    use crate::types::Completion;
+    use crate::types::{Completion, TenantId};
+
+    /// The 100 ms rate window alone, however few requests it holds.
+    fn fixed_window() -> PolicyParams {
+        PolicyParams::new("ta3", toml::toml! { rate_window_requests = 0.0 })
+    }
 
     #[test]
     fn a_breach_switches_only_the_tenant_above_its_rate() {
-        // Both agreed 100 IOPS; over the 100 ms window `a` sends 20 (200 IOPS) and `b`
-        // sends 10 (100 IOPS, within 5 %).
+        // Both agreed 100 IOPS; over a 100 ms window (no minimum in requests) `a` sends
+        // 20 (200 IOPS) and `b` sends 10 (100 IOPS, within 5 %).
         let tenants = [
             test_slo_tenant("a", 100.0, 10_000),
             test_slo_tenant("b", 100.0, 10_000),
         ];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = build(&mut fixed_window(), &tenants).unwrap();
         let mut id = 0;
         let mut sent = Vec::new();
         for ms in 0..100u64 {
@@ -96,6 +102,54 @@ mod tests {
         assert_eq!(p.dispatch(now), Dispatch::Wait(109_000_000));
     }
 
+    /// A paced client at exactly its 500 IOPS that fell behind and caught up (47
+    /// requests in one 100 ms, 53 in the next) is not a violator: its rate is counted
+    /// over 100 requests' worth of time (200 ms), not over the 100 ms default. The
+    /// flooder is.
+    #[test]
+    fn a_paced_client_catching_up_is_not_taken_for_a_violator() {
+        let tenants = [
+            test_slo_tenant("a", 500.0, 10_000),
+            test_slo_tenant("b", 500.0, 10_000),
+        ];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        const MS: u64 = 1_000_000;
+        let mut arrivals: Vec<(u64, TenantId)> = Vec::new();
+        arrivals.extend((0..47).map(|i| (i * 2 * MS, 0)));
+        arrivals.extend((0..53).map(|i| (100 * MS + i * 1_900_000, 0)));
+        // b: 5 000 IOPS, ten times its rate, from 150 ms.
+        arrivals.extend((0..245).map(|i| (150 * MS + i * 200_000, 1)));
+        arrivals.sort();
+        let mut slow = None;
+        for (id, &(now, tenant)) in arrivals.iter().enumerate() {
+            let r = test_request(id as u64, tenant, 4096, now);
+            p.enqueue(r, now);
+            assert_eq!(p.dispatch(now), Dispatch::Request(r));
+            if tenant == 1 && now == 190 * MS {
+                slow = Some(r); // completes late, below
+            } else {
+                let c = Completion {
+                    request: r,
+                    start: now,
+                    finish: now,
+                };
+                p.complete(&c, now);
+            }
+        }
+        assert_eq!(p.stats()["transitions"], 0);
+        // b's request from 190 ms completes at 199 ms: 9 ms, above the 8.5 ms mark.
+        let r = slow.unwrap();
+        let c = Completion {
+            request: r,
+            start: r.arrival,
+            finish: 199 * MS,
+        };
+        p.complete(&c, 199 * MS);
+        let stats = p.stats();
+        assert_eq!(stats["tenants"][0]["on"], false, "a: 100 in 200 ms");
+        assert_eq!(stats["tenants"][1]["on"], true, "b: 245 in 49 ms");
+    }
+
     #[test]
     fn a_violator_alone_is_not_throttled_while_response_is_good() {
         let tenants = [
@@ -130,7 +184,7 @@ mod tests {
             test_slo_tenant("a", 1000.0, 10_000),
             test_slo_tenant("b", 10.0, 10_000),
         ];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = build(&mut fixed_window(), &tenants).unwrap();
         let r1 = test_request(1, 1, 4096, 0);
         p.enqueue(r1, 0);
         assert_eq!(p.dispatch(0), Dispatch::Request(r1));
