@@ -4,9 +4,9 @@
 //!   (requests queued or in flight, or seen within the last period: see below) receives
 //!   `C × w_i / Σ_active w` credits, where `C` is `headroom` × the forecast of what the
 //!   device will consume in one period. A request costs its size in bytes (default) or
-//!   one credit per request (`cost_per_io = true`). Any tenant with credits left and a queued request may dispatch — no idling. The last
-//!   request may overdraw; the debt is paid from the next allocation. Inactive tenants
-//!   get nothing and keep nothing.
+//!   one credit per request (`cost_per_io = true`). Any tenant with credits left and a
+//!   queued request may dispatch — no idling. The last request may overdraw; the debt is
+//!   paid from the next allocation. Inactive tenants get nothing and keep nothing.
 //! * **Reading: credits are spent evenly through the period.** Among the tenants that
 //!   may dispatch, the one with the most credits left per unit of weight goes first (ties:
 //!   the oldest request). The source only says who may dispatch, not in what order.
@@ -74,12 +74,13 @@
 //! A tenant that becomes active in the middle of a period waits for the next allocation
 //! (at most one period) unless an early refill comes first.
 //!
-//! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps the
-//! period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `prediction_periods` (10), `carry` (1.0), `beta` (0.3),
-//! `initial_mb_s` (64: the forecast before the first observation; early refill covers a
-//! low guess), `cost` is fixed to bytes unless `cost_per_io = true`. Weight changes apply
-//! from the next allocation. `stats()` records predicted vs consumed credits per
-//! prediction period (the paper's Fig. 5).
+//! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
+//! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]),
+//! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
+//! forecast before the first observation; early refill covers a low guess), `cost` is
+//! fixed to bytes unless `cost_per_io = true`. Weight changes apply from the next
+//! allocation. `stats()` records predicted vs consumed credits per prediction period
+//! (the paper's Fig. 5).
 
 use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
 use crate::types::{

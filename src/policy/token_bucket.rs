@@ -42,11 +42,11 @@
 //!   at once would flood the storage queue and break every other tenant's response time
 //!   just as it recovered.
 //! * TA3's arrival rate is the count of arrivals over the last `rate_window_ms`, or over
-//!   the time `rate_window_requests` (100) take at the agreed rate when that is longer; a tenant exceeds
-//!   its rate when that is above `iops × (1 + rate_slack)`. A window of a few dozen
-//!   requests judges a paced client by its jitter: fio at exactly its 500 IOPS with
-//!   iodepth 4 catches up in small bursts after a slow completion, counted 53 in 100 ms
-//!   now and then, had its bucket switched on and 43–123 requests refused per 6 000
+//!   the time `rate_window_requests` (100) take at the agreed rate when that is longer; a
+//!   tenant exceeds its rate when that is above `iops × (1 + rate_slack)`. A window of a
+//!   few dozen requests judges a paced client by its jitter: fio at exactly its 500 IOPS
+//!   with iodepth 4 catches up in small bursts after a slow completion, counted 53 in 100
+//!   ms now and then, had its bucket switched on and 43–123 requests refused per 6 000
 //!   (live server, emulated SATA drive, a second tenant flooding). Over 200 ms (100
 //!   requests) it was never flagged; a violator at several times its rate still passes
 //!   the count within a fraction of the window.
