@@ -6,6 +6,7 @@
 //! [`policy`] (the scheduler), [`device`] (simulated devices), [`sim`] (the event loop),
 //! [`metrics`] and [`report`] (what tenants got), [`scenario`] (experiments as data).
 
+pub mod buffer;
 pub mod device;
 pub mod metrics;
 pub mod nbd;

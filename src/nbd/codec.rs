@@ -15,6 +15,7 @@
 //! a path.
 
 use super::proto::*;
+use crate::buffer::IoBuf;
 use std::sync::Arc;
 
 /// What the server offers under one name.
@@ -52,10 +53,18 @@ pub struct Command {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommandKind {
     Read,
-    Write { data: Vec<u8>, fua: bool },
+    /// The payload comes in an aligned buffer the server writes from as it is.
+    Write {
+        data: IoBuf,
+        fua: bool,
+    },
     Flush,
-    Trim { fua: bool },
-    WriteZeroes { fua: bool },
+    Trim {
+        fua: bool,
+    },
+    WriteZeroes {
+        fua: bool,
+    },
 }
 
 /// What the codec found in the bytes received.
@@ -98,22 +107,44 @@ enum State {
         export: usize,
         left: u64,
     },
+    /// Receiving the rest of a write's payload (in `ServerCodec::write`) straight into
+    /// its buffer.
+    Payload {
+        export: usize,
+    },
     Closed,
+}
+
+/// A write whose header is parsed and whose payload is still arriving.
+#[derive(Debug)]
+struct PendingWrite {
+    handle: u64,
+    offset: u64,
+    fua: bool,
+    data: IoBuf,
+    /// Payload bytes received so far.
+    filled: usize,
 }
 
 /// Request header: magic, flags, type, handle, offset, length.
 const REQUEST_HEADER: usize = 4 + 2 + 2 + 8 + 8 + 4;
 /// Option header: magic, option, length.
 const OPTION_HEADER: usize = 8 + 4 + 4;
+/// Room [`ServerCodec::receive_buffer`] offers for requests at least (a receive may
+/// bring many small requests at once).
+const RECEIVE_ROOM: usize = 64 << 10;
 
 /// The server side of one connection.
 #[derive(Debug)]
 pub struct ServerCodec {
     exports: Arc<Vec<ExportInfo>>,
     state: State,
+    /// Received bytes are `input[pos..end]`; the rest is room for the next receive.
     input: Vec<u8>,
-    /// Bytes of `input` already consumed.
     pos: usize,
+    end: usize,
+    /// In state `Payload`: the write being received.
+    write: Option<PendingWrite>,
     output: Vec<u8>,
     no_zeroes: bool,
 }
@@ -130,21 +161,59 @@ impl ServerCodec {
             state: State::ClientFlags,
             input: Vec::new(),
             pos: 0,
+            end: 0,
+            write: None,
             output,
             no_zeroes: false,
         }
     }
 
-    /// Bytes received from the client.
-    pub fn receive(&mut self, bytes: &[u8]) {
-        if self.pos > 0 && self.pos == self.input.len() {
-            self.input.clear();
-            self.pos = 0;
-        } else if self.pos > (1 << 20) {
-            self.input.drain(..self.pos);
-            self.pos = 0;
+    /// Bytes received from the client (a copy; a server receiving from a socket uses
+    /// [`Self::receive_buffer`] instead).
+    pub fn receive(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = self.receive_buffer();
+            let n = room.len().min(bytes.len());
+            room[..n].copy_from_slice(&bytes[..n]);
+            self.received(n);
+            bytes = &bytes[n..];
         }
-        self.input.extend_from_slice(bytes);
+    }
+
+    /// Where the next bytes from the client go: the rest of a write's payload while one
+    /// is arriving (so its bytes land in the buffer the server writes from), otherwise
+    /// room after the bytes not yet parsed. Tell [`Self::received`] how many arrived;
+    /// the slice stays where it is until then.
+    pub fn receive_buffer(&mut self) -> &mut [u8] {
+        if self.payload_arriving() {
+            let w = self.write.as_mut().expect("arriving");
+            return &mut w.data[w.filled..];
+        }
+        if self.pos == self.end {
+            (self.pos, self.end) = (0, 0);
+        }
+        if self.input.len() - self.end < RECEIVE_ROOM {
+            // Move what is left to the front, grow when that does not make room.
+            self.input.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
+            self.pos = 0;
+            if self.input.len() - self.end < RECEIVE_ROOM {
+                self.input.resize(self.end + RECEIVE_ROOM, 0);
+            }
+        }
+        &mut self.input[self.end..]
+    }
+
+    /// `n` bytes arrived in the slice [`Self::receive_buffer`] gave.
+    pub fn received(&mut self, n: usize) {
+        if self.payload_arriving() {
+            let w = self.write.as_mut().expect("arriving");
+            w.filled += n;
+            assert!(w.filled <= w.data.len(), "received past the payload");
+        } else {
+            self.end += n;
+            assert!(self.end <= self.input.len(), "received past the buffer");
+        }
     }
 
     /// Bytes to send to the client (handshake replies); empty once transmission runs,
@@ -158,10 +227,16 @@ impl ServerCodec {
         self.state == State::Closed
     }
 
+    /// The write whose payload is still short of bytes (one whose payload is complete
+    /// but not yet polled takes no more: what follows is the next request).
+    fn payload_arriving(&self) -> bool {
+        self.write.as_ref().is_some_and(|w| w.filled < w.data.len())
+    }
+
     /// Bytes received and not yet consumed (for back-pressure: a connection stops
     /// reading while a large write is still being assembled only up to its size).
     pub fn buffered(&self) -> usize {
-        self.input.len() - self.pos
+        self.end - self.pos
     }
 
     /// The next event the received bytes make, `Ok(None)` when more bytes are needed.
@@ -186,6 +261,23 @@ impl ServerCodec {
                     };
                     return Ok(None);
                 }
+                State::Payload { export } => {
+                    let w = self.write.as_ref().expect("a write is arriving");
+                    if w.filled < w.data.len() {
+                        return Ok(None);
+                    }
+                    let w = self.write.take().expect("checked");
+                    self.state = State::Transmission { export };
+                    Ok(Step::Event(Event::Command(Command {
+                        handle: w.handle,
+                        offset: w.offset,
+                        len: w.data.len() as u32,
+                        kind: CommandKind::Write {
+                            data: w.data,
+                            fua: w.fua,
+                        },
+                    })))
+                }
             };
             match result {
                 // A step that consumed bytes without an event (an option answered).
@@ -206,7 +298,7 @@ impl ServerCodec {
     }
 
     fn available(&self) -> &[u8] {
-        &self.input[self.pos..]
+        &self.input[self.pos..self.end]
     }
 
     fn client_flags(&mut self) -> Result<Step, ProtocolError> {
@@ -392,17 +484,21 @@ impl ServerCodec {
                 };
                 return error(code);
             }
-            if head.len() < REQUEST_HEADER + len as usize {
-                return Ok(Step::NeedMore);
-            }
-            let data = head[REQUEST_HEADER..REQUEST_HEADER + len as usize].to_vec();
-            self.pos += REQUEST_HEADER + len as usize;
-            return Ok(Step::Event(Event::Command(Command {
+            // What came with the header is copied; the rest is received into place.
+            let len = len as usize;
+            let have = (head.len() - REQUEST_HEADER).min(len);
+            let mut data = IoBuf::for_overwrite(len);
+            data[..have].copy_from_slice(&head[REQUEST_HEADER..REQUEST_HEADER + have]);
+            self.pos += REQUEST_HEADER + have;
+            self.write = Some(PendingWrite {
                 handle,
                 offset,
-                len,
-                kind: CommandKind::Write { data, fua },
-            })));
+                fua,
+                data,
+                filled: have,
+            });
+            self.state = State::Payload { export };
+            return Ok(Step::Again);
         }
         self.pos += REQUEST_HEADER;
         let kind = match kind {
@@ -599,6 +695,56 @@ mod tests {
     }
 
     #[test]
+    fn a_write_payload_is_received_into_its_own_buffer() {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        events(&mut c);
+        c.take_output();
+        let mut head = request(CMD_WRITE, 0, 5, 4096, 8192);
+        head.extend_from_slice(&[1; 100]);
+        c.receive(&head);
+        assert_eq!(c.poll(), Ok(None));
+        // What came with the header is in; the rest goes straight into the payload.
+        let room = c.receive_buffer();
+        assert_eq!(room.len(), 8192 - 100);
+        room.fill(2);
+        c.received(8192 - 100);
+        // Complete but not polled yet: what follows is the next request.
+        c.receive(&request(CMD_FLUSH, 0, 6, 0, 0));
+        let got = events(&mut c);
+        let payload = [vec![1; 100], vec![2; 8192 - 100]].concat();
+        assert_eq!(
+            got,
+            vec![
+                Event::Command(Command {
+                    handle: 5,
+                    offset: 4096,
+                    len: 8192,
+                    kind: CommandKind::Write {
+                        data: IoBuf::copy_of(&payload),
+                        fua: false
+                    }
+                }),
+                Event::Command(Command {
+                    handle: 6,
+                    offset: 0,
+                    len: 0,
+                    kind: CommandKind::Flush
+                })
+            ]
+        );
+        let Event::Command(Command {
+            kind: CommandKind::Write { data, .. },
+            ..
+        }) = &got[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!(data.as_ptr() as usize % crate::buffer::IO_ALIGN, 0);
+        assert!(c.receive_buffer().len() >= RECEIVE_ROOM);
+    }
+
+    #[test]
     fn requests_arrive_in_pieces_and_bad_ones_are_answered() {
         let mut c = negotiating();
         c.receive(&go("a"));
@@ -627,7 +773,7 @@ mod tests {
                     offset: 4096,
                     len: 3,
                     kind: CommandKind::Write {
-                        data: b"xyz".to_vec(),
+                        data: IoBuf::copy_of(b"xyz"),
                         fua: true
                     }
                 }),

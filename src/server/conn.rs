@@ -3,12 +3,17 @@
 //! costs no thread hand-off between socket and device. What the socket side needs to
 //! remember lives here; the decisions (when to read, what to answer) are the engine's.
 
+use crate::buffer::IoBuf;
 use crate::nbd::ServerCodec;
 use crate::nbd::proto;
+use io_uring::{opcode, squeue, types};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// Bytes one receive may bring (a 32 MiB write arrives over several).
-const RECEIVE_BUFFER: usize = 256 << 10;
+/// Read data this long or longer is sent from its own buffer (one more iovec); shorter
+/// data is copied next to the reply headers, which is cheaper than an iovec per 4 KiB.
+const COPY_BELOW: usize = 16 << 10;
+/// The most iovecs one `sendmsg` takes (`IOV_MAX`); more go in the next send.
+const MAX_IOV: usize = 1024;
 
 /// A connection handed to the engine after its handshake.
 pub struct Attach {
@@ -26,9 +31,9 @@ pub struct Conn {
     pub id: u64,
     pub fd: OwnedFd,
     pub tenant: u32,
+    /// Parses requests; a receive on the ring writes into its
+    /// [`ServerCodec::receive_buffer`].
     pub codec: ServerCodec,
-    /// Where a receive on the ring writes.
-    pub inbox: Vec<u8>,
     /// A receive is on the ring.
     pub receiving: bool,
     /// Nothing more will be received: end of stream, an error, or the server drains.
@@ -36,12 +41,18 @@ pub struct Conn {
     /// No more requests will come: the client disconnected, broke the protocol, or
     /// everything received has been taken after `eof`.
     pub parsed: bool,
-    /// Replies not yet handed to the ring.
-    pub out: Vec<u8>,
-    /// The replies of the send on the ring (one at a time keeps them in order), and how
-    /// many of its bytes went out.
-    pub sending: Vec<u8>,
-    pub sent: usize,
+    /// Replies not yet handed to the ring: headers (and short read data) in `out`, long
+    /// read data as buffers that go after `out[..at]`.
+    out: Vec<u8>,
+    out_data: Vec<(usize, IoBuf)>,
+    /// The send on the ring (one at a time keeps replies in order): its bytes and
+    /// buffers, kept until it completes, the iovecs over them, the first iovec not yet
+    /// (wholly) sent, and the message header the ring reads.
+    sending: Vec<u8>,
+    sending_data: Vec<(usize, IoBuf)>,
+    iov: Vec<libc::iovec>,
+    iov_next: usize,
+    msg: Box<libc::msghdr>,
     pub send_armed: bool,
     /// A send failed: the client is gone, further replies are dropped.
     pub broken: bool,
@@ -56,13 +67,17 @@ impl Conn {
             fd: a.fd,
             tenant: a.tenant,
             codec: a.codec,
-            inbox: vec![0; RECEIVE_BUFFER],
             receiving: false,
             eof: false,
             parsed: false,
             out: Vec::with_capacity(64 << 10),
+            out_data: Vec::new(),
             sending: Vec::with_capacity(64 << 10),
-            sent: 0,
+            sending_data: Vec::new(),
+            iov: Vec::new(),
+            iov_next: 0,
+            // SAFETY: an all-zero msghdr is a valid empty message.
+            msg: Box::new(unsafe { std::mem::zeroed() }),
             send_armed: false,
             broken: false,
             outstanding: 0,
@@ -70,14 +85,25 @@ impl Conn {
     }
 
     /// Queues a simple reply (with its read data) behind the earlier ones.
-    pub fn reply(&mut self, handle: u64, error: u32, data: Option<&[u8]>) {
+    pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>) {
         if self.broken {
             return;
         }
         proto::simple_reply(&mut self.out, handle, error);
-        if let Some(d) = data {
-            self.out.extend_from_slice(d);
+        match data {
+            Some(d) if d.len() >= COPY_BELOW => self.out_data.push((self.out.len(), d)),
+            Some(d) => self.out.extend_from_slice(&d),
+            None => {}
         }
+    }
+
+    /// A receive of the client's next bytes into the codec's buffer.
+    pub fn receive_entry(&mut self, user_data: u64) -> squeue::Entry {
+        let fd = types::Fd(self.fd.as_raw_fd());
+        let room = self.codec.receive_buffer();
+        opcode::Recv::new(fd, room.as_mut_ptr(), room.len() as u32)
+            .build()
+            .user_data(user_data)
     }
 
     /// Stops receiving: a receive on the ring returns at once (with what is there, or
@@ -105,37 +131,88 @@ impl Conn {
             && (self.out.is_empty() || self.broken)
     }
 
-    /// The replies to send next, when no send is on the ring: moves them to `sending`.
-    pub fn next_send(&mut self) -> Option<&[u8]> {
+    /// When no send is on the ring and replies wait: makes them the next send and
+    /// returns true (then [`Self::send_entry`] puts it on the ring).
+    pub fn next_send(&mut self) -> bool {
         if self.send_armed || self.broken || self.out.is_empty() {
-            return None;
+            return false;
         }
         std::mem::swap(&mut self.out, &mut self.sending);
+        std::mem::swap(&mut self.out_data, &mut self.sending_data);
         self.out.clear();
-        self.sent = 0;
+        let iovec = |bytes: &[u8]| libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        self.iov.clear();
+        let mut from = 0;
+        for (at, data) in &self.sending_data {
+            if *at > from {
+                self.iov.push(iovec(&self.sending[from..*at]));
+            }
+            self.iov.push(iovec(data));
+            from = *at;
+        }
+        if from < self.sending.len() {
+            self.iov.push(iovec(&self.sending[from..]));
+        }
+        self.iov_next = 0;
         self.send_armed = true;
-        Some(&self.sending)
+        true
     }
 
-    /// A send on the ring returned `result`: the bytes still to send (a short send), or
-    /// `None` when everything went (or the client is gone).
-    pub fn sent(&mut self, result: i32) -> Option<&[u8]> {
+    /// The send of what is left of the current message (at most [`MAX_IOV`] iovecs).
+    pub fn send_entry(&mut self, user_data: u64) -> squeue::Entry {
+        let rest = &self.iov[self.iov_next..];
+        self.msg.msg_iov = rest.as_ptr() as *mut libc::iovec;
+        self.msg.msg_iovlen = rest.len().min(MAX_IOV) as _;
+        opcode::SendMsg::new(types::Fd(self.fd.as_raw_fd()), &*self.msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data)
+    }
+
+    /// A send on the ring returned `result`: true when bytes are left to send (a short
+    /// send, or more iovecs than one message takes), false when everything went or the
+    /// client is gone. The buffers of a finished send go back to the pool.
+    pub fn sent(&mut self, result: i32) -> bool {
         if result == -libc::EINTR || result == -libc::EAGAIN {
-            return Some(&self.sending[self.sent..]);
+            return true;
         }
         if result <= 0 {
             self.send_armed = false;
             self.broken = true;
             self.out.clear();
-            self.sending.clear();
-            return None;
+            self.out_data.clear();
+            self.finish_send();
+            return false;
         }
-        self.sent += result as usize;
-        if self.sent < self.sending.len() {
-            return Some(&self.sending[self.sent..]);
+        let mut n = result as usize;
+        while n > 0 {
+            let v = &mut self.iov[self.iov_next];
+            if n >= v.iov_len {
+                n -= v.iov_len;
+                self.iov_next += 1;
+            } else {
+                // SAFETY: `n < iov_len` stays inside the iovec's buffer.
+                v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n) }.cast();
+                v.iov_len -= n;
+                n = 0;
+            }
+        }
+        if self.iov_next < self.iov.len() {
+            return true;
         }
         self.send_armed = false;
-        None
+        self.finish_send();
+        false
+    }
+
+    fn finish_send(&mut self) {
+        self.iov.clear();
+        self.iov_next = 0;
+        self.sending.clear();
+        self.sending_data.clear();
     }
 }
 
@@ -159,36 +236,111 @@ mod tests {
         })
     }
 
+    impl Conn {
+        /// The bytes the current send still has to deliver, in order.
+        fn unsent(&self) -> Vec<u8> {
+            let mut bytes = Vec::new();
+            for v in &self.iov[self.iov_next..] {
+                // SAFETY: the iovecs point into buffers the connection keeps.
+                let s = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+                bytes.extend_from_slice(s);
+            }
+            bytes
+        }
+    }
+
+    fn header(handle: u64, error: u32) -> Vec<u8> {
+        let mut h = Vec::new();
+        proto::simple_reply(&mut h, handle, error);
+        h
+    }
+
     #[test]
     fn replies_go_out_in_order_across_short_sends() {
         let mut c = conn();
-        c.reply(1, 0, Some(&[7; 8]));
-        let first = c.next_send().unwrap().len();
-        assert_eq!(first, 16 + 8);
+        c.reply(1, 0, Some(IoBuf::copy_of(&[7; 8])));
+        assert!(c.next_send());
+        let first = [header(1, 0), vec![7; 8]].concat();
+        assert_eq!(c.unsent(), first);
         // While a send is on the ring, newer replies wait behind it.
         c.reply(2, 5, None);
-        assert!(c.next_send().is_none());
-        assert_eq!(c.sent(10).unwrap().len(), first - 10);
-        assert!(c.sent((first - 10) as i32).is_none());
+        assert!(!c.next_send());
+        assert!(c.sent(10));
+        assert_eq!(c.unsent(), first[10..]);
+        assert!(!c.sent((first.len() - 10) as i32));
         assert!(!c.is_finished(), "not parsed yet");
-        let second = c.next_send().unwrap().to_vec();
-        assert_eq!(second.len(), 16);
-        assert_eq!(&second[8..16], &2u64.to_be_bytes());
-        assert!(c.sent(16).is_none());
+        assert!(c.next_send());
+        assert_eq!(c.unsent(), header(2, 5));
+        assert!(!c.sent(16));
         c.parsed = true;
         assert!(c.is_finished());
+    }
+
+    #[test]
+    fn long_read_data_is_sent_from_its_own_buffer_in_order() {
+        let mut c = conn();
+        let long = |byte| IoBuf::copy_of(&vec![byte; COPY_BELOW + 5]);
+        c.reply(1, 0, Some(long(1)));
+        c.reply(2, 0, Some(IoBuf::copy_of(b"short")));
+        c.reply(3, 0, Some(long(3)));
+        let data_at = c.out_data[0].1.as_ptr();
+        assert!(c.next_send());
+        let expected = [
+            header(1, 0),
+            vec![1; COPY_BELOW + 5],
+            header(2, 0),
+            b"short".to_vec(),
+            header(3, 0),
+            vec![3; COPY_BELOW + 5],
+        ]
+        .concat();
+        // Headers and short data share iovecs; long data is not copied.
+        assert_eq!(c.iov.len(), 4);
+        assert_eq!(c.iov[1].iov_base as *const u8, data_at);
+        assert_eq!(c.unsent(), expected);
+        // Short sends ending inside an iovec and on its boundary.
+        let mut sent = 0;
+        for n in [3, 13, COPY_BELOW, 6, 37, 1] {
+            assert!(c.sent(n as i32));
+            sent += n;
+            assert_eq!(c.unsent(), expected[sent..], "after {sent} bytes");
+        }
+        assert!(!c.sent((expected.len() - sent) as i32));
+        assert!(c.iov.is_empty() && c.sending_data.is_empty());
+    }
+
+    #[test]
+    fn a_send_takes_at_most_iov_max_iovecs() {
+        let mut c = conn();
+        let n = MAX_IOV; // two iovecs per reply
+        for h in 0..n as u64 {
+            c.reply(h, 0, Some(IoBuf::zeroed(COPY_BELOW)));
+        }
+        assert!(c.next_send());
+        assert_eq!(c.iov.len(), 2 * n);
+        c.send_entry(0);
+        assert_eq!(c.msg.msg_iovlen as u64, MAX_IOV as u64);
+        let first: usize = c.iov[..MAX_IOV].iter().map(|v| v.iov_len).sum();
+        assert!(c.sent(first as i32), "the second half is still to go");
+        c.send_entry(0);
+        assert_eq!(c.msg.msg_iovlen as u64, MAX_IOV as u64);
+        assert_eq!(
+            c.msg.msg_iov as *const libc::iovec,
+            c.iov[MAX_IOV..].as_ptr()
+        );
+        assert!(!c.sent(first as i32));
     }
 
     #[test]
     fn a_failed_send_drops_what_is_left() {
         let mut c = conn();
         c.reply(1, 0, None);
-        c.next_send().unwrap();
+        assert!(c.next_send());
         c.reply(2, 0, None);
-        assert!(c.sent(-libc::EPIPE).is_none());
+        assert!(!c.sent(-libc::EPIPE));
         assert!(c.broken && c.out.is_empty());
         c.reply(3, 0, None);
-        assert!(c.next_send().is_none());
+        assert!(!c.next_send());
         c.parsed = true;
         assert!(c.is_finished());
     }

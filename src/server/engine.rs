@@ -15,6 +15,7 @@
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
 use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
+use crate::buffer::IoBuf;
 use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::metrics::{PolicyOutcome, Recorder};
 use crate::nbd::proto;
@@ -103,73 +104,6 @@ struct Submission {
     kind: CommandKind,
 }
 
-/// Bytes of a request: plain, or aligned for `O_DIRECT`.
-#[derive(Debug)]
-pub enum Buffer {
-    Plain(Vec<u8>),
-    Aligned(AlignedBuf),
-}
-
-impl Buffer {
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            Buffer::Plain(v) => v,
-            Buffer::Aligned(a) => a.as_slice(),
-        }
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        match self {
-            Buffer::Plain(v) => v.as_mut_ptr(),
-            Buffer::Aligned(a) => a.ptr,
-        }
-    }
-    fn fill_zero_from(&mut self, from: usize) {
-        match self {
-            Buffer::Plain(v) => v[from..].fill(0),
-            Buffer::Aligned(a) => a.as_mut_slice()[from..].fill(0),
-        }
-    }
-}
-
-/// A zeroed, `DIRECT_ALIGN`-aligned heap buffer.
-#[derive(Debug)]
-pub struct AlignedBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the buffer is uniquely owned; the pointer is never shared.
-unsafe impl Send for AlignedBuf {}
-
-impl AlignedBuf {
-    fn layout(len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN as usize).expect("layout")
-    }
-    pub fn zeroed(len: usize) -> Self {
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(Self::layout(len)) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(Self::layout(len));
-        }
-        AlignedBuf { ptr, len }
-    }
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` holds `len` initialised bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with the same layout.
-        unsafe { std::alloc::dealloc(self.ptr, Self::layout(self.len)) };
-    }
-}
-
 /// Where a tenant's requests go.
 #[derive(Debug, Clone, Copy)]
 struct Target {
@@ -193,7 +127,8 @@ struct Live {
     request: Request,
     /// When the policy dispatched it (`None`: still held by the policy).
     start: Option<Nanos>,
-    buf: Option<Buffer>,
+    /// A read's data, or the zeroes a zeroing write writes.
+    buf: Option<IoBuf>,
     done: u32,
     stage: Stage,
     direct: bool,
@@ -680,13 +615,7 @@ impl Engine<'_> {
                 }
                 Ok(None) if c.eof => c.parsed = true,
                 Ok(None) => {
-                    let e = opcode::Recv::new(
-                        types::Fd(c.fd.as_raw_fd()),
-                        c.inbox.as_mut_ptr(),
-                        c.inbox.len() as u32,
-                    )
-                    .build()
-                    .user_data(TAG_RECV | slot as u64);
+                    let e = c.receive_entry(TAG_RECV | slot as u64);
                     c.receiving = true;
                     return push(&mut self.ring, e);
                 }
@@ -707,7 +636,7 @@ impl Engine<'_> {
         c.receiving = false;
         match result {
             n if n > 0 => {
-                c.codec.receive(&c.inbox[..n as usize]);
+                c.codec.received(n as usize);
                 if draining {
                     c.eof = true;
                 }
@@ -735,9 +664,8 @@ impl Engine<'_> {
             let Some(c) = self.conns[slot].as_mut() else {
                 continue;
             };
-            let fd = types::Fd(c.fd.as_raw_fd());
-            if let Some(bytes) = c.next_send() {
-                push(&mut self.ring, send(fd, bytes, slot))?;
+            if c.next_send() {
+                push(&mut self.ring, c.send_entry(TAG_SEND | slot as u64))?;
             }
         }
         Ok(())
@@ -748,7 +676,6 @@ impl Engine<'_> {
         let c = self.conns[slot]
             .as_mut()
             .expect("send of a live connection");
-        let fd = types::Fd(c.fd.as_raw_fd());
         if result < 0
             && ![libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN].contains(&-result)
         {
@@ -758,8 +685,8 @@ impl Engine<'_> {
                 std::io::Error::from_raw_os_error(-result)
             );
         }
-        if let Some(rest) = c.sent(result) {
-            push(&mut self.ring, send(fd, rest, slot))?;
+        if c.sent(result) {
+            push(&mut self.ring, c.send_entry(TAG_SEND | slot as u64))?;
         }
         Ok(())
     }
@@ -953,13 +880,13 @@ impl Engine<'_> {
         self.answer(l.sub, error, data);
     }
 
-    fn answer(&mut self, sub: Submission, error: u32, data: Option<Buffer>) {
+    fn answer(&mut self, sub: Submission, error: u32, data: Option<IoBuf>) {
         self.held[sub.tenant as usize] -= 1;
         let c = self.conns[sub.conn]
             .as_mut()
             .expect("a connection stays open while it has requests");
         c.outstanding -= 1;
-        c.reply(sub.handle, error, data.as_ref().map(Buffer::as_slice));
+        c.reply(sub.handle, error, data);
     }
 }
 
@@ -968,20 +895,12 @@ impl Engine<'_> {
 fn null_result(l: &mut Live) -> i32 {
     match l.sub.kind {
         CommandKind::Read => {
-            l.buf = Some(Buffer::Plain(vec![0; l.sub.len as usize]));
+            l.buf = Some(IoBuf::zeroed(l.sub.len as usize));
             l.sub.len as i32
         }
         CommandKind::Write { .. } => l.sub.len as i32,
         _ => 0,
     }
-}
-
-/// A send of a connection's replies (the bytes stay in its `Conn` until it completes).
-fn send(fd: types::Fd, bytes: &[u8], slot: usize) -> io_uring::squeue::Entry {
-    opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
-        .flags(libc::MSG_NOSIGNAL)
-        .build()
-        .user_data(TAG_SEND | slot as u64)
 }
 
 fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
@@ -1002,19 +921,10 @@ fn start(ring: &mut IoUring, target: Target, id: u64, l: &mut Live) -> anyhow::R
             && target.base.is_multiple_of(DIRECT_ALIGN)
             && (len as u64).is_multiple_of(DIRECT_ALIGN);
         l.direct = target.direct.is_some() && aligned;
-        l.buf = match &sub.kind {
-            CommandKind::Read if l.direct => {
-                Some(Buffer::Aligned(AlignedBuf::zeroed(len as usize)))
-            }
-            CommandKind::Read => Some(Buffer::Plain(vec![0; len as usize])),
-            CommandKind::Write { data, .. } if l.direct => {
-                let mut a = AlignedBuf::zeroed(len as usize);
-                a.as_mut_slice().copy_from_slice(data);
-                Some(Buffer::Aligned(a))
-            }
-            CommandKind::Write { .. } => None, // written from the submission's own bytes
-            _ => None,
-        };
+        // Buffers are aligned, so a write goes out from its payload as received.
+        if matches!(sub.kind, CommandKind::Read) {
+            l.buf = Some(IoBuf::for_overwrite(len as usize));
+        }
     }
     let fd = types::Fd(if l.direct {
         target.direct.expect("direct")
@@ -1032,17 +942,11 @@ fn start(ring: &mut IoUring, target: Target, id: u64, l: &mut Live) -> anyhow::R
         }
         (Stage::Transfer, CommandKind::Read) => {
             let buf = l.buf.as_mut().expect("read buffer");
-            // SAFETY: `done < len` stays inside the buffer.
-            let ptr = unsafe { buf.as_mut_ptr().add(l.done as usize) };
+            let ptr = buf[l.done as usize..].as_mut_ptr();
             opcode::Read::new(fd, ptr, rest).offset(at).build()
         }
         (Stage::Transfer, CommandKind::Write { data, fua }) => {
-            let ptr = match &l.buf {
-                Some(b) => b.as_slice().as_ptr(),
-                None => data.as_ptr(),
-            };
-            // SAFETY: as above.
-            let ptr = unsafe { ptr.add(l.done as usize) };
+            let ptr = data[l.done as usize..].as_ptr();
             opcode::Write::new(fd, ptr, rest)
                 .offset(at)
                 .rw_flags(dsync(*fua))
@@ -1061,11 +965,8 @@ fn start(ring: &mut IoUring, target: Target, id: u64, l: &mut Live) -> anyhow::R
                 .build()
         }
         (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
-            let buf = l
-                .buf
-                .get_or_insert_with(|| Buffer::Plain(vec![0; len as usize]));
-            // SAFETY: as above.
-            let ptr = unsafe { buf.as_slice().as_ptr().add(l.done as usize) };
+            let buf = l.buf.get_or_insert_with(|| IoBuf::zeroed(len as usize));
+            let ptr = buf[l.done as usize..].as_ptr();
             opcode::Write::new(types::Fd(target.buffered), ptr, rest)
                 .offset(at)
                 .rw_flags(dsync(*fua))
@@ -1106,7 +1007,7 @@ fn step(l: &mut Live, result: i32) -> Next {
             if n == 0 {
                 // Past the end of a file: the rest reads as zeroes.
                 let done = l.done as usize;
-                l.buf.as_mut().expect("read buffer").fill_zero_from(done);
+                l.buf.as_mut().expect("read buffer")[done..].fill(0);
                 return Next::Done(0);
             }
             l.done += n;
