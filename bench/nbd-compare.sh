@@ -9,7 +9,10 @@
 #
 # Environment: MODES ("none writeback"), RUNTIME (seconds per cell, 10), SIZE (file size,
 # 1g), IODEPTH (32), BENCH_DIR (where the file lives, target/bench: use a real disk;
-# cache mode none needs O_DIRECT, which tmpfs lacks).
+# cache mode none needs O_DIRECT, which tmpfs lacks), TARGETS ("raw ioshare nbdkit
+# qemu-nbd"; cells of the others print as –), WORKLOADS ("randread:4k randwrite:4k
+# read:128k write:128k", fio rw:bs), IOSHARE (the ioshare binary to measure, e.g. an older
+# build to compare with; default: this tree's release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,11 +20,17 @@ MODES=${MODES:-"none writeback"}
 RUNTIME=${RUNTIME:-10}
 SIZE=${SIZE:-1g}
 IODEPTH=${IODEPTH:-32}
+TARGETS=${TARGETS:-"raw ioshare nbdkit qemu-nbd"}
+WORKLOADS=${WORKLOADS:-"randread:4k randwrite:4k read:128k write:128k"}
+IOSHARE=${IOSHARE:-}
 DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
 
 source bench/common.sh
 install_tools fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit
-cargo build --release --quiet
+if [ -z "$IOSHARE" ]; then
+    cargo build --release --quiet
+    IOSHARE=target/release/ioshare
+fi
 
 mkdir -p "$DIR"
 FILE=$DIR/disk.img
@@ -54,7 +63,7 @@ name = "disk"
 file = "$FILE"
 size = $bytes
 EOF
-        ./target/release/ioshare serve "$DIR/ioshare.toml" 2>"$DIR/ioshare.log" &
+        "$IOSHARE" serve "$DIR/ioshare.toml" 2>"$DIR/ioshare.log" &
         ;;
     nbdkit)
         # nbdkit 1.32's file plugin has no O_DIRECT; its cache=none evicts written and
@@ -92,8 +101,9 @@ measure() {
         }'
 }
 
-targets=(raw ioshare nbdkit qemu-nbd)
-workloads=("randread 4k" "randwrite 4k" "read 128k" "write 128k")
+read -r -a targets <<<"$TARGETS"
+workloads=()
+for w in $WORKLOADS; do workloads+=("${w%%:*} ${w#*:}"); done
 echo "# $(date -u +%F) $(nproc) CPUs, $(uname -r), $(fio --version), nbdkit $(nbdkit --version | cut -d' ' -f2), $(qemu-nbd --version | head -1 | cut -d' ' -f2)"
 echo "# file $FILE ($SIZE on $(findmnt -no FSTYPE -T "$DIR")), iodepth $IODEPTH, ${RUNTIME} s per cell after 2 s ramp"
 for mode in $MODES; do
@@ -113,15 +123,18 @@ for mode in $MODES; do
     echo "| workload | raw fio (io_uring) | ioshare | nbdkit file | qemu-nbd | ioshare / raw | ioshare / best of nbdkit, qemu-nbd |"
     echo "|---|---|---|---|---|---|---|"
     for w in "${workloads[@]}"; do
-        read -r raw_iops raw_mb <<<"${result[raw,$w]}"
-        read -r io_iops io_mb <<<"${result[ioshare,$w]}"
-        read -r kit_iops kit_mb <<<"${result[nbdkit,$w]}"
-        read -r qemu_iops qemu_mb <<<"${result[qemu-nbd,$w]}"
+        read -r raw_iops raw_mb <<<"${result[raw,$w]:-}"
+        read -r io_iops io_mb <<<"${result[ioshare,$w]:-}"
+        read -r kit_iops kit_mb <<<"${result[nbdkit,$w]:-}"
+        read -r qemu_iops qemu_mb <<<"${result[qemu-nbd,$w]:-}"
         awk -v w="$w" -v r="$raw_iops" -v rm="$raw_mb" -v i="$io_iops" -v im="$io_mb" \
-            -v k="$kit_iops" -v km="$kit_mb" -v q="$qemu_iops" -v qm="$qemu_mb" 'BEGIN {
-            best = (k > q) ? k : q
-            printf "| %s | %d IOPS, %.0f MB/s | %d, %.0f | %d, %.0f | %d, %.0f | %.2f | %.2f |\n",
-                w, r, rm, i, im, k, km, q, qm, (r > 0 ? i / r : 0), (best > 0 ? i / best : 0)
+            -v k="$kit_iops" -v km="$kit_mb" -v q="$qemu_iops" -v qm="$qemu_mb" '
+        function cell(iops, mb, unit) { return iops == "" ? "–" : sprintf("%d%s, %.0f%s", iops, unit ? " IOPS" : "", mb, unit ? " MB/s" : "") }
+        function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "–" : sprintf("%.2f", a / b) }
+        BEGIN {
+            best = (k == "" || (q != "" && q > k)) ? q : k
+            printf "| %s | %s | %s | %s | %s | %s | %s |\n", w, cell(r, rm, 1), cell(i, im),
+                cell(k, km), cell(q, qm), ratio(i, r), ratio(i, best)
         }'
     done
     unset result
