@@ -133,6 +133,11 @@ const OPTION_HEADER: usize = 8 + 4 + 4;
 /// Room [`ServerCodec::receive_buffer`] offers for requests at least (a receive may
 /// bring many small requests at once).
 const RECEIVE_ROOM: usize = 64 << 10;
+/// Room offered after a large write: enough for the next headers, little of a next
+/// payload, which is better received into its own buffer than copied there.
+const HEADER_ROOM: usize = 1 << 10;
+/// A write this long makes the next receive small (see [`HEADER_ROOM`]).
+const LARGE_WRITE: u32 = 64 << 10;
 
 /// The server side of one connection.
 #[derive(Debug)]
@@ -145,6 +150,8 @@ pub struct ServerCodec {
     end: usize,
     /// In state `Payload`: the write being received.
     write: Option<PendingWrite>,
+    /// The last request was a large write: more are likely to follow.
+    after_large_write: bool,
     output: Vec<u8>,
     no_zeroes: bool,
 }
@@ -163,6 +170,7 @@ impl ServerCodec {
             pos: 0,
             end: 0,
             write: None,
+            after_large_write: false,
             output,
             no_zeroes: false,
         }
@@ -182,8 +190,9 @@ impl ServerCodec {
 
     /// Where the next bytes from the client go: the rest of a write's payload while one
     /// is arriving (so its bytes land in the buffer the server writes from), otherwise
-    /// room after the bytes not yet parsed. Tell [`Self::received`] how many arrived;
-    /// the slice stays where it is until then.
+    /// room after the bytes not yet parsed (little of it after a large write, so that
+    /// most of the next large payload goes straight into its buffer too). Tell
+    /// [`Self::received`] how many arrived; the slice stays where it is until then.
     pub fn receive_buffer(&mut self) -> &mut [u8] {
         if self.payload_arriving() {
             let w = self.write.as_mut().expect("arriving");
@@ -200,6 +209,9 @@ impl ServerCodec {
             if self.input.len() - self.end < RECEIVE_ROOM {
                 self.input.resize(self.end + RECEIVE_ROOM, 0);
             }
+        }
+        if self.after_large_write {
+            return &mut self.input[self.end..self.end + HEADER_ROOM];
         }
         &mut self.input[self.end..]
     }
@@ -447,10 +459,10 @@ impl ServerCodec {
     }
 
     fn request(&mut self, export: usize) -> Result<Step, ProtocolError> {
-        let head = self.available();
-        if head.len() < REQUEST_HEADER {
+        let Some(head) = self.available().get(..REQUEST_HEADER) else {
             return Ok(Step::NeedMore);
-        }
+        };
+        let head: [u8; REQUEST_HEADER] = head.try_into().expect("sized");
         let magic = be32(&head[..4]);
         if magic != REQUEST_MAGIC {
             return Err(ProtocolError::RequestMagic(magic));
@@ -460,6 +472,7 @@ impl ServerCodec {
         let handle = be64(&head[8..16]);
         let offset = be64(&head[16..24]);
         let len = be32(&head[24..28]);
+        self.after_large_write = kind == CMD_WRITE && len >= LARGE_WRITE;
         let e = &self.exports[export];
         let fua = flags & CMD_FLAG_FUA != 0;
         let end = offset.checked_add(len as u64);
@@ -486,10 +499,12 @@ impl ServerCodec {
             }
             // What came with the header is copied; the rest is received into place.
             let len = len as usize;
-            let have = (head.len() - REQUEST_HEADER).min(len);
+            self.pos += REQUEST_HEADER;
+            let arrived = self.available();
+            let have = arrived.len().min(len);
             let mut data = IoBuf::for_overwrite(len);
-            data[..have].copy_from_slice(&head[REQUEST_HEADER..REQUEST_HEADER + have]);
-            self.pos += REQUEST_HEADER + have;
+            data[..have].copy_from_slice(&arrived[..have]);
+            self.pos += have;
             self.write = Some(PendingWrite {
                 handle,
                 offset,
@@ -741,6 +756,29 @@ mod tests {
             unreachable!()
         };
         assert_eq!(data.as_ptr() as usize % crate::buffer::IO_ALIGN, 0);
+        assert!(c.receive_buffer().len() >= RECEIVE_ROOM);
+    }
+
+    #[test]
+    fn after_a_large_write_the_next_receive_is_small() {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        events(&mut c);
+        let len = LARGE_WRITE as usize;
+        c.receive(&request(CMD_WRITE, 0, 1, 0, len as u32));
+        c.receive(&vec![9; len]);
+        assert!(matches!(events(&mut c)[..], [Event::Command(_)]));
+        // The next header, and little of the next payload, go to the input.
+        assert_eq!(c.receive_buffer().len(), HEADER_ROOM);
+        c.receive(&request(CMD_WRITE, 0, 2, 0, len as u32));
+        c.receive(&[8; 100]);
+        assert_eq!(events(&mut c), vec![]);
+        assert_eq!(c.receive_buffer().len(), len - 100);
+        c.receive(&vec![8; len - 100]);
+        assert_eq!(events(&mut c).len(), 1);
+        // A small request after it: back to the full room.
+        c.receive(&request(CMD_READ, 0, 3, 0, 4096));
+        assert_eq!(events(&mut c).len(), 1);
         assert!(c.receive_buffer().len() >= RECEIVE_ROOM);
     }
 
