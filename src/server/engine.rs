@@ -904,8 +904,10 @@ fn null_result(l: &mut Live) -> i32 {
 }
 
 fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
-    // SAFETY: every buffer an entry points to lives in `Live` (or the loop's wake
-    // buffer) until its completion has been reaped.
+    // SAFETY: every buffer an entry points to lives until its completion has been
+    // reaped: in `Live` (request data), in the connection's `Conn` (its codec's receive
+    // buffer, the replies being sent; a connection is not closed while a receive or a
+    // send is on the ring) or in the loop (the wake buffer).
     while unsafe { ring.submission().push(&e) }.is_err() {
         ring.submit()?;
     }
