@@ -239,8 +239,8 @@ impl ServerCodec {
         self.state == State::Closed
     }
 
-    /// The write whose payload is still short of bytes (one whose payload is complete
-    /// but not yet polled takes no more: what follows is the next request).
+    /// A write's payload is still short of bytes (one that is complete but not yet
+    /// polled takes no more: what follows is the next request).
     fn payload_arriving(&self) -> bool {
         self.write.as_ref().is_some_and(|w| w.filled < w.data.len())
     }
@@ -472,7 +472,8 @@ impl ServerCodec {
         let handle = be64(&head[8..16]);
         let offset = be64(&head[16..24]);
         let len = be32(&head[24..28]);
-        self.after_large_write = kind == CMD_WRITE && len >= LARGE_WRITE;
+        // A refused write's payload is skipped in large receives.
+        self.after_large_write = false;
         let e = &self.exports[export];
         let fua = flags & CMD_FLAG_FUA != 0;
         let end = offset.checked_add(len as u64);
@@ -498,6 +499,7 @@ impl ServerCodec {
                 return error(code);
             }
             // What came with the header is copied; the rest is received into place.
+            self.after_large_write = len >= LARGE_WRITE;
             let len = len as usize;
             self.pos += REQUEST_HEADER;
             let arrived = self.available();
@@ -779,6 +781,13 @@ mod tests {
         // A small request after it: back to the full room.
         c.receive(&request(CMD_READ, 0, 3, 0, 4096));
         assert_eq!(events(&mut c).len(), 1);
+        assert!(c.receive_buffer().len() >= RECEIVE_ROOM);
+        // A large write that is refused is skipped in large receives.
+        c.receive(&request(CMD_WRITE, 0, 4, 1 << 20, len as u32)); // past the end
+        assert!(matches!(
+            events(&mut c)[..],
+            [Event::Error { handle: 4, .. }]
+        ));
         assert!(c.receive_buffer().len() >= RECEIVE_ROOM);
     }
 
