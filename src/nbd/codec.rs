@@ -627,6 +627,15 @@ mod tests {
         std::iter::from_fn(|| c.poll().unwrap()).collect()
     }
 
+    /// A codec with export "a" selected and its handshake replies taken.
+    fn transmitting() -> ServerCodec {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        events(&mut c);
+        c.take_output();
+        c
+    }
+
     /// A codec past the greeting and client flags.
     fn negotiating() -> ServerCodec {
         let mut c = ServerCodec::new(exports());
@@ -713,10 +722,7 @@ mod tests {
 
     #[test]
     fn a_write_payload_is_received_into_its_own_buffer() {
-        let mut c = negotiating();
-        c.receive(&go("a"));
-        events(&mut c);
-        c.take_output();
+        let mut c = transmitting();
         let mut head = request(CMD_WRITE, 0, 5, 4096, 8192);
         head.extend_from_slice(&[1; 100]);
         c.receive(&head);
@@ -763,9 +769,7 @@ mod tests {
 
     #[test]
     fn after_a_large_write_the_next_receive_is_small() {
-        let mut c = negotiating();
-        c.receive(&go("a"));
-        events(&mut c);
+        let mut c = transmitting();
         let len = LARGE_WRITE as usize;
         c.receive(&request(CMD_WRITE, 0, 1, 0, len as u32));
         c.receive(&vec![9; len]);
@@ -793,10 +797,7 @@ mod tests {
 
     #[test]
     fn requests_arrive_in_pieces_and_bad_ones_are_answered() {
-        let mut c = negotiating();
-        c.receive(&go("a"));
-        events(&mut c);
-        c.take_output();
+        let mut c = transmitting();
         let mut bytes = request(CMD_WRITE, CMD_FLAG_FUA, 7, 4096, 3);
         bytes.extend_from_slice(b"xyz");
         bytes.extend(request(CMD_READ, 0, 8, (1 << 20) - 512, 1024)); // past the end
