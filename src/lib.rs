@@ -8,6 +8,7 @@
 
 pub mod buffer;
 pub mod device;
+pub mod host;
 pub mod metrics;
 pub mod nbd;
 pub mod policy;

@@ -118,6 +118,8 @@ pub struct Completion {
 impl Completion {
     /// Response time seen by the tenant: queueing in the engine plus device service.
     pub fn latency(&self) -> Nanos {
-        self.finish.saturating_sub(self.request.arrival)
+        self.finish
+            .checked_sub(self.request.arrival)
+            .unwrap_or_else(|| panic!("request {} finished before it arrived", self.request.id))
     }
 }

@@ -152,3 +152,137 @@ proptest! {
         check_pieces(&input, &cuts);
     }
 }
+
+/// One valid request for `vm1` (1 MiB, writable): its bytes, and the command the codec
+/// must hand out for it (kind number, handle, offset, length, FUA).
+type Valid = (Vec<u8>, (u16, u64, u64, u32, bool));
+
+/// Requests the protocol allows on a writable 1 MiB export: every command type,
+/// lengths from 1 byte to 64 KiB, offsets anywhere up to the very end (often exactly
+/// there), FUA on what may carry it.
+fn valid_request() -> impl Strategy<Value = Valid> {
+    const SIZE: u64 = 1 << 20;
+    (
+        prop_oneof![Just(0u16), Just(1), Just(3), Just(4), Just(6)],
+        any::<u64>(),
+        1u32..=(64 << 10),
+        prop_oneof![Just(None), (0u64..SIZE).prop_map(Some)],
+        any::<bool>(),
+    )
+        .prop_map(|(kind, handle, len, at, fua)| {
+            let len = if kind == 3 { 0 } else { len };
+            // `None`: the request ends exactly at the export's end.
+            let offset = match at {
+                _ if kind == 3 => 0,
+                None => SIZE - len as u64,
+                Some(o) => o.min(SIZE - len as u64),
+            };
+            let fua = fua && kind != 0 && kind != 3;
+            let flags: u16 = if fua { 1 } else { 0 };
+            let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+            b.extend_from_slice(&flags.to_be_bytes());
+            b.extend_from_slice(&kind.to_be_bytes());
+            b.extend_from_slice(&handle.to_be_bytes());
+            b.extend_from_slice(&offset.to_be_bytes());
+            b.extend_from_slice(&len.to_be_bytes());
+            if kind == 1 {
+                b.extend((0..len).map(|i| (i % 251) as u8));
+            }
+            (b, (kind, handle, offset, len, fua))
+        })
+}
+
+/// The positive oracle: a client that follows the protocol gets every request through,
+/// unchanged and in order, however its bytes are cut.
+fn accepts_every_valid_request(requests: &[Valid], cuts: &[usize]) {
+    use ioshare::nbd::{CommandKind, Event};
+    let mut input = 3u32.to_be_bytes().to_vec(); // FIXED_NEWSTYLE | NO_ZEROES
+    let mut go = 3u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"vm1");
+    go.extend_from_slice(&0u16.to_be_bytes());
+    input.extend(option(7, &go));
+    for (bytes, _) in requests {
+        input.extend_from_slice(bytes);
+    }
+    let exports = ioshare::nbd::fuzzing::exports();
+    let t = ioshare::nbd::fuzzing::run(&exports, &input, cuts);
+    let mut events = t.events.iter();
+    assert!(
+        matches!(events.next(), Some(Ok(Event::Selected { export: 0 }))),
+        "{:?}",
+        t.events.first()
+    );
+    for (i, (_, (kind, handle, offset, len, fua))) in requests.iter().enumerate() {
+        let Some(Ok(Event::Command(c))) = events.next() else {
+            panic!(
+                "request {i} ({kind}, {offset}+{len}) was not accepted: {:?}",
+                t.events
+            );
+        };
+        assert_eq!(c.handle, *handle, "request {i}");
+        let want_range = if *kind == 3 { (0, 0) } else { (*offset, *len) };
+        assert_eq!((c.offset, c.len), want_range, "request {i}");
+        match (&c.kind, kind) {
+            (CommandKind::Read, 0) | (CommandKind::Flush, 3) => {}
+            (CommandKind::Write { data, fua: f }, 1) => {
+                assert_eq!(f, fua, "request {i}");
+                assert!(
+                    data.iter().enumerate().all(|(j, &b)| b == (j % 251) as u8),
+                    "request {i}: payload changed"
+                );
+                assert_eq!(data.len(), *len as usize);
+            }
+            (CommandKind::Trim { fua: f }, 4) | (CommandKind::WriteZeroes { fua: f }, 6) => {
+                assert_eq!(f, fua, "request {i}")
+            }
+            (other, k) => panic!("request {i}: type {k} came out as {other:?}"),
+        }
+    }
+    assert!(
+        events.next().is_none(),
+        "more events than requests: {:?}",
+        t.events
+    );
+}
+
+#[test]
+fn a_request_ending_exactly_at_the_export_end_is_accepted() {
+    // Every kind, 4 KiB and 1 byte long, ending at byte 1 MiB of a 1 MiB export.
+    let mut requests = Vec::new();
+    for (handle, (kind, len)) in [
+        (0u16, 4096u32),
+        (1, 4096),
+        (4, 4096),
+        (6, 4096),
+        (0, 1),
+        (1, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let offset = (1u64 << 20) - len as u64;
+        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&kind.to_be_bytes());
+        b.extend_from_slice(&(handle as u64).to_be_bytes());
+        b.extend_from_slice(&offset.to_be_bytes());
+        b.extend_from_slice(&len.to_be_bytes());
+        if kind == 1 {
+            b.extend((0..len).map(|i| (i % 251) as u8));
+        }
+        requests.push((b, (kind, handle as u64, offset, len, false)));
+    }
+    accepts_every_valid_request(&requests, &[]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn valid_requests_are_all_accepted(
+        requests in prop::collection::vec(valid_request(), 1..24),
+        cuts in prop::collection::vec(any::<usize>(), 0..16),
+    ) {
+        accepts_every_valid_request(&requests, &cuts);
+    }
+}

@@ -372,3 +372,105 @@ fn full_queues_reject_and_count() {
         "{err}"
     );
 }
+
+/// Every event the host sees, for tests that check the order of things.
+#[derive(Debug, Default)]
+struct Trace {
+    arrived: Vec<(u64, u32, u64)>,
+    refused: Vec<(u64, ioshare::policy::Refusal)>,
+    dispatched: Vec<(u64, u32, u64)>,
+    completed: usize,
+}
+
+impl ioshare::host::Observer for Trace {
+    fn arrived(&mut self, r: &ioshare::types::Request) {
+        self.arrived.push((r.id, r.tenant, r.arrival));
+    }
+    fn refused(
+        &mut self,
+        r: &ioshare::types::Request,
+        reason: ioshare::policy::Refusal,
+        _now: u64,
+    ) {
+        self.refused.push((r.id, reason));
+    }
+    fn dispatched(&mut self, r: &ioshare::types::Request, now: u64) {
+        self.dispatched.push((r.id, r.tenant, now));
+    }
+    fn completed(&mut self, _c: &ioshare::types::Completion, _s: ioshare::host::Status) {
+        self.completed += 1;
+    }
+}
+
+fn trace(text: &str, policy: &str) -> Trace {
+    let s = Scenario::parse(text, "trace.toml", "trace").unwrap();
+    let choice = s
+        .policies
+        .iter()
+        .find(|p| p.label == policy)
+        .unwrap_or_else(|| panic!("{policy} is not in the scenario"))
+        .clone();
+    let options = ioshare::sim::RunOptions { check: true };
+    ioshare::sim::run_observed(&s, &choice, Trace::default(), options).unwrap()
+}
+
+/// The policy is asked once every event of an instant has landed: two tenants start at
+/// t = 0 on a device that takes one request at a time, and mClock serves the one with a
+/// reservation first although the other's request arrived first at that instant.
+#[test]
+fn the_policy_sees_every_arrival_of_an_instant_before_it_chooses() {
+    let text = r#"
+        duration_s = 0.01
+        queue_depth = 1
+        policies = ["mclock"]
+        [device]
+        model = "fixed"
+        latency_us = 1000.0
+        parallelism = 1
+        [[tenant]]
+        name = "first"
+        workload = { pattern = "randread", size = "4k", iodepth = 1 }
+        [[tenant]]
+        name = "reserved"
+        reservation_iops = 100.0
+        workload = { pattern = "randread", size = "4k", iodepth = 1 }
+    "#;
+    let t = trace(text, "mclock");
+    assert_eq!(t.arrived[0].1, 0, "tenant 0 starts first");
+    assert_eq!(t.arrived[1].1, 1);
+    assert_eq!((t.arrived[0].2, t.arrived[1].2), (0, 0));
+    let (_, tenant, at) = t.dispatched[0];
+    assert_eq!((tenant, at), (1, 0), "the reservation goes first at t = 0");
+}
+
+/// `queue_limit` in the simulator: with one request on a device that never finishes
+/// within the run, a tenant has exactly the limit waiting and every other arrival is
+/// refused as queue-full.
+#[test]
+fn the_queue_limit_holds_exactly_its_bound() {
+    let text = r#"
+        duration_s = 0.05
+        queue_depth = 1
+        queue_limit = 10
+        [device]
+        model = "fixed"
+        latency_us = 100000.0
+        parallelism = 1
+        [[tenant]]
+        name = "flood"
+        workload = { pattern = "randread", size = "4k", rate_iops = 1000.0, rate_process = "linear" }
+    "#;
+    let t = trace(text, "none");
+    // Arrivals every 1 ms from 1 ms to 49 ms.
+    assert_eq!(t.arrived.len(), 49);
+    assert_eq!(t.dispatched.len(), 1);
+    assert_eq!(t.completed, 0);
+    assert_eq!(t.refused.len(), 49 - 1 - 10);
+    assert!(
+        t.refused
+            .iter()
+            .all(|(_, why)| *why == ioshare::policy::Refusal::QueueFull)
+    );
+    // The first ten after the dispatched one waited; the refused are the later ones.
+    assert_eq!(t.refused[0].0, t.arrived[11].0);
+}

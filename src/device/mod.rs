@@ -67,6 +67,12 @@ pub trait DeviceModel: Send {
             ..DeviceStats::default()
         }
     }
+    /// The model's own invariants (an FTL's mapping tables and free lists); `Err` says
+    /// what broke. May walk the whole model: the simulator's checker calls it now and
+    /// then, not per request.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// Forgets counters (after preconditioning, before a measured run).
     fn reset_stats(&mut self) {}
     /// Logical capacity in bytes.

@@ -332,6 +332,10 @@ impl DeviceModel for SsdDevice {
         Submitted::Finishes(self.serve(request, now))
     }
 
+    fn check(&self) -> Result<(), String> {
+        self.ftl.check_invariants()
+    }
+
     fn stats(&self) -> DeviceStats {
         let c = self.ftl.counters();
         DeviceStats {

@@ -3,7 +3,9 @@
 //! error, ratio error, Jain's index) computed over the tenants that were backlogged.
 
 use crate::device::DeviceStats;
-use crate::types::{Completion, Nanos, Request, TenantSpec, nanos_to_secs};
+use crate::host::{Observer, Status};
+use crate::policy::{Observation, Refusal, SwitchLog};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_secs};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -96,51 +98,6 @@ pub struct PhaseResult {
     /// Requests completed per second in the phase, all tenants.
     pub iops: f64,
     pub tenants: Vec<PhaseTenant>,
-}
-
-/// Switch states of a policy over a run (TA1/TA2/TA3), for per-phase on-time.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SwitchLog {
-    /// Per tenant: whether its switch was on at time 0; `None` for tenants without one.
-    pub initially_on: Vec<Option<bool>>,
-    /// (time, tenant, on) in time order.
-    pub transitions: Vec<(Nanos, u32, bool)>,
-}
-
-impl SwitchLog {
-    /// Fraction of `[from, to)` tenant `t`'s switch was on.
-    pub fn on_fraction(&self, t: usize, from: Nanos, to: Nanos) -> Option<f64> {
-        let mut on = (*self.initially_on.get(t)?)?;
-        if to <= from {
-            return Some(0.0);
-        }
-        let mut since = 0;
-        let mut total = 0;
-        let overlap = |a: Nanos, b: Nanos| b.min(to).saturating_sub(a.max(from));
-        for &(time, tenant, state) in &self.transitions {
-            if tenant as usize != t || state == on {
-                continue;
-            }
-            if on {
-                total += overlap(since, time);
-            }
-            on = state;
-            since = time;
-        }
-        if on {
-            total += overlap(since, to);
-        }
-        Some(total as f64 / (to - from) as f64)
-    }
-}
-
-/// What the policy reports at the end of a run.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PolicyOutcome {
-    /// [`crate::policy::Policy::stats`].
-    pub stats: serde_json::Value,
-    /// [`crate::policy::Policy::switch_log`].
-    pub switches: Option<SwitchLog>,
 }
 
 /// Simulator bookkeeping for a run.
@@ -416,9 +373,9 @@ impl Recorder {
         rt.is_some_and(|rt| at >= self.start && at.saturating_add(rt) <= self.end)
     }
 
-    /// A request entered the engine (for backlog accounting).
+    /// A request entered the host (for backlog accounting).
     #[inline]
-    pub fn arrived(&mut self, tenant: u32, now: Nanos) {
+    fn arrive(&mut self, tenant: TenantId, now: Nanos) {
         let decidable = self.decidable(self.tenants[tenant as usize].slo_rt, now);
         let p = if decidable { self.phase_of(now) } else { 0 };
         let t = &mut self.tenants[tenant as usize];
@@ -429,22 +386,9 @@ impl Recorder {
         t.phases[p].decidable += decidable as u64;
     }
 
-    /// A request was refused at `now` (queue full).
-    pub fn rejected(&mut self, tenant: u32, now: Nanos) {
-        if now < self.start || now >= self.end {
-            return;
-        }
-        let p = self.phase_of(now);
-        let decidable = self.decidable(self.tenants[tenant as usize].slo_rt, now);
-        let t = &mut self.tenants[tenant as usize];
-        t.rejected += 1;
-        t.phases[p].rejected += 1;
-        t.phases[p].decidable += decidable as u64;
-    }
-
-    /// A request that had arrived was refused by the policy at `now` (its queue there
-    /// is full): counted as rejected in the phase it arrived in.
-    pub fn refused(&mut self, request: &Request, now: Nanos) {
+    /// A request that had arrived was not served (refused at admission or later, or
+    /// failed by the backend) at `now`: counted as rejected in the phase it arrived in.
+    fn not_served(&mut self, request: &Request, now: Nanos) {
         let t = &mut self.tenants[request.tenant as usize];
         t.outstanding -= 1;
         if t.outstanding == 0 {
@@ -461,7 +405,7 @@ impl Recorder {
 
     /// A request completed.
     #[inline]
-    pub fn completed(&mut self, c: &Completion) {
+    fn served(&mut self, c: &Completion) {
         self.completed += 1;
         let (start, end) = (self.start, self.end);
         let t = &mut self.tenants[c.request.tenant as usize];
@@ -517,10 +461,10 @@ impl Recorder {
         workloads: &[String],
         device: DeviceStats,
         sim: SimStats,
-        policy: PolicyOutcome,
+        policy: Observation,
     ) -> RunResult {
         let phases = self.phase_results(tenants, policy.switches.as_ref());
-        let policy_stats = policy.stats;
+        let policy_stats = policy.report;
         let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
         let end = self.end;
         for t in &mut self.tenants {
@@ -643,6 +587,26 @@ impl Recorder {
     }
 }
 
+impl Observer for Recorder {
+    fn arrived(&mut self, request: &Request) {
+        self.arrive(request.tenant, request.arrival);
+    }
+
+    fn refused(&mut self, request: &Request, _reason: Refusal, now: Nanos) {
+        self.not_served(request, now);
+    }
+
+    fn dispatched(&mut self, _request: &Request, _now: Nanos) {}
+
+    fn completed(&mut self, completion: &Completion, status: Status) {
+        match status {
+            Status::Ok => self.served(completion),
+            // A failed request moved no data: the report counts it as not served.
+            Status::Failed => self.not_served(&completion.request, completion.finish),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,19 +690,19 @@ mod tests {
         let s = 1_000_000_000;
         let mut r = Recorder::new(&specs, 0, 2 * s, s);
         for (t, arr, fin) in [(0, 0, 500_000), (0, 10, 2_000_010), (1, 0, s + 5)] {
-            r.arrived(t, arr);
-            r.completed(&done(t, 4096, arr, fin));
+            r.arrive(t, arr);
+            r.served(&done(t, 4096, arr, fin));
         }
         // Completion after the end is not measured.
-        r.arrived(1, s + 10);
-        r.completed(&done(1, 4096, s + 10, 3 * s));
+        r.arrive(1, s + 10);
+        r.served(&done(1, 4096, s + 10, 3 * s));
         let res = r.finish(
             "none",
             &specs,
             &[],
             DeviceStats::default(),
             SimStats::default(),
-            PolicyOutcome::default(),
+            Observation::default(),
         );
         assert_eq!(res.sim.requests, 4);
         assert_eq!(res.phases.len(), 1);
@@ -765,8 +729,8 @@ mod tests {
         let s = 1_000_000_000;
         let mut r = Recorder::open(&specs, 0, s);
         for (t, arr, fin) in [(0, 0, 10), (1, 2 * s, 2 * s + 7), (1, 2 * s, 3 * s - 1)] {
-            r.arrived(t, arr);
-            r.completed(&done(t, 4096, arr, fin));
+            r.arrive(t, arr);
+            r.served(&done(t, 4096, arr, fin));
         }
         // Closed at 4.5 s: five intervals, the last two empty.
         r.end_at(4 * s + s / 2);
@@ -776,7 +740,7 @@ mod tests {
             &[],
             DeviceStats::default(),
             SimStats::default(),
-            PolicyOutcome::default(),
+            Observation::default(),
         );
         assert_eq!(res.timeseries.bytes[0], vec![4096, 0, 0, 0, 0]);
         assert_eq!(res.timeseries.bytes[1], vec![0, 0, 8192, 0, 0]);
@@ -800,14 +764,15 @@ mod tests {
         // Phase 1: one in time, one late (arrived in phase 1, finished in phase 2), one
         // before warm-up (not counted).
         for (arr, fin) in [(s / 2, s / 2 + 1000), (s - 100, s + 2_000_000), (0, 10)] {
-            r.arrived(0, arr);
-            r.completed(&done(0, 4096, arr, fin));
+            r.arrive(0, arr);
+            r.served(&done(0, 4096, arr, fin));
         }
         // Phase 2: one in time, one rejected, one arriving too late to be judged.
-        r.arrived(0, s + 10);
-        r.completed(&done(0, 4096, s + 10, s + 20));
-        r.rejected(0, s + 30);
-        r.arrived(0, 2 * s - 10);
+        r.arrive(0, s + 10);
+        r.served(&done(0, 4096, s + 10, s + 20));
+        r.arrive(0, s + 30);
+        r.not_served(&done(0, 4096, s + 30, 0).request, s + 30);
+        r.arrive(0, 2 * s - 10);
         let switches = SwitchLog {
             initially_on: vec![Some(false)],
             transitions: vec![
@@ -822,9 +787,9 @@ mod tests {
             &[],
             DeviceStats::default(),
             SimStats::default(),
-            PolicyOutcome {
-                stats: serde_json::Value::Null,
+            Observation {
                 switches: Some(switches),
+                ..Observation::default()
             },
         );
         assert_eq!(res.phases.len(), 2);
@@ -841,5 +806,33 @@ mod tests {
         // On from 0.25 s to 1.25 s and from 1.5 s on.
         assert_eq!(p1.tenants[0].switch_on, Some(1.0));
         assert_eq!(p2.tenants[0].switch_on, Some(0.75));
+    }
+
+    /// A tenant is backlogged when it had requests outstanding at least half of the
+    /// measured time: 5 s of 10 s is, 4.9 s is not (nor is 1 s).
+    #[test]
+    fn backlogged_means_busy_at_least_half_the_time() {
+        let specs: Vec<TenantSpec> = ["half", "under", "light"]
+            .iter()
+            .map(|n| TenantSpec::weighted(*n, 1.0))
+            .collect();
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, 0, 10 * s, s);
+        for (t, busy) in [(0u32, 5 * s), (1, 49 * s / 10), (2, s)] {
+            let c = done(t, 4096, 0, busy);
+            r.arrived(&c.request);
+            r.completed(&c, Status::Ok);
+        }
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            SimStats::default(),
+            Observation::default(),
+        );
+        let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();
+        assert_eq!(backlogged, vec![true, false, false]);
+        assert_eq!(res.tenants[0].ideal_share, 1.0);
     }
 }

@@ -18,7 +18,7 @@
 //! default), `timeout_ms` (default 125, BFQ's `timeout_sync`). Weight changes apply from
 //! the tenant's next budget.
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -143,7 +143,7 @@ impl Policy for Bfq {
         "bfq"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) {
+    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
         self.queues[request.tenant as usize]
             .requests
             .push_back(request);
@@ -153,6 +153,7 @@ impl Policy for Bfq {
         {
             s.idle_until = None;
         }
+        Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -209,6 +210,30 @@ impl Policy for Bfq {
         self.queued
     }
 
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let all: Vec<Request> = self
+            .queues
+            .iter_mut()
+            .flat_map(|q| q.requests.drain(..))
+            .collect();
+        self.queued -= all.len();
+        all
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            switches: None,
+            report: match detail {
+                Detail::Full => self.report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
+impl Bfq {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         vec![
             Gauge::policy(
@@ -224,7 +249,8 @@ impl Policy for Bfq {
         ]
     }
 
-    fn stats(&self) -> serde_json::Value {
+    /// The report part of [`Policy::observe`].
+    fn report(&self) -> serde_json::Value {
         serde_json::json!({ "keep_queue": self.keep_queue, "new_queue": self.new_queue })
     }
 }
@@ -232,6 +258,7 @@ impl Policy for Bfq {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
 
     const MS: Nanos = 1_000_000;
 
@@ -261,8 +288,8 @@ mod tests {
     fn serves_budgets_in_proportion_to_weight() {
         let mut p = bfq();
         for i in 0..12 {
-            p.enqueue(req(i, 0), 0);
-            p.enqueue(req(100 + i, 1), 0);
+            p.put(req(i, 0), 0);
+            p.put(req(100 + i, 1), 0);
         }
         // a: 4 requests (16 KiB), then b: 2 requests (8 KiB); both advance F by 8192.
         assert_eq!(ids(&mut p, 0, 6), vec![0, 1, 2, 3, 100, 101]);
@@ -273,13 +300,13 @@ mod tests {
     #[test]
     fn idles_on_an_empty_in_service_queue() {
         let mut p = bfq();
-        p.enqueue(req(0, 0), 0);
-        p.enqueue(req(100, 1), 0);
+        p.put(req(0, 0), 0);
+        p.put(req(100, 1), 0);
         assert_eq!(ids(&mut p, 0, 1), vec![0]);
         // a's queue is empty but its budget is not spent: idle 8 ms for it, b waits.
         assert_eq!(p.dispatch(MS), Dispatch::Wait(9 * MS));
         assert_eq!(p.dispatch(5 * MS), Dispatch::Wait(9 * MS));
-        p.enqueue(req(1, 0), 6 * MS);
+        p.put(req(1, 0), 6 * MS);
         assert_eq!(ids(&mut p, 6 * MS, 1), vec![1]);
         // Idle again from 6 ms; at 14 ms the window is over and b is selected.
         assert_eq!(p.dispatch(6 * MS), Dispatch::Wait(14 * MS));

@@ -19,7 +19,7 @@
 //!
 //! [`Cfq::set_slice_factor`] scales one tenant's slice; MoTS drives it.
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -152,7 +152,7 @@ impl Policy for Cfq {
         "cfq"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) {
+    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
         self.queues[request.tenant as usize]
             .requests
             .push_back(request);
@@ -166,6 +166,7 @@ impl Policy for Cfq {
         {
             *idle_until = None;
         }
+        Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -224,7 +225,10 @@ impl Policy for Cfq {
 
     fn complete(&mut self, completion: &Completion, _now: Nanos) {
         let q = &mut self.queues[completion.request.tenant as usize];
-        q.in_flight = q.in_flight.saturating_sub(1);
+        q.in_flight = q
+            .in_flight
+            .checked_sub(1)
+            .expect("a completion of a request this policy dispatched");
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
@@ -235,6 +239,30 @@ impl Policy for Cfq {
         self.queued
     }
 
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let all: Vec<Request> = self
+            .queues
+            .iter_mut()
+            .flat_map(|q| q.requests.drain(..))
+            .collect();
+        self.queued -= all.len();
+        all
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            switches: None,
+            report: match detail {
+                Detail::Full => self.report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
+impl Cfq {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         let mut g = vec![Gauge::policy(
             "slices_total",
@@ -252,7 +280,8 @@ impl Policy for Cfq {
         g
     }
 
-    fn stats(&self) -> serde_json::Value {
+    /// The report part of [`Policy::observe`].
+    fn report(&self) -> serde_json::Value {
         serde_json::json!({ "slices": self.slices })
     }
 }
@@ -260,6 +289,7 @@ impl Policy for Cfq {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
 
     const MS: Nanos = 1_000_000;
 
@@ -285,8 +315,8 @@ mod tests {
     fn owner_dispatches_until_its_slice_ends() {
         let mut p = Cfq::new(&tenants(), 10 * MS, 0);
         for i in 0..5 {
-            p.enqueue(req(i, 0), 0);
-            p.enqueue(req(100 + i, 1), 0);
+            p.put(req(i, 0), 0);
+            p.put(req(100 + i, 1), 0);
         }
         // a owns [0, 20 ms): only a's requests.
         assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
@@ -300,8 +330,8 @@ mod tests {
     #[test]
     fn empty_owner_yields_without_idling() {
         let mut p = Cfq::new(&tenants(), 10 * MS, 0);
-        p.enqueue(req(0, 0), 0);
-        p.enqueue(req(100, 1), 0);
+        p.put(req(0, 0), 0);
+        p.put(req(100, 1), 0);
         assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
         assert_eq!(p.dispatch(MS), Dispatch::Request(req(100, 1)));
         assert_eq!(p.dispatch(MS), Dispatch::Idle);
@@ -318,8 +348,8 @@ mod tests {
     #[test]
     fn empty_owner_keeps_slice_while_in_flight_then_idles_then_yields() {
         let mut p = Cfq::new(&tenants(), 10 * MS, 2 * MS);
-        p.enqueue(req(0, 0), 0);
-        p.enqueue(req(100, 1), 0);
+        p.put(req(0, 0), 0);
+        p.put(req(100, 1), 0);
         assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0)));
         // a's request is in the device: keep a's slice (until its end at 20 ms).
         assert_eq!(p.dispatch(MS / 2), Dispatch::Wait(20 * MS));
@@ -327,7 +357,7 @@ mod tests {
         // Last completion at 1 ms: idle until 3 ms.
         assert_eq!(p.dispatch(MS), Dispatch::Wait(3 * MS));
         // A new request from the owner while idling is served at once.
-        p.enqueue(req(1, 0), 2 * MS);
+        p.put(req(1, 0), 2 * MS);
         assert_eq!(p.dispatch(2 * MS), Dispatch::Request(req(1, 0)));
         p.complete(&done(req(1, 0), 2 * MS), 2 * MS);
         assert_eq!(p.dispatch(2 * MS), Dispatch::Wait(4 * MS));
@@ -339,8 +369,8 @@ mod tests {
     fn weight_change_applies_at_the_next_slice() {
         let mut p = Cfq::new(&tenants(), 10 * MS, 0);
         for i in 0..4 {
-            p.enqueue(req(i, 0), 0);
-            p.enqueue(req(100 + i, 1), 0);
+            p.put(req(i, 0), 0);
+            p.put(req(100 + i, 1), 0);
         }
         assert_eq!(p.dispatch(0), Dispatch::Request(req(0, 0))); // a: [0, 20 ms)
         p.update_tenant(0, &TenantSpec::weighted("a", 4.0), MS);

@@ -82,7 +82,7 @@
 //! allocation. `stats()` records predicted vs consumed credits per prediction period
 //! (the paper's Fig. 5).
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
 };
@@ -474,7 +474,7 @@ impl Policy for FeedBac {
         "feedbac"
     }
 
-    fn enqueue(&mut self, request: Request, now: Nanos) {
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
         // The first allocation waits for the first dispatch, so tenants arriving at the
         // same instant share it.
         if self.periods > 0 {
@@ -484,6 +484,7 @@ impl Policy for FeedBac {
         t.last_seen = Some(now);
         t.requests.push_back(request);
         self.queued += 1;
+        Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -545,7 +546,10 @@ impl Policy for FeedBac {
             self.advance(now);
         }
         let t = &mut self.tenants[completion.request.tenant as usize];
-        t.in_flight = t.in_flight.saturating_sub(1);
+        t.in_flight = t
+            .in_flight
+            .checked_sub(1)
+            .expect("a completion of a request this policy dispatched");
         t.last_seen = Some(now);
         self.device_time_sum += completion.finish.saturating_sub(completion.start) as f64;
         self.device_time_count += 1;
@@ -567,6 +571,30 @@ impl Policy for FeedBac {
         self.queued
     }
 
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let all: Vec<Request> = self
+            .tenants
+            .iter_mut()
+            .flat_map(|t| t.requests.drain(..))
+            .collect();
+        self.queued -= all.len();
+        all
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            switches: None,
+            report: match detail {
+                Detail::Full => self.report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
+impl FeedBac {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         let mut g = vec![
             Gauge::policy(
@@ -614,7 +642,8 @@ impl Policy for FeedBac {
         g
     }
 
-    fn stats(&self) -> serde_json::Value {
+    /// The report part of [`Policy::observe`].
+    fn report(&self) -> serde_json::Value {
         let errors: Vec<f64> = self
             .history
             .iter()
@@ -642,6 +671,7 @@ impl Policy for FeedBac {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
 
     const MS: Nanos = 1_000_000;
 
@@ -670,8 +700,8 @@ mod tests {
     fn allocates_in_proportion_to_active_weights() {
         let mut p = fb();
         for i in 0..8 {
-            p.enqueue(req(i, 0, 0), 0);
-            p.enqueue(req(100 + i, 1, 0), 0);
+            p.put(req(i, 0, 0), 0);
+            p.put(req(100 + i, 1, 0), 0);
         }
         p.on_timer(0); // the first allocation
         assert_eq!(p.credits(0), 12_288.0);
@@ -686,8 +716,8 @@ mod tests {
     fn without_spread_the_oldest_request_goes_first() {
         let mut p = fb().with_spread(false);
         for i in 0..8 {
-            p.enqueue(req(i, 0, 0), 0);
-            p.enqueue(req(100 + i, 1, 0), 0);
+            p.put(req(i, 0, 0), 0);
+            p.put(req(100 + i, 1, 0), 0);
         }
         p.on_timer(0);
         let got: Vec<u64> = (0..4).filter_map(|_| take(&mut p, MS)).collect();
@@ -715,7 +745,7 @@ mod tests {
             for tenant in 0..2 {
                 for _ in 0..4 {
                     id += 1;
-                    p.enqueue(req(id, tenant, 0), 0);
+                    p.put(req(id, tenant, 0), 0);
                 }
             }
             let mut served = [0u64; 2];
@@ -734,7 +764,7 @@ mod tests {
                         now,
                     );
                     id += 1;
-                    p.enqueue(req(id, tenant, now), now);
+                    p.put(req(id, tenant, now), now);
                 }
                 p.on_timer(now);
                 while in_device.len() < 2
@@ -761,10 +791,10 @@ mod tests {
     fn early_refill_fires_exactly_when_the_last_active_tenant_runs_out() {
         let mut p = fb();
         for i in 0..8 {
-            p.enqueue(req(i, 0, 0), 0);
+            p.put(req(i, 0, 0), 0);
         }
-        p.enqueue(req(100, 1, 0), 0);
-        p.enqueue(req(101, 1, 0), 0);
+        p.put(req(100, 1, 0), 0);
+        p.put(req(101, 1, 0), 0);
         p.on_timer(0);
         for _ in 0..4 {
             take(&mut p, MS).unwrap();
@@ -782,9 +812,9 @@ mod tests {
     #[test]
     fn no_early_refill_while_an_active_tenant_still_has_credits() {
         let mut p = fb();
-        p.enqueue(req(0, 0, 0), 0); // a: one request, 12 288 credits
+        p.put(req(0, 0, 0), 0); // a: one request, 12 288 credits
         for i in 0..3 {
-            p.enqueue(req(100 + i, 1, 0), 0);
+            p.put(req(100 + i, 1, 0), 0);
         }
         p.on_timer(0);
         assert_eq!(take(&mut p, 0), Some(0));
@@ -804,8 +834,8 @@ mod tests {
         ];
         // 100 MB/s × 10 ms = 1 MB forecast for the period; 0.9 of it handed out.
         let mut p = FeedBac::new(&t, 10 * MS, 10, 1.0, 0.3, 1e8, false);
-        p.enqueue(req(0, 0, 0), 0);
-        p.enqueue(req(100, 1, 0), 0);
+        p.put(req(0, 0, 0), 0);
+        p.put(req(100, 1, 0), 0);
         p.on_timer(0);
         assert_eq!(p.credits(0) + p.credits(1), 900_000.0);
         assert_eq!(p.credits(0), 675_000.0);
@@ -817,9 +847,9 @@ mod tests {
     #[test]
     fn a_tenant_seen_within_a_period_keeps_its_share_and_holds_back_early_refill() {
         let mut p = fb();
-        p.enqueue(req(0, 0, 0), 0);
+        p.put(req(0, 0, 0), 0);
         for i in 0..8 {
-            p.enqueue(req(100 + i, 1, 0), 0);
+            p.put(req(100 + i, 1, 0), 0);
         }
         p.on_timer(0);
         assert_eq!(take(&mut p, 0), Some(0)); // a: 8 192 left
@@ -854,8 +884,8 @@ mod tests {
     #[test]
     fn carry_over_is_bounded_by_one_allocation() {
         let mut p = fb();
-        p.enqueue(req(0, 0, 0), 0);
-        p.enqueue(req(100, 1, 0), 0);
+        p.put(req(0, 0, 0), 0);
+        p.put(req(100, 1, 0), 0);
         p.on_timer(0);
         assert_eq!(take(&mut p, 0), Some(0)); // a spends 4 096 of 12 288
         // Period ends with a's requests in flight: a carries min(8 192, 12 288).
@@ -869,8 +899,8 @@ mod tests {
     #[test]
     fn weight_change_takes_effect_at_the_next_period() {
         let mut p = fb();
-        p.enqueue(req(0, 0, 0), 0);
-        p.enqueue(req(100, 1, 0), 0);
+        p.put(req(0, 0, 0), 0);
+        p.put(req(100, 1, 0), 0);
         p.on_timer(0);
         p.update_tenant(1, &TenantSpec::weighted("b", 3.0), MS);
         assert_eq!(p.credits(1), 4_096.0);
@@ -886,7 +916,7 @@ mod tests {
         let mut p =
             FeedBac::new(&t, 10 * MS, 2, 1.0, 0.3, 1_638_400.0, false).with_latency_periods(4.0);
         for i in 0..3 {
-            p.enqueue(req(i, 0, 0), 0);
+            p.put(req(i, 0, 0), 0);
         }
         p.on_timer(0);
         // Two requests spend 5 ms and 7 ms in the device: mean 6 ms.
@@ -943,13 +973,13 @@ mod tests {
         let t = [TenantSpec::weighted("a", 1.0)];
         let mut p = FeedBac::new(&t, 10 * MS, 2, 1.0, 0.3, 100.0, false);
         // A first period in which nothing is consumed must not break the forecast.
-        p.enqueue(req(0, 0, 0), 0);
+        p.put(req(0, 0, 0), 0);
         take(&mut p, 0);
         let mut id = 0;
         for period in 0..200u64 {
             let now = period * 10 * MS;
             for _ in 0..4 {
-                p.enqueue(req(id, 0, now), now);
+                p.put(req(id, 0, now), now);
                 id += 1;
                 if let Some(i) = take(&mut p, now) {
                     let r = req(i, 0, now);
@@ -985,7 +1015,7 @@ mod tests {
         // credit a second, both tenants owing most of a request.
         for (tenant, debt) in [(0, -4000.0), (1, -4090.0)] {
             id += 1;
-            p.enqueue(req(id, tenant, 0), 0);
+            p.put(req(id, tenant, 0), 0);
             let _ = p.dispatch(0);
             p.tenants[tenant as usize].credits = debt;
         }
@@ -997,7 +1027,7 @@ mod tests {
             for tenant in 0..2 {
                 while p.tenants[tenant].requests.len() < 4 {
                     id += 1;
-                    p.enqueue(req(id, tenant as TenantId, now), now);
+                    p.put(req(id, tenant as TenantId, now), now);
                 }
             }
             while let Dispatch::Request(r) = p.dispatch(now) {

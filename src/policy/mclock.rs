@@ -23,7 +23,7 @@
 //! * A tenant without a reservation never enters the constraint phase; one without a
 //!   limit is never held by `L`. Costs are per request (reservations and limits are IOPS).
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use serde_json::json;
 use std::collections::VecDeque;
@@ -147,13 +147,14 @@ impl Policy for MClock {
         "mclock"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) {
+    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
         let t = request.tenant as usize;
         self.tenants[t].queue.push_back(request);
         self.queued += 1;
         if self.tenants[t].head.is_none() {
             self.tag_head(t, true);
         }
+        Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -204,6 +205,30 @@ impl Policy for MClock {
         self.queued
     }
 
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let mut all = Vec::with_capacity(self.queued);
+        for x in &mut self.tenants {
+            all.extend(x.queue.drain(..));
+            x.head = None;
+        }
+        self.queued -= all.len();
+        all
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            switches: None,
+            report: match detail {
+                Detail::Full => self.report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
+impl MClock {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         let mut g = Vec::new();
         for (i, t) in self.tenants.iter().enumerate() {
@@ -223,7 +248,8 @@ impl Policy for MClock {
         g
     }
 
-    fn stats(&self) -> serde_json::Value {
+    /// The report part of [`Policy::observe`].
+    fn report(&self) -> serde_json::Value {
         let tenants: Vec<_> = self
             .tenants
             .iter()
@@ -241,6 +267,7 @@ impl Policy for MClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
     use crate::policy::test_request;
 
     fn spec(name: &str, weight: f64, r: Option<f64>, l: Option<f64>) -> TenantSpec {
@@ -267,8 +294,8 @@ mod tests {
             spec("B", 4.0, None, Some(500.0)),
         ]);
         for id in 0..3 {
-            p.enqueue(test_request(id, 0, 4096, 0), 0);
-            p.enqueue(test_request(10 + id, 1, 4096, 0), 0);
+            p.put(test_request(id, 0, 4096, 0), 0);
+            p.put(test_request(10 + id, 1, 4096, 0), 0);
         }
         // First heads are tagged with the arrival time.
         let zero = Tags {
@@ -312,9 +339,9 @@ mod tests {
         assert_eq!(p.dispatch(2_000_000), Dispatch::Wait(4_000_000));
         assert_eq!(next(&mut p, 4_000_000), Some((1, 12)));
         assert_eq!(p.dispatch(4_000_000), Dispatch::Idle);
-        assert_eq!(p.stats()["tenants"][0]["by_reservation"], 1);
-        assert_eq!(p.stats()["tenants"][0]["by_weight"], 2);
-        assert_eq!(p.stats()["tenants"][1]["by_weight"], 3);
+        assert_eq!(p.report_json()["tenants"][0]["by_reservation"], 1);
+        assert_eq!(p.report_json()["tenants"][0]["by_weight"], 2);
+        assert_eq!(p.report_json()["tenants"][1]["by_weight"], 3);
     }
 
     #[test]
@@ -322,23 +349,23 @@ mod tests {
         let mut p = MClock::new(&[spec("A", 1.0, None, None), spec("B", 1.0, None, None)]);
         // A alone for a while: its P runs ahead (1 s per request).
         for id in 0..5 {
-            p.enqueue(test_request(id, 0, 4096, 0), 0);
+            p.put(test_request(id, 0, 4096, 0), 0);
         }
         for _ in 0..3 {
             assert_eq!(next(&mut p, 0).map(|x| x.0), Some(0));
         }
         // A's head P is 3 s. B arrives at 10 ms: it starts at A's head P, not at 10 ms,
         // so it cannot take 300 requests in a row.
-        p.enqueue(test_request(100, 1, 4096, 10_000_000), 10_000_000);
-        p.enqueue(test_request(101, 1, 4096, 10_000_000), 10_000_000);
+        p.put(test_request(100, 1, 4096, 10_000_000), 10_000_000);
+        p.put(test_request(101, 1, 4096, 10_000_000), 10_000_000);
         assert_eq!(p.head_tags(1).unwrap().proportion, 3_000_000_000);
         let order: Vec<_> = (0..4).filter_map(|_| next(&mut p, 10_000_000)).collect();
         assert_eq!(order, vec![(0, 3), (1, 100), (0, 4), (1, 101)]);
         // After an idle spell, the reservation tag restarts at the arrival time.
         let mut q = MClock::new(&[spec("A", 1.0, Some(10.0), None)]);
-        q.enqueue(test_request(1, 0, 4096, 0), 0);
+        q.put(test_request(1, 0, 4096, 0), 0);
         assert_eq!(next(&mut q, 0), Some((0, 1)));
-        q.enqueue(test_request(2, 0, 4096, 5_000_000_000), 5_000_000_000);
+        q.put(test_request(2, 0, 4096, 5_000_000_000), 5_000_000_000);
         assert_eq!(q.head_tags(0).unwrap().reservation, 5_000_000_000);
     }
 }

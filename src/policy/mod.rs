@@ -29,6 +29,7 @@ use std::collections::BTreeSet;
 
 /// The policy's answer to "what should the device do now?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a dispatched request must go to the device, or it is lost"]
 pub enum Dispatch {
     /// Send this request to the device now.
     Request(Request),
@@ -38,18 +39,46 @@ pub enum Dispatch {
     Idle,
 }
 
+/// Why a request was refused instead of served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// The tenant already had `queue_limit` requests waiting in the host.
+    QueueFull,
+    /// The policy refused it: a token-bucket policy saw that it could no longer meet
+    /// its response time.
+    Policy,
+    /// The host is stopping: the drain deadline passed while the request waited (or it
+    /// arrived after that).
+    Stopping,
+}
+
+/// What became of a request offered to a policy (or to the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a refused request must be answered, or its client waits forever"]
+pub enum Admission {
+    /// Held; it leaves through [`Policy::dispatch`].
+    Queued,
+    /// Not taken: the caller answers the client with an error; the policy keeps nothing
+    /// of it.
+    Refused(Request, Refusal),
+}
+
 /// One value of a policy's state, exported as `ioshare_policy_<name>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gauge {
     /// Metric name without prefix; counters end in `_total`.
     pub name: &'static str,
+    /// One line saying what the value is (Prometheus `# HELP`).
     pub help: &'static str,
     /// The tenant it belongs to, `None` for the whole policy.
     pub tenant: Option<TenantId>,
+    /// The value now.
     pub value: f64,
 }
 
 impl Gauge {
+    /// A value of the whole policy.
     pub fn policy(name: &'static str, help: &'static str, value: f64) -> Self {
         Gauge {
             name,
@@ -59,11 +88,12 @@ impl Gauge {
         }
     }
 
+    /// A value of one tenant.
     pub fn tenant(name: &'static str, help: &'static str, tenant: usize, value: f64) -> Self {
         Gauge {
             name,
             help,
-            tenant: Some(tenant as TenantId),
+            tenant: Some(TenantId::try_from(tenant).expect("tenant index fits a TenantId")),
             value,
         }
     }
@@ -74,13 +104,74 @@ impl Gauge {
     }
 }
 
+/// Switch states of a policy over a run (TA1/TA2/TA3), for per-phase on-time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SwitchLog {
+    /// Per tenant: whether its switch was on at time 0; `None` for tenants without one.
+    pub initially_on: Vec<Option<bool>>,
+    /// (time, tenant, on) in time order.
+    pub transitions: Vec<(Nanos, TenantId, bool)>,
+}
+
+impl SwitchLog {
+    /// Fraction of `[from, to)` tenant `t`'s switch was on.
+    pub fn on_fraction(&self, t: usize, from: Nanos, to: Nanos) -> Option<f64> {
+        let mut on = (*self.initially_on.get(t)?)?;
+        if to <= from {
+            return Some(0.0);
+        }
+        let mut since = 0;
+        let mut total = 0;
+        let overlap = |a: Nanos, b: Nanos| b.min(to).saturating_sub(a.max(from));
+        for &(time, tenant, state) in &self.transitions {
+            if tenant as usize != t || state == on {
+                continue;
+            }
+            if on {
+                total += overlap(since, time);
+            }
+            on = state;
+            since = time;
+        }
+        if on {
+            total += overlap(since, to);
+        }
+        Some(total as f64 / (to - from) as f64)
+    }
+}
+
+/// How much of its state a policy is asked to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// The gauges only: cheap and bounded, asked for often (`/metrics`).
+    Gauges,
+    /// Everything, for the report at the end of a run.
+    Full,
+}
+
+/// What a policy shows of itself: one view for live monitoring and reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observation {
+    /// The state now (credits, switch states, slices) and counters, one value per
+    /// (name, tenant).
+    pub gauges: Vec<Gauge>,
+    /// With [`Detail::Full`], for policies that switch throttling in and out: the
+    /// switch states over the run (reports turn it into on-time per phase).
+    pub switches: Option<SwitchLog>,
+    /// With [`Detail::Full`]: what only a report shows (a forecast per period, the
+    /// switch timeline), as results.json's `policy_stats`; `Null` when nothing.
+    pub report: serde_json::Value,
+}
+
 /// A scheduler. See the module docs for the contract.
 pub trait Policy: Send {
     /// Registry name of the policy (`none`, `cfq`, ...).
     fn name(&self) -> &'static str;
 
-    /// A new request from a tenant.
-    fn enqueue(&mut self, request: Request, now: Nanos);
+    /// A new request from a tenant. The policy holds it ([`Admission::Queued`]) or
+    /// refuses it ([`Admission::Refused`] with this very request and
+    /// [`Refusal::Policy`]); it never refuses another request than the one offered.
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission;
 
     /// The next request to send to the device, or when to ask again. The caller asks
     /// only while the device has a free slot.
@@ -105,30 +196,13 @@ pub trait Policy: Send {
     /// Requests held by the policy (not yet dispatched), over all tenants.
     fn queued(&self) -> usize;
 
-    /// A request the policy refused since the last call: its tenant's queue in the
-    /// policy is full (for the token-bucket policies: the request could no longer meet
-    /// its response time). The engine tells the client with an error; the policy forgets
-    /// it. Called after every [`Policy::enqueue`] until `None`.
-    fn take_refused(&mut self) -> Option<Request> {
-        None
-    }
+    /// Hands back every request the policy holds and forgets them (the host is
+    /// stopping and answers them itself). Afterwards [`Policy::queued`] is 0.
+    fn withdraw_all(&mut self) -> Vec<Request>;
 
-    /// Policy-specific state and counters for reports (keep/new queue counts, credits,
-    /// switch states). `Null` when there is nothing to tell.
-    fn stats(&self) -> serde_json::Value {
-        serde_json::Value::Null
-    }
-
-    /// The policy's state now, for live monitoring (`/metrics`): credits, switch
-    /// states, slices. Cheap and bounded; empty when there is nothing to show.
-    fn gauges(&self) -> Vec<Gauge> {
-        Vec::new()
-    }
-
-    /// Switch states over the run, for policies that switch throttling in and out
-    /// (TA1/TA2/TA3); reports turn it into on-time per phase.
-    fn switch_log(&self) -> Option<crate::metrics::SwitchLog> {
-        None
+    /// The policy's state (see [`Observation`]).
+    fn observe(&self, _detail: Detail) -> Observation {
+        Observation::default()
     }
 }
 
@@ -294,6 +368,31 @@ pub fn names() -> Vec<&'static str> {
     registry().iter().map(|p| p.name).collect()
 }
 
+/// What policy unit tests ask of any policy.
+#[cfg(test)]
+pub(crate) trait TestPolicy {
+    /// Enqueues a request that must be held.
+    fn put(&mut self, request: Request, now: Nanos);
+    /// The report part of the full observation (results.json's `policy_stats`).
+    fn report_json(&self) -> serde_json::Value;
+}
+
+#[cfg(test)]
+impl<P: Policy + ?Sized> TestPolicy for P {
+    fn put(&mut self, request: Request, now: Nanos) {
+        let id = request.id;
+        assert_eq!(
+            self.enqueue(request, now),
+            Admission::Queued,
+            "request {id} was refused"
+        );
+    }
+
+    fn report_json(&self) -> serde_json::Value {
+        self.observe(Detail::Full).report
+    }
+}
+
 /// A read request for policy unit tests.
 #[cfg(test)]
 pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) -> Request {
@@ -359,8 +458,7 @@ mod tests {
             let mut now = 0;
             for i in 0..64u64 {
                 now = i * 100_000;
-                p.enqueue(test_request(i + 1, (i % 2) as TenantId, 4096, now), now);
-                while p.take_refused().is_some() {}
+                let _ = p.enqueue(test_request(i + 1, (i % 2) as TenantId, 4096, now), now);
                 if let Dispatch::Request(r) = p.dispatch(now) {
                     let c = Completion {
                         request: r,
@@ -374,7 +472,7 @@ mod tests {
                 }
             }
             let _ = p.dispatch(now);
-            let gauges = p.gauges();
+            let gauges = p.observe(Detail::Gauges).gauges;
             if name != "none" {
                 assert!(!gauges.is_empty(), "{name} shows no state");
             }

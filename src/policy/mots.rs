@@ -20,7 +20,7 @@
 //! `clamp` (default 16), and CFQ's `base_slice_ms`, `slice_idle_ms`.
 
 use super::cfq::Cfq;
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 
@@ -167,11 +167,13 @@ impl Policy for Mots {
         "mots"
     }
 
-    fn enqueue(&mut self, request: Request, now: Nanos) {
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
         let t = &mut self.tenants[request.tenant as usize];
         t.outstanding += 1;
         t.active_this_tick = true;
-        self.cfq.enqueue(request, now);
+        let admission = self.cfq.enqueue(request, now);
+        assert_eq!(admission, Admission::Queued, "CFQ holds every request");
+        admission
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -180,7 +182,10 @@ impl Policy for Mots {
 
     fn complete(&mut self, completion: &Completion, now: Nanos) {
         let t = &mut self.tenants[completion.request.tenant as usize];
-        t.outstanding = t.outstanding.saturating_sub(1);
+        t.outstanding = t
+            .outstanding
+            .checked_sub(1)
+            .expect("a completion of a request this policy took");
         t.bytes_this_tick += completion.request.len as u64;
         self.cfq.complete(completion, now);
     }
@@ -205,8 +210,31 @@ impl Policy for Mots {
         self.cfq.queued()
     }
 
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let withdrawn = self.cfq.withdraw_all();
+        for r in &withdrawn {
+            let t = &mut self.tenants[r.tenant as usize];
+            t.outstanding = t.outstanding.checked_sub(1).expect("held, so outstanding");
+        }
+        withdrawn
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            switches: None,
+            report: match detail {
+                Detail::Full => self.report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
+impl Mots {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
-        let mut g = self.cfq.gauges();
+        let mut g = self.cfq.observe(Detail::Gauges).gauges;
         g.push(Gauge::policy(
             "ticks_total",
             "Feedback ticks",
@@ -223,17 +251,19 @@ impl Policy for Mots {
         g
     }
 
-    fn stats(&self) -> serde_json::Value {
+    /// The report part of [`Policy::observe`].
+    fn report(&self) -> serde_json::Value {
         let factors: Vec<f64> = (0..self.tenants.len())
             .map(|i| self.factor(i as TenantId))
             .collect();
-        serde_json::json!({ "ticks": self.ticks, "slice_factors": factors, "cfq": self.cfq.stats() })
+        serde_json::json!({ "ticks": self.ticks, "slice_factors": factors, "cfq": self.cfq.observe(Detail::Full).report })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
     use crate::types::Op;
 
     const MS: Nanos = 1_000_000;
@@ -259,7 +289,7 @@ mod tests {
                 len: b as u32,
                 arrival: now,
             };
-            p.enqueue(r, now);
+            p.put(r, now);
             while let Dispatch::Request(_) = p.dispatch(now) {}
             p.complete(
                 &Completion {

@@ -1,7 +1,7 @@
 //! `none`: first in, first out across all tenants, no control. The baseline every
 //! other policy is compared against (the papers' "no scheduler" / TA0).
 
-use super::{Dispatch, Policy};
+use super::{Admission, Dispatch, Policy};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::VecDeque;
 
@@ -23,8 +23,9 @@ impl Policy for Fifo {
         "none"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) {
+    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
         self.queue.push_back(request);
+        Admission::Queued
     }
 
     fn dispatch(&mut self, _now: Nanos) -> Dispatch {
@@ -41,11 +42,16 @@ impl Policy for Fifo {
     fn queued(&self) -> usize {
         self.queue.len()
     }
+
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        self.queue.drain(..).collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
 
     fn req(id: u64, tenant: TenantId, arrival: Nanos) -> Request {
         crate::policy::test_request(id, tenant, 4096, arrival)
@@ -56,7 +62,7 @@ mod tests {
         let mut p = Fifo::new(3);
         let order = [(0, 2), (1, 0), (2, 1), (3, 0), (4, 2)];
         for (i, &(id, t)) in order.iter().enumerate() {
-            p.enqueue(req(id, t, i as Nanos * 10), i as Nanos * 10);
+            p.put(req(id, t, i as Nanos * 10), i as Nanos * 10);
         }
         assert_eq!(p.queued(), 5);
         let mut got = Vec::new();
@@ -71,10 +77,10 @@ mod tests {
     #[test]
     fn interleaves_new_arrivals_behind_old_ones() {
         let mut p = Fifo::new(2);
-        p.enqueue(req(1, 0, 0), 0);
+        p.put(req(1, 0, 0), 0);
         assert_eq!(p.dispatch(1), Dispatch::Request(req(1, 0, 0)));
-        p.enqueue(req(2, 1, 2), 2);
-        p.enqueue(req(3, 0, 3), 3);
+        p.put(req(2, 1, 2), 2);
+        p.put(req(3, 0, 3), 3);
         assert_eq!(p.dispatch(4), Dispatch::Request(req(2, 1, 2)));
         assert_eq!(p.dispatch(4), Dispatch::Request(req(3, 0, 3)));
     }

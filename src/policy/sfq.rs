@@ -15,7 +15,7 @@
 //! applies), `min_cost` bytes (default 4096).
 //! Weight changes apply to requests tagged after the change.
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -86,7 +86,7 @@ impl Policy for Sfq {
         "sfq"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) {
+    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
         let (start, finish) = self.tags(request.tenant, request.len);
         let f = &mut self.flows[request.tenant as usize];
         f.last_finish = finish;
@@ -95,6 +95,7 @@ impl Policy for Sfq {
         }
         f.queue.push_back((start, request));
         self.queued += 1;
+        Admission::Queued
     }
 
     fn dispatch(&mut self, _now: Nanos) -> Dispatch {
@@ -119,13 +120,41 @@ impl Policy for Sfq {
     }
 
     fn complete(&mut self, _completion: &Completion, _now: Nanos) {
-        self.outstanding = self.outstanding.saturating_sub(1);
+        self.outstanding = self
+            .outstanding
+            .checked_sub(1)
+            .expect("a completion of a request this policy dispatched");
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
         self.flows[tenant as usize].weight = spec.weight;
     }
 
+    fn queued(&self) -> usize {
+        self.queued
+    }
+
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        self.heads.clear();
+        let all: Vec<Request> = self
+            .flows
+            .iter_mut()
+            .flat_map(|f| f.queue.drain(..).map(|(_, r)| r))
+            .collect();
+        self.queued -= all.len();
+        all
+    }
+
+    fn observe(&self, _detail: Detail) -> Observation {
+        Observation {
+            gauges: self.gauges(),
+            ..Observation::default()
+        }
+    }
+}
+
+impl Sfq {
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         vec![
             Gauge::policy(
@@ -140,15 +169,12 @@ impl Policy for Sfq {
             ),
         ]
     }
-
-    fn queued(&self) -> usize {
-        self.queued
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
 
     fn req(id: u64, tenant: TenantId, len: u32) -> Request {
         crate::policy::test_request(id, tenant, len, 0)
@@ -172,10 +198,10 @@ mod tests {
         ];
         let mut p = Sfq::new(&tenants, 0, 4096);
         for i in 0..4 {
-            p.enqueue(req(i, 0, 4096), 0); // starts 0, 2.1M, 4.2M, 6.3M
+            p.put(req(i, 0, 4096), 0); // starts 0, 2.1M, 4.2M, 6.3M
         }
         for i in 10..12 {
-            p.enqueue(req(i, 1, 4096), 0); // starts 0, 4.2M
+            p.put(req(i, 1, 4096), 0); // starts 0, 4.2M
         }
         assert_eq!(p.flows[0].last_finish, 4 * 2_097_152);
         assert_eq!(p.flows[1].last_finish, 2 * 4_194_304);
@@ -193,12 +219,12 @@ mod tests {
         ];
         let mut p = Sfq::new(&tenants, 0, 4096);
         for i in 0..10 {
-            p.enqueue(req(i, 0, 4096), 0);
+            p.put(req(i, 0, 4096), 0);
         }
         assert_eq!(drain(&mut p).len(), 10);
         // b was idle; its first request starts at v (the last start tag), not at 0.
-        p.enqueue(req(100, 1, 4096), 0);
-        p.enqueue(req(11, 0, 4096), 0);
+        p.put(req(100, 1, 4096), 0);
+        p.put(req(11, 0, 4096), 0);
         assert_eq!(p.flows[1].queue[0].0, 9 * 4_194_304);
         assert_eq!(p.flows[0].queue[0].0, 10 * 4_194_304);
         assert_eq!(drain(&mut p), vec![100, 11]);
@@ -209,7 +235,7 @@ mod tests {
         let tenants = [TenantSpec::weighted("a", 1.0)];
         let mut p = Sfq::new(&tenants, 2, 4096);
         for i in 0..3 {
-            p.enqueue(req(i, 0, 4096), 0);
+            p.put(req(i, 0, 4096), 0);
         }
         assert!(matches!(p.dispatch(0), Dispatch::Request(_)));
         assert!(matches!(p.dispatch(0), Dispatch::Request(_)));
@@ -230,10 +256,10 @@ mod tests {
             TenantSpec::weighted("b", 1.0),
         ];
         let mut p = Sfq::new(&tenants, 0, 4096);
-        p.enqueue(req(0, 0, 4096), 0);
+        p.put(req(0, 0, 4096), 0);
         assert_eq!(p.flows[0].last_finish, 4_194_304);
         p.update_tenant(0, &TenantSpec::weighted("a", 4.0), 0);
-        p.enqueue(req(1, 0, 4096), 0);
+        p.put(req(1, 0, 4096), 0);
         assert_eq!(p.flows[0].last_finish, 4_194_304 + 1_048_576);
     }
 }

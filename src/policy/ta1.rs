@@ -25,7 +25,8 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{Dispatch, test_request, test_slo_tenant};
+    use crate::policy::TestPolicy;
+    use crate::policy::{Admission, Dispatch, Refusal, test_request, test_slo_tenant};
 
     fn ids(p: &mut Box<dyn Policy>, now: u64) -> (Vec<u64>, Dispatch) {
         let mut got = Vec::new();
@@ -47,9 +48,9 @@ mod tests {
         ];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
         for id in 1..=6 {
-            p.enqueue(test_request(id, 0, 4096, 0), 0);
+            p.put(test_request(id, 0, 4096, 0), 0);
         }
-        p.enqueue(test_request(7, 1, 4096, 0), 0);
+        p.put(test_request(7, 1, 4096, 0), 0);
         let (got, next) = ids(&mut p, 0);
         assert_eq!(got, vec![1, 2, 3, 7]);
         assert_eq!(next, Dispatch::Wait(1_000_000));
@@ -59,7 +60,7 @@ mod tests {
         assert_eq!(next, Dispatch::Wait(2_000_000));
         assert_eq!(ids(&mut p, 2_000_000), (vec![6], Dispatch::Idle));
         assert_eq!(p.queued(), 0);
-        assert_eq!(p.stats()["tenants"][0]["throttled"], 3);
+        assert_eq!(p.report_json()["tenants"][0]["throttled"], 3);
     }
 
     #[test]
@@ -68,7 +69,7 @@ mod tests {
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
         // After a long idle spell the bucket holds 3, not 2 × the idle milliseconds.
         for id in 1..=5 {
-            p.enqueue(test_request(id, 0, 4096, 50_000_000), 50_000_000);
+            p.put(test_request(id, 0, 4096, 50_000_000), 50_000_000);
         }
         let (got, next) = ids(&mut p, 50_000_000);
         assert_eq!(got, vec![1, 2, 3]);
@@ -82,22 +83,24 @@ mod tests {
         // the last 2 are refused and handed back in arrival order.
         let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
-        for id in 1..=8 {
-            p.enqueue(test_request(id, 0, 4096, 0), 0);
-        }
-        let refused: Vec<_> = std::iter::from_fn(|| p.take_refused().map(|r| r.id)).collect();
+        let refused: Vec<_> = (1..=8)
+            .filter_map(|id| match p.enqueue(test_request(id, 0, 4096, 0), 0) {
+                Admission::Queued => None,
+                Admission::Refused(r, Refusal::Policy) => Some(r.id),
+                Admission::Refused(r, other) => panic!("{} refused as {other:?}", r.id),
+            })
+            .collect();
         assert_eq!(refused, vec![7, 8]);
         assert_eq!(ids(&mut p, 0), (vec![1], Dispatch::Wait(1_000_000)));
         assert_eq!(p.queued(), 5);
-        assert_eq!(p.stats()["tenants"][0]["refused"], 2);
-        assert_eq!(p.stats()["tenants"][0]["queue_limit"], 5);
+        assert_eq!(p.report_json()["tenants"][0]["refused"], 2);
+        assert_eq!(p.report_json()["tenants"][0]["queue_limit"], 5);
         // `max_wait = 0` turns the bound off.
         let mut params = PolicyParams::new("ta1", toml::toml! { max_wait = 0.0 });
         let mut p = build(&mut params, &tenants).unwrap();
         for id in 1..=8 {
-            p.enqueue(test_request(id, 0, 4096, 0), 0);
+            p.put(test_request(id, 0, 4096, 0), 0);
         }
-        assert_eq!(p.take_refused(), None);
         assert_eq!(p.queued(), 8);
     }
 }

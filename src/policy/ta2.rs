@@ -26,6 +26,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
     use crate::policy::{Dispatch, test_request, test_slo_tenant};
     use crate::types::Completion;
 
@@ -33,7 +34,7 @@ mod tests {
     /// `finish`: the storage response time is `finish - at` while the switch is off.
     fn observe(p: &mut Box<dyn Policy>, id: u64, tenant: u32, at: u64, finish: u64) {
         let r = test_request(id, tenant, 4096, at);
-        p.enqueue(r, at);
+        p.put(r, at);
         assert_eq!(p.dispatch(at), Dispatch::Request(r));
         p.complete(
             &Completion {
@@ -64,13 +65,13 @@ mod tests {
         ];
         let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 8_500_000); // at the mark: not above
-        assert_eq!(p.stats()["transitions"], 0);
+        assert_eq!(p.report_json()["transitions"], 0);
         observe(&mut p, 2, 1, 10_000_000, 18_500_001); // b above its HWM
-        assert_eq!(p.stats()["tenants"][0]["on"], true);
-        assert_eq!(p.stats()["tenants"][1]["on"], true);
+        assert_eq!(p.report_json()["tenants"][0]["on"], true);
+        assert_eq!(p.report_json()["tenants"][1]["on"], true);
         // Both buckets (1 deep) now gate: the second request of `a` waits for a tick.
         for id in [3, 4] {
-            p.enqueue(test_request(id, 0, 4096, 20_000_000), 20_000_000);
+            p.put(test_request(id, 0, 4096, 20_000_000), 20_000_000);
         }
         let r3 = test_request(3, 0, 4096, 20_000_000);
         assert_eq!(p.dispatch(20_000_000), Dispatch::Request(r3));
@@ -84,7 +85,7 @@ mod tests {
             },
             28_200_000,
         );
-        assert_eq!(p.stats()["tenants"][0]["on"], true);
+        assert_eq!(p.report_json()["tenants"][0]["on"], true);
         // Request 4 passes its bucket at 21 ms, finishes 7.9 ms later: below the LWM.
         let r4 = test_request(4, 0, 4096, 20_000_000);
         assert_eq!(p.dispatch(21_000_000), Dispatch::Request(r4));
@@ -96,11 +97,11 @@ mod tests {
             },
             28_900_000,
         );
-        assert_eq!(p.stats()["tenants"][0]["on"], false);
-        assert_eq!(p.stats()["tenants"][1]["on"], false);
-        assert_eq!(p.stats()["transitions"], 4);
+        assert_eq!(p.report_json()["tenants"][0]["on"], false);
+        assert_eq!(p.report_json()["tenants"][1]["on"], false);
+        assert_eq!(p.report_json()["transitions"], 4);
         assert_eq!(
-            p.stats()["switch_timeline_ms"],
+            p.report_json()["switch_timeline_ms"],
             serde_json::json!([
                 [18.500001, 0, true],
                 [18.500001, 1, true],
@@ -116,7 +117,7 @@ mod tests {
         let mut p = per_completion(&tenants);
         observe(&mut p, 1, 0, 0, 9_000_000); // on
         for id in 2..=4 {
-            p.enqueue(test_request(id, 0, 4096, 9_000_000), 9_000_000);
+            p.put(test_request(id, 0, 4096, 9_000_000), 9_000_000);
         }
         let r2 = test_request(2, 0, 4096, 9_000_000);
         assert_eq!(p.dispatch(9_000_000), Dispatch::Request(r2));
@@ -129,10 +130,10 @@ mod tests {
             },
             10_000_000,
         ); // 1 ms: off
-        assert_eq!(p.stats()["tenants"][0]["on"], false);
+        assert_eq!(p.report_json()["tenants"][0]["on"], false);
         // A new request goes straight to storage; 3 and 4 keep draining through the
         // bucket (3 at the 10 ms tick, 4 at 11 ms) instead of flooding storage.
-        p.enqueue(test_request(5, 0, 4096, 10_000_000), 10_000_000);
+        p.put(test_request(5, 0, 4096, 10_000_000), 10_000_000);
         let order: Vec<_> = std::iter::from_fn(|| match p.dispatch(10_000_000) {
             Dispatch::Request(r) => Some(r.id),
             _ => None,
@@ -150,12 +151,12 @@ mod tests {
         let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 3 });
         let mut p = build(&mut params, &[test_slo_tenant("a", 1000.0, 10_000)]).unwrap();
         observe(&mut p, 1, 0, 0, 9_000_000);
-        assert_eq!(p.stats()["tenants"][0]["on"], true);
+        assert_eq!(p.report_json()["tenants"][0]["on"], true);
         let mut on = Vec::new();
         for (i, id) in (2..=4).enumerate() {
             let at = 20_000_000 * (i as u64 + 1);
             let r = test_request(id, 0, 4096, at);
-            p.enqueue(r, at);
+            p.put(r, at);
             assert_eq!(p.dispatch(at), Dispatch::Request(r));
             let c = Completion {
                 request: r,
@@ -163,7 +164,7 @@ mod tests {
                 finish: at + 1_000_000,
             };
             p.complete(&c, c.finish);
-            on.push(p.stats()["tenants"][0]["on"].as_bool().unwrap());
+            on.push(p.report_json()["tenants"][0]["on"].as_bool().unwrap());
         }
         assert_eq!(on, vec![true, true, false]);
     }

@@ -28,6 +28,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::TestPolicy;
     use crate::policy::{Dispatch, test_request, test_slo_tenant};
     use crate::types::{Completion, TenantId};
 
@@ -52,7 +53,7 @@ mod tests {
             let mut send = |t: u32| {
                 id += 1;
                 let r = test_request(id, t, 4096, now);
-                p.enqueue(r, now);
+                p.put(r, now);
                 assert_eq!(
                     p.dispatch(now),
                     Dispatch::Request(r),
@@ -79,7 +80,7 @@ mod tests {
             },
             now,
         );
-        let stats = p.stats();
+        let stats = p.report_json();
         assert_eq!(stats["tenants"][0]["on"], true, "violator throttled");
         assert_eq!(
             stats["tenants"][1]["on"], false,
@@ -92,12 +93,12 @@ mod tests {
         // `b` still goes straight through; `a` now meets its bucket (1 deep at 0.1 per
         // ms, already spent by nothing: full, so one passes, the next waits 10 ticks).
         let rb = test_request(1000, 1, 4096, now);
-        p.enqueue(rb, now);
+        p.put(rb, now);
         assert_eq!(p.dispatch(now), Dispatch::Request(rb));
         let ra1 = test_request(1001, 0, 4096, now);
         let ra2 = test_request(1002, 0, 4096, now);
-        p.enqueue(ra1, now);
-        p.enqueue(ra2, now);
+        p.put(ra1, now);
+        p.put(ra2, now);
         assert_eq!(p.dispatch(now), Dispatch::Request(ra1));
         assert_eq!(p.dispatch(now), Dispatch::Wait(109_000_000));
     }
@@ -123,7 +124,7 @@ mod tests {
         let mut slow = None;
         for (id, &(now, tenant)) in arrivals.iter().enumerate() {
             let r = test_request(id as u64, tenant, 4096, now);
-            p.enqueue(r, now);
+            p.put(r, now);
             assert_eq!(p.dispatch(now), Dispatch::Request(r));
             if tenant == 1 && now == 190 * MS {
                 slow = Some(r); // completes late, below
@@ -136,7 +137,7 @@ mod tests {
                 p.complete(&c, now);
             }
         }
-        assert_eq!(p.stats()["transitions"], 0);
+        assert_eq!(p.report_json()["transitions"], 0);
         // b's request from 190 ms completes at 199 ms: 9 ms, above the 8.5 ms mark.
         let r = slow.unwrap();
         let c = Completion {
@@ -145,7 +146,7 @@ mod tests {
             finish: 199 * MS,
         };
         p.complete(&c, 199 * MS);
-        let stats = p.stats();
+        let stats = p.report_json();
         assert_eq!(stats["tenants"][0]["on"], false, "a: 100 in 200 ms");
         assert_eq!(stats["tenants"][1]["on"], true, "b: 245 in 49 ms");
     }
@@ -160,7 +161,7 @@ mod tests {
         for id in 0..50u64 {
             let now = id * 1_000_000; // 1000 IOPS, ten times the agreed rate
             let r = test_request(id, 0, 4096, now);
-            p.enqueue(r, now);
+            p.put(r, now);
             assert_eq!(p.dispatch(now), Dispatch::Request(r));
             p.complete(
                 &Completion {
@@ -171,7 +172,7 @@ mod tests {
                 now + 500_000,
             );
         }
-        assert_eq!(p.stats()["transitions"], 0);
+        assert_eq!(p.report_json()["transitions"], 0);
     }
 
     #[test]
@@ -186,7 +187,7 @@ mod tests {
         ];
         let mut p = build(&mut fixed_window(), &tenants).unwrap();
         let r1 = test_request(1, 1, 4096, 0);
-        p.enqueue(r1, 0);
+        p.put(r1, 0);
         assert_eq!(p.dispatch(0), Dispatch::Request(r1));
         p.complete(
             &Completion {
@@ -196,19 +197,27 @@ mod tests {
             },
             2_000_000,
         );
-        p.enqueue(test_request(2, 1, 4096, 2_000_000), 2_000_000);
-        assert_eq!(p.stats()["transitions"], 0, "2 ms predicted: no breach");
-        p.enqueue(test_request(3, 1, 4096, 2_000_000), 2_000_000);
-        assert_eq!(p.stats()["transitions"], 0, "4 ms predicted: at the mark");
-        p.enqueue(test_request(4, 1, 4096, 2_000_000), 2_000_000);
+        p.put(test_request(2, 1, 4096, 2_000_000), 2_000_000);
         assert_eq!(
-            p.stats()["switch_timeline_ms"],
+            p.report_json()["transitions"],
+            0,
+            "2 ms predicted: no breach"
+        );
+        p.put(test_request(3, 1, 4096, 2_000_000), 2_000_000);
+        assert_eq!(
+            p.report_json()["transitions"],
+            0,
+            "4 ms predicted: at the mark"
+        );
+        p.put(test_request(4, 1, 4096, 2_000_000), 2_000_000);
+        assert_eq!(
+            p.report_json()["switch_timeline_ms"],
             serde_json::json!([[2.0, 1, true]])
         );
-        assert_eq!(p.stats()["tenants"][0]["on"], false);
+        assert_eq!(p.report_json()["tenants"][0]["on"], false);
         // Request 4 takes the bucket's one token (bypassing requests take none); the next
         // waits for 100 refills of 0.01 request.
-        p.enqueue(test_request(5, 1, 4096, 2_000_000), 2_000_000);
+        p.put(test_request(5, 1, 4096, 2_000_000), 2_000_000);
         let order: Vec<_> = std::iter::from_fn(|| match p.dispatch(2_000_000) {
             Dispatch::Request(r) => Some(r.id),
             _ => None,

@@ -52,8 +52,10 @@
 //!   the count within a fraction of the window.
 //! * Tenants without an SLO have no bucket and always bypass.
 
-use super::{Dispatch, Gauge, Policy, PolicyError, PolicyParams};
-use crate::metrics::SwitchLog;
+use super::{
+    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams, Refusal,
+    SwitchLog,
+};
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use serde_json::json;
 use std::collections::{HashMap, VecDeque};
@@ -245,7 +247,6 @@ pub struct SwitchedBuckets {
     predict: f64,
     /// Longest wait for tokens a request is queued for, as a fraction of its `rt`.
     max_wait: f64,
-    refused: VecDeque<Request>,
 }
 
 /// Completions the predicted response time takes the storage's completion rate from.
@@ -326,7 +327,6 @@ impl SwitchedBuckets {
             last_finish: 0,
             predict,
             max_wait,
-            refused: VecDeque::new(),
         };
         p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
         Ok(p)
@@ -478,7 +478,7 @@ impl Policy for SwitchedBuckets {
         self.name
     }
 
-    fn enqueue(&mut self, request: Request, now: Nanos) {
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
         let k = request.tenant as usize;
         let t = &mut self.tenants[k];
         if let SwitchRule::PerTenant { .. } = self.rule {
@@ -500,14 +500,17 @@ impl Policy for SwitchedBuckets {
             self.admit(k, now);
             let t = &mut self.tenants[k];
             if t.queue.len() > t.queue_limit {
+                // The queue was within its limit before: the one over it is this one.
                 let r = t.queue.pop_back().expect("over the limit");
+                assert_eq!(r.id, request.id, "only the request offered is refused");
                 t.refused += 1;
-                self.refused.push_back(r);
+                return Admission::Refused(r, Refusal::Policy);
             }
         } else {
             self.admitted.insert(request.id, now);
             self.storage.push_back(request);
         }
+        Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
@@ -574,12 +577,36 @@ impl Policy for SwitchedBuckets {
         self.storage.len() + self.tenants.iter().map(|t| t.queue.len()).sum::<usize>()
     }
 
-    fn take_refused(&mut self) -> Option<Request> {
-        self.refused.pop_front()
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let mut all: Vec<Request> = self.storage.drain(..).collect();
+        for r in &all {
+            self.admitted.remove(&r.id);
+        }
+        for t in &mut self.tenants {
+            all.extend(t.queue.drain(..));
+        }
+        all
     }
 
-    fn switch_log(&self) -> Option<SwitchLog> {
-        Some(SwitchLog {
+    fn observe(&self, detail: Detail) -> Observation {
+        match detail {
+            Detail::Gauges => Observation {
+                gauges: self.gauges(),
+                ..Observation::default()
+            },
+            Detail::Full => Observation {
+                gauges: self.gauges(),
+                switches: Some(self.switch_log()),
+                report: self.report(),
+            },
+        }
+    }
+}
+
+impl SwitchedBuckets {
+    /// Switch states over the run, for per-phase on-time.
+    fn switch_log(&self) -> SwitchLog {
+        SwitchLog {
             initially_on: self
                 .tenants
                 .iter()
@@ -590,9 +617,10 @@ impl Policy for SwitchedBuckets {
                 .iter()
                 .map(|x| (x.time, x.tenant, x.on))
                 .collect(),
-        })
+        }
     }
 
+    /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
         let mut g = vec![
             Gauge::policy(
@@ -638,7 +666,7 @@ impl Policy for SwitchedBuckets {
     }
 
     /// Water marks, switch states and the transition timeline.
-    fn stats(&self) -> serde_json::Value {
+    fn report(&self) -> serde_json::Value {
         let tenants: Vec<_> = self
             .tenants
             .iter()

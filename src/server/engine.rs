@@ -17,10 +17,11 @@ use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
 use crate::buffer::IoBuf;
 use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
-use crate::metrics::{PolicyOutcome, Recorder};
+use crate::host::{Host, Limits, Status};
+use crate::metrics::Recorder;
 use crate::nbd::proto;
 use crate::nbd::{Command, CommandKind, Event};
-use crate::policy::{Dispatch, Policy};
+use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Op, Request, TenantSpec};
 use io_uring::{IoUring, opcode, types};
 use std::cmp::Reverse;
@@ -280,8 +281,13 @@ pub struct Outcome {
     pub end: Nanos,
     /// The device model's counters (emulated backend), or zeroes.
     pub device: DeviceStats,
-    pub policy: PolicyOutcome,
+    /// The policy's full observation at the end.
+    pub policy: Observation,
 }
+
+/// What the live engine records: the counters behind the terminal line and `/metrics`,
+/// and, with `serve --out`, the run's [`Recorder`].
+type LiveObserver = (Arc<LiveStats>, Option<Recorder>);
 
 /// The device loop. Returns when drained. With a `recorder`, every request is recorded
 /// in it (arrival, completion, refusal) for the report of the run.
@@ -297,28 +303,27 @@ pub fn run(
     recorder: Option<Recorder>,
 ) -> anyhow::Result<Outcome> {
     let Inbox { rx, wake } = inbox;
+    let limits = Limits {
+        queue_depth: config.queue_depth,
+        queue_limit: Some(config.queue_limit),
+    };
     let mut engine = Engine {
         ring: new_ring(config.queue_depth)?,
         wake_buf: Box::new([0; 8]),
         wake,
         config,
         files,
-        policy,
+        host: Host::new(policy, (stats, recorder), limits, config.tenants.len()),
         model,
-        stats,
         clock,
         live: HashMap::new(),
         next_id: 0,
-        in_flight: 0,
         conns: Vec::new(),
-        held: vec![0; config.tenants.len()],
-        drain_deadline: None,
-        abandoned: false,
+        cancelled: Vec::new(),
         finished: Vec::new(),
         cqes: Vec::new(),
         due: BinaryHeap::new(),
         model_done: Vec::new(),
-        recorder,
     };
     engine.run(&rx)?;
     for f in &engine.files.files {
@@ -330,14 +335,14 @@ pub fn run(
             );
         }
     }
+    let end = engine.now();
+    let device = engine.model.as_ref().map(|m| m.stats()).unwrap_or_default();
+    let ((_, recorder), policy) = engine.host.finish();
     Ok(Outcome {
-        end: engine.now(),
-        device: engine.model.as_ref().map(|m| m.stats()).unwrap_or_default(),
-        policy: PolicyOutcome {
-            stats: engine.policy.stats(),
-            switches: engine.policy.switch_log(),
-        },
-        recorder: engine.recorder,
+        end,
+        device,
+        policy,
+        recorder,
     })
 }
 
@@ -369,22 +374,19 @@ struct Engine<'a> {
     wake: Arc<File>,
     config: &'a ServerConfig,
     files: Files,
-    policy: Box<dyn Policy>,
+    /// Admission, dispatch, drain and recording: the same core the simulator drives.
+    /// A tenant at its `queue_limit` there has its connections left unread
+    /// (back-pressure).
+    host: Host<LiveObserver>,
     model: Option<Box<dyn DeviceModel>>,
-    stats: Arc<LiveStats>,
     clock: Instant,
+    /// Every request the host holds or the backend serves, by id.
     live: HashMap<u64, Live>,
     next_id: u64,
-    /// Requests on the backend.
-    in_flight: u32,
     /// Connections by slot; a slot is reused once its connection is closed.
     conns: Vec<Option<Conn>>,
-    /// Requests of each tenant inside the engine (held by the policy or on the
-    /// backend): at `queue_limit` its connections are not read (back-pressure).
-    held: Vec<u32>,
-    drain_deadline: Option<Nanos>,
-    /// The drain deadline passed: what the policy held was answered `ESHUTDOWN`.
-    abandoned: bool,
+    /// Requests the host withdrew at the drain deadline, to answer `ESHUTDOWN`.
+    cancelled: Vec<Request>,
     /// Request completions to handle: (id, result as a CQE carries it).
     finished: Vec<(u64, i32)>,
     /// The ring's completions of one turn of the loop (kept for its allocation).
@@ -392,8 +394,6 @@ struct Engine<'a> {
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
     due: BinaryHeap<Reverse<(Nanos, u64)>>,
     model_done: Vec<Finished>,
-    /// The run's measurements for `serve --out`.
-    recorder: Option<Recorder>,
 }
 
 impl Engine<'_> {
@@ -418,32 +418,29 @@ impl Engine<'_> {
             self.check_deadlines();
             let now = self.now();
             if last_publish.is_none_or(|at| now >= at + PUBLISH_EVERY) {
-                self.stats.publish_policy(self.policy.gauges());
+                let gauges = self.host.observe(Detail::Gauges).gauges;
+                self.host.observer().0.publish_policy(gauges);
                 last_publish = Some(now);
             }
-            // The policy's own clock (periods, refills).
-            if self.policy.next_timer().is_some_and(|at| at <= now) {
-                self.policy.on_timer(now);
-            }
-            let mut wait_until = self.dispatch()?;
+            self.dispatch()?;
             self.flush_replies()?;
             self.close_finished();
             let model_next = self.model.as_ref().and_then(|m| m.next_event());
             let next_due = self.due.peek().map(|Reverse((at, _))| *at);
-            let deadline = match self.drain_deadline {
-                Some(d) if !self.abandoned => Some(d),
-                Some(d) if self.conns.iter().flatten().any(|c| c.send_armed) => {
-                    Some(d + SEND_GRACE)
-                }
-                _ => None,
-            };
-            for at in [self.policy.next_timer(), deadline, model_next, next_due]
-                .into_iter()
-                .flatten()
-            {
-                wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
-            }
-            if self.drain_deadline.is_some()
+            // After the drain deadline, replies still being sent get a grace period.
+            let send_grace = self.host.deadline().filter(|_| {
+                self.host.stopped() && self.conns.iter().flatten().any(|c| c.send_armed)
+            });
+            let wait_until = [
+                self.host.next_alarm(),
+                send_grace.map(|d| d + SEND_GRACE),
+                model_next,
+                next_due,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if self.host.deadline().is_some()
                 && self.live.is_empty()
                 && self.finished.is_empty()
                 && self.conns.iter().all(Option::is_none)
@@ -522,7 +519,7 @@ impl Engine<'_> {
     fn on_message(&mut self, message: Message) -> anyhow::Result<()> {
         match message {
             Message::Attach(a) => {
-                if self.drain_deadline.is_some() {
+                if self.host.deadline().is_some() {
                     return Ok(()); // stopping: dropping it closes the connection
                 }
                 let conn = Conn::new(a);
@@ -537,9 +534,9 @@ impl Engine<'_> {
                 self.pump(slot)?;
             }
             Message::Update { tenant, spec } => {
-                self.stats.set_weight(tenant, spec.weight);
+                self.host.observer().0.set_weight(tenant, spec.weight);
                 let now = self.now();
-                self.policy.update_tenant(tenant, &spec, now);
+                self.host.update_tenant(tenant, &spec, now);
             }
             Message::Drain => self.start_drain(),
         }
@@ -548,46 +545,38 @@ impl Engine<'_> {
 
     /// Stops receiving; what was received is still served.
     fn start_drain(&mut self) {
-        if self.drain_deadline.is_none() {
-            self.drain_deadline = Some(self.now() + self.config.drain_timeout);
+        if self.host.deadline().is_none() {
+            let now = self.now();
+            self.host.start_drain(now, self.config.drain_timeout);
             for c in self.conns.iter_mut().flatten() {
                 c.stop_receiving();
             }
         }
     }
 
-    /// A policy still holding requests at the drain deadline (a limit, an empty bucket)
-    /// does not keep the server from stopping: they are answered ESHUTDOWN. A client
-    /// that still does not take its replies a while later is cut off.
+    /// The host's alarms that are due: the policy's timer and wait, and the drain
+    /// deadline, at which what the policy still holds (a limit, an empty bucket) is
+    /// answered `ESHUTDOWN` so it does not keep the server from stopping. A client that
+    /// still does not take its replies a while later is cut off.
     fn check_deadlines(&mut self) {
-        let Some(deadline) = self.drain_deadline else {
-            return;
-        };
         let now = self.now();
-        if !self.abandoned && now >= deadline {
-            self.abandoned = true;
-            let held: Vec<u64> = self
-                .live
-                .iter()
-                .filter(|(_, l)| l.start.is_none())
-                .map(|(&id, _)| id)
-                .collect();
-            if !held.is_empty() {
-                eprintln!(
-                    "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
-                    held.len()
-                );
-            }
-            for id in held {
-                let l = self.live.remove(&id).expect("listed");
-                self.stats.cancelled(l.sub.tenant);
-                if let Some(r) = self.recorder.as_mut() {
-                    r.refused(&l.request, now);
-                }
-                self.answer(l.sub, proto::ESHUTDOWN, None);
-            }
+        self.host.on_time(now, &mut self.cancelled);
+        if !self.cancelled.is_empty() {
+            eprintln!(
+                "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
+                self.cancelled.len()
+            );
         }
-        if now >= deadline + SEND_GRACE {
+        for r in std::mem::take(&mut self.cancelled) {
+            let l = self
+                .live
+                .remove(&r.id)
+                .expect("a withdrawn request is live");
+            self.answer(l.sub, proto::ESHUTDOWN, None);
+        }
+        if let Some(deadline) = self.host.deadline()
+            && now >= deadline + SEND_GRACE
+        {
             for c in self.conns.iter_mut().flatten() {
                 if c.send_armed {
                     c.cut();
@@ -600,9 +589,8 @@ impl Engine<'_> {
     /// the codec needs bytes, a receive goes on the ring.
     fn pump(&mut self, slot: usize) -> anyhow::Result<()> {
         loop {
-            let limit = self.config.queue_limit;
             let c = self.conns[slot].as_mut().expect("pumped a live connection");
-            if c.parsed || c.receiving || self.held[c.tenant as usize] >= limit {
+            if c.parsed || c.receiving || !self.host.has_room(c.tenant) {
                 return Ok(());
             }
             match c.codec.poll() {
@@ -629,7 +617,7 @@ impl Engine<'_> {
 
     /// A receive on the ring returned.
     fn received(&mut self, slot: usize, result: i32) -> anyhow::Result<()> {
-        let draining = self.drain_deadline.is_some();
+        let draining = self.host.deadline().is_some();
         let c = self.conns[slot]
             .as_mut()
             .expect("receive of a live connection");
@@ -700,16 +688,14 @@ impl Engine<'_> {
         }
     }
 
-    /// A request from a connection enters the policy (or, past the drain deadline, is
-    /// answered at once).
+    /// A request from a connection is offered to the host; a refused one is answered
+    /// at once (`EIO`, or `ESHUTDOWN` past the drain deadline).
     fn admit(&mut self, slot: usize, command: Command) {
         let c = self.conns[slot]
             .as_mut()
             .expect("admitted from a live connection");
         let tenant = c.tenant;
         c.outstanding += 1;
-        self.held[tenant as usize] += 1;
-        self.stats.arrived(tenant);
         let sub = Submission {
             tenant,
             conn: slot,
@@ -718,11 +704,6 @@ impl Engine<'_> {
             len: command.len,
             kind: command.kind,
         };
-        if self.abandoned {
-            self.stats.cancelled(tenant);
-            self.answer(sub, proto::ESHUTDOWN, None);
-            return;
-        }
         let t = self.now();
         self.next_id += 1;
         let request = Request {
@@ -738,65 +719,52 @@ impl Engine<'_> {
             len: sub.len,
             arrival: t,
         };
-        self.live.insert(
-            request.id,
-            Live {
-                sub,
-                request,
-                start: None,
-                buf: None,
-                done: 0,
-                stage: Stage::Transfer,
-                direct: false,
-                model_finish: None,
-                io_result: None,
-            },
-        );
-        if let Some(r) = self.recorder.as_mut() {
-            r.arrived(tenant, t);
-        }
-        self.policy.enqueue(request, t);
-        while let Some(r) = self.policy.take_refused() {
-            let l = self.live.remove(&r.id).expect("refused a known request");
-            self.stats.refused(r.tenant);
-            if let Some(rec) = self.recorder.as_mut() {
-                rec.refused(&r, t);
+        match self.host.admit(request, t) {
+            Admission::Queued => {
+                let l = Live {
+                    sub,
+                    request,
+                    start: None,
+                    buf: None,
+                    done: 0,
+                    stage: Stage::Transfer,
+                    direct: false,
+                    model_finish: None,
+                    io_result: None,
+                };
+                self.live.insert(request.id, l);
             }
-            self.answer(l.sub, proto::EIO, None);
+            Admission::Refused(_, Refusal::Stopping) => self.answer(sub, proto::ESHUTDOWN, None),
+            Admission::Refused(_, Refusal::QueueFull | Refusal::Policy) => {
+                self.answer(sub, proto::EIO, None)
+            }
         }
     }
 
-    /// Dispatches while the device has room; returns when the policy wants to be asked
-    /// again.
-    fn dispatch(&mut self) -> anyhow::Result<Option<Nanos>> {
-        while self.in_flight < self.config.queue_depth && !self.abandoned {
+    /// Sends to the backend what the host dispatches while the device has room.
+    fn dispatch(&mut self) -> anyhow::Result<()> {
+        loop {
             let t = self.now();
-            match self.policy.dispatch(t) {
-                Dispatch::Request(r) => {
-                    let l = self
-                        .live
-                        .get_mut(&r.id)
-                        .expect("dispatched a known request");
-                    l.start = Some(t);
-                    self.in_flight += 1;
-                    self.stats.dispatched(r.tenant);
-                    if let Some(m) = self.model.as_mut() {
-                        m.advance(t, &mut self.model_done);
-                        l.model_finish = match m.submit(&r, t) {
-                            Submitted::Finishes(at) => Some(at),
-                            Submitted::Queued => None,
-                        };
-                    }
-                    match self.files.targets[r.tenant as usize] {
-                        None => self.finished.push((r.id, null_result(l))),
-                        Some(target) => start(&mut self.ring, target, r.id, l)?,
-                    }
-                }
-                Dispatch::Wait(at) => return Ok(Some(at)),
-                Dispatch::Idle => break,
+            let Some(r) = self.host.dispatch(t) else {
+                return Ok(());
+            };
+            let l = self
+                .live
+                .get_mut(&r.id)
+                .expect("dispatched a known request");
+            l.start = Some(t);
+            if let Some(m) = self.model.as_mut() {
+                m.advance(t, &mut self.model_done);
+                l.model_finish = match m.submit(&r, t) {
+                    Submitted::Finishes(at) => Some(at),
+                    Submitted::Queued => None,
+                };
+            }
+            match self.files.targets[r.tenant as usize] {
+                None => self.finished.push((r.id, null_result(l))),
+                Some(target) => start(&mut self.ring, target, r.id, l)?,
             }
         }
-        Ok(None)
     }
 
     /// Handles the backend's completions: the next part of a request, or its end.
@@ -857,21 +825,17 @@ impl Engine<'_> {
     /// A request is over: the policy and the counters learn of it, the client gets its
     /// reply.
     fn complete(&mut self, l: Live, error: u32, t: Nanos) {
-        self.in_flight -= 1;
         let c = Completion {
             request: l.request,
             start: l.start.expect("dispatched"),
             finish: t,
         };
-        self.policy.complete(&c, t);
-        self.stats.completed(&c, error == 0);
-        // A failed request moved no data: the report counts it as not served.
-        if let Some(r) = self.recorder.as_mut() {
-            match error {
-                0 => r.completed(&c),
-                _ => r.refused(&c.request, t),
-            }
-        }
+        let status = if error == 0 {
+            Status::Ok
+        } else {
+            Status::Failed
+        };
+        self.host.complete(&c, status, t);
         let data = if l.request.op == Op::Read && error == 0 {
             l.buf
         } else {
@@ -881,7 +845,6 @@ impl Engine<'_> {
     }
 
     fn answer(&mut self, sub: Submission, error: u32, data: Option<IoBuf>) {
-        self.held[sub.tenant as usize] -= 1;
         let c = self.conns[sub.conn]
             .as_mut()
             .expect("a connection stays open while it has requests");

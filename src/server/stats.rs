@@ -1,8 +1,9 @@
 //! What each tenant got on the live server: counters and latency histograms written by
 //! the engine, read by the periodic terminal line and the `/metrics` endpoint.
 
-use crate::policy::Gauge;
-use crate::types::{Completion, Nanos, Op};
+use crate::host::{Observer, Status};
+use crate::policy::{Gauge, Refusal};
+use crate::types::{Completion, Nanos, Op, Request, TenantId};
 use hdrhistogram::Histogram;
 use std::sync::Mutex;
 
@@ -98,15 +99,15 @@ impl LiveStats {
         }
     }
 
-    pub fn dispatched(&self, tenant: u32) {
+    pub fn dispatched(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].dispatched += 1;
     }
 
-    pub fn cancelled(&self, tenant: u32) {
+    pub fn cancelled(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].cancelled += 1;
     }
 
-    pub fn set_weight(&self, tenant: u32, weight: f64) {
+    pub fn set_weight(&self, tenant: TenantId, weight: f64) {
         self.tenants.lock().expect("stats lock")[tenant as usize].weight = weight;
     }
 
@@ -118,11 +119,11 @@ impl LiveStats {
         self.policy.lock().expect("stats lock").clone()
     }
 
-    pub fn arrived(&self, tenant: u32) {
+    pub fn arrived(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].arrived += 1;
     }
 
-    pub fn refused(&self, tenant: u32) {
+    pub fn refused(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].refused += 1;
     }
 
@@ -148,6 +149,29 @@ impl LiveStats {
     /// A copy of the counters now.
     pub fn snapshot(&self) -> Vec<TenantCounters> {
         self.tenants.lock().expect("stats lock").clone()
+    }
+}
+
+/// The engine's host records into the counters (the lock is uncontended: only the
+/// engine thread writes, readers copy a snapshot now and then).
+impl Observer for std::sync::Arc<LiveStats> {
+    fn arrived(&mut self, request: &Request) {
+        LiveStats::arrived(self, request.tenant);
+    }
+
+    fn refused(&mut self, request: &Request, reason: Refusal, _now: Nanos) {
+        match reason {
+            Refusal::Stopping => LiveStats::cancelled(self, request.tenant),
+            Refusal::QueueFull | Refusal::Policy => LiveStats::refused(self, request.tenant),
+        }
+    }
+
+    fn dispatched(&mut self, request: &Request, _now: Nanos) {
+        LiveStats::dispatched(self, request.tenant);
+    }
+
+    fn completed(&mut self, completion: &Completion, status: Status) {
+        LiveStats::completed(self, completion, status == Status::Ok);
     }
 }
 

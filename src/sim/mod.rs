@@ -2,12 +2,16 @@
 //! time, under one policy, with a device queue depth. Deterministic: the only inputs
 //! are the scenario and its seed.
 
+pub mod checker;
+
 use crate::device::{DeviceModel, Finished, Submitted};
-use crate::metrics::{PolicyOutcome, Recorder, RunResult, SimStats};
-use crate::policy::{self, Dispatch, Policy, PolicyError};
+use crate::host::{Host, Limits, Observer, Status};
+use crate::metrics::{Recorder, RunResult, SimStats};
+use crate::policy::{self, Admission, Observation, Policy, PolicyError};
 use crate::scenario::{PolicyChoice, Scenario};
-use crate::types::{Completion, Nanos, Request};
+use crate::types::{Completion, Nanos, Request, TenantId};
 use crate::workload::{Arrivals, Generator};
+use checker::Checker;
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::cmp::Ordering;
@@ -30,9 +34,9 @@ enum EventKind {
     /// A request completes on the device.
     Complete { request: Request, start: Nanos },
     /// Open-loop arrival for a tenant; `epoch` drops arrivals of an ended phase.
-    Arrival { tenant: u32, epoch: u32 },
+    Arrival { tenant: TenantId, epoch: u32 },
     /// A tenant's phase `phase` begins (`phase == len` means its last phase ended).
-    Phase { tenant: u32, phase: u32 },
+    Phase { tenant: TenantId, phase: u32 },
     /// The policy asked to be asked again.
     Wake,
     /// The policy's timer.
@@ -70,30 +74,24 @@ struct TenantRun {
     generator: Generator,
     phase: Option<usize>,
     epoch: u32,
-    /// Requests issued and not yet completed.
+    /// Requests issued and not yet completed or refused (a closed loop keeps `iodepth`).
     outstanding: u32,
-    /// Requests held by the policy (issued, not yet dispatched).
-    held: u32,
 }
 
-/// One run: one scenario, one policy, one device state.
-struct Run<'a> {
+/// One run: one scenario, one policy, one device state, driving the host core.
+struct Run<'a, O: Observer> {
     scenario: &'a Scenario,
-    policy: Box<dyn Policy>,
+    host: Host<O>,
     device: Box<dyn DeviceModel>,
-    recorder: Recorder,
     events: BinaryHeap<Event>,
     seq: u64,
     next_id: u64,
-    in_flight: u32,
     tenants: Vec<TenantRun>,
-    wake_at: Option<Nanos>,
-    timer_at: Option<Nanos>,
     device_at: Option<Nanos>,
     finished: Vec<Finished>,
 }
 
-impl<'a> Run<'a> {
+impl<O: Observer> Run<'_, O> {
     fn push(&mut self, time: Nanos, kind: EventKind) {
         self.seq += 1;
         self.events.push(Event {
@@ -103,23 +101,13 @@ impl<'a> Run<'a> {
         });
     }
 
-    fn issue(&mut self, tenant: u32, now: Nanos) {
+    fn issue(&mut self, tenant: TenantId, now: Nanos) {
         let setup = &self.scenario.tenants[tenant as usize];
         let t = &mut self.tenants[tenant as usize];
         let Some(phase) = t.phase.map(|p| &setup.workload.phases[p]) else {
             return;
         };
         let (op, offset, len) = t.generator.next_io(phase);
-        if self
-            .scenario
-            .queue_limit
-            .is_some_and(|limit| t.held >= limit)
-        {
-            self.recorder.rejected(tenant, now);
-            return;
-        }
-        t.held += 1;
-        t.outstanding += 1;
         self.next_id += 1;
         let request = Request {
             id: self.next_id,
@@ -129,19 +117,15 @@ impl<'a> Run<'a> {
             len,
             arrival: now,
         };
-        self.recorder.arrived(tenant, now);
-        self.policy.enqueue(request, now);
-        while let Some(refused) = self.policy.take_refused() {
-            // The client got an error; a closed loop issues its next request at its next
-            // completion (issuing now would be refused again at the same instant).
-            let t = &mut self.tenants[refused.tenant as usize];
-            t.held -= 1;
-            t.outstanding -= 1;
-            self.recorder.refused(&refused, now);
+        match self.host.admit(request, now) {
+            Admission::Queued => t.outstanding += 1,
+            // The client got an error; a closed loop issues its next request at its
+            // next completion (issuing now would be refused again at the same instant).
+            Admission::Refused(..) => {}
         }
     }
 
-    fn start_phase(&mut self, tenant: u32, phase: u32, now: Nanos) {
+    fn start_phase(&mut self, tenant: TenantId, phase: u32, now: Nanos) {
         let workload = &self.scenario.tenants[tenant as usize].workload;
         let t = &mut self.tenants[tenant as usize];
         t.epoch += 1;
@@ -176,41 +160,27 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Hands the device everything the policy releases while there is a free slot.
+    /// Hands the device everything the host releases while there is a free slot, then
+    /// sets the alarms the policy asked for.
     fn pump(&mut self, now: Nanos) {
-        while self.in_flight < self.scenario.queue_depth {
-            match self.policy.dispatch(now) {
-                Dispatch::Request(request) => {
-                    self.in_flight += 1;
-                    self.tenants[request.tenant as usize].held -= 1;
-                    match self.device.submit(&request, now) {
-                        Submitted::Finishes(finish) => self.push(
-                            finish.max(now),
-                            EventKind::Complete {
-                                request,
-                                start: now,
-                            },
-                        ),
-                        Submitted::Queued => self.arm_device(now),
-                    }
-                }
-                Dispatch::Wait(at) => {
-                    let at = at.max(now + 1);
-                    if self.wake_at.is_none_or(|w| at < w || w <= now) {
-                        self.wake_at = Some(at);
-                        self.push(at, EventKind::Wake);
-                    }
-                    break;
-                }
-                Dispatch::Idle => break,
+        while let Some(request) = self.host.dispatch(now) {
+            match self.device.submit(&request, now) {
+                Submitted::Finishes(finish) => self.push(
+                    finish.max(now),
+                    EventKind::Complete {
+                        request,
+                        start: now,
+                    },
+                ),
+                Submitted::Queued => self.arm_device(now),
             }
         }
-        if let Some(at) = self.policy.next_timer() {
-            let at = at.max(now + 1);
-            if self.timer_at.is_none_or(|t| at < t || t <= now) {
-                self.timer_at = Some(at);
-                self.push(at, EventKind::Timer);
-            }
+        let alarms = self.host.alarms(now);
+        if let Some(at) = alarms.wake {
+            self.push(at, EventKind::Wake);
+        }
+        if let Some(at) = alarms.timer {
+            self.push(at, EventKind::Timer);
         }
     }
 
@@ -226,17 +196,18 @@ impl<'a> Run<'a> {
     }
 
     fn complete(&mut self, request: Request, start: Nanos, now: Nanos) {
-        self.in_flight -= 1;
         let c = Completion {
             request,
             start,
             finish: now,
         };
-        self.recorder.completed(&c);
-        self.policy.complete(&c, now);
+        self.host.complete(&c, Status::Ok, now);
         let tenant = request.tenant;
         let t = &mut self.tenants[tenant as usize];
-        t.outstanding -= 1;
+        t.outstanding = t
+            .outstanding
+            .checked_sub(1)
+            .expect("a completion of an issued request");
         if let Some(p) = t.phase {
             let phase = &self.scenario.tenants[tenant as usize].workload.phases[p];
             if let Arrivals::Closed { iodepth } = phase.arrivals
@@ -278,21 +249,42 @@ impl<'a> Run<'a> {
                 }
             }
             EventKind::Phase { tenant, phase } => self.start_phase(tenant, phase, now),
-            EventKind::Wake => {
-                if self.wake_at == Some(now) {
-                    self.wake_at = None;
-                }
+            EventKind::Wake => self.host.on_wake(now),
+            EventKind::Timer => self.host.on_timer(now),
+        }
+    }
+
+    /// Runs the events before the scenario's end; `after_event` sees the run after
+    /// every event (the checker).
+    fn run(&mut self, progress: Option<&ProgressBar>, mut after_event: impl FnMut(&Self, Nanos)) {
+        let mut steps: u64 = 0;
+        while let Some(event) = self.events.pop() {
+            if event.time >= self.scenario.duration {
+                break;
             }
-            EventKind::Timer => {
-                if self.timer_at == Some(now) {
-                    self.timer_at = None;
-                }
-                if self.policy.next_timer().is_some_and(|t| t <= now) {
-                    self.policy.on_timer(now);
-                }
+            let now = event.time;
+            self.handle(event);
+            // Let every event at this instant land before asking the policy.
+            if self.events.peek().is_none_or(|e| e.time != now) {
+                self.pump(now);
+            }
+            after_event(self, now);
+            steps += 1;
+            if steps & 0xffff == 0
+                && let Some(pb) = progress
+            {
+                pb.set_position(now / 1_000_000);
             }
         }
     }
+}
+
+/// How a run is watched.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Check the host's and the device model's invariants after every event (see
+    /// [`checker`]); always on in debug builds.
+    pub check: bool,
 }
 
 /// Runs one policy on a copy of `device` (already preconditioned).
@@ -302,24 +294,105 @@ pub fn run_policy(
     device: Box<dyn DeviceModel>,
     progress: Option<&ProgressBar>,
 ) -> Result<RunResult, PolicyError> {
+    run_policy_with(scenario, choice, device, progress, RunOptions::default())
+}
+
+/// [`run_policy`] with options.
+pub fn run_policy_with(
+    scenario: &Scenario,
+    choice: &PolicyChoice,
+    device: Box<dyn DeviceModel>,
+    progress: Option<&ProgressBar>,
+    options: RunOptions,
+) -> Result<RunResult, PolicyError> {
     let specs = scenario.specs();
     let policy = policy::build(&choice.name, choice.params.clone(), &specs)?;
+    let recorder = Recorder::new(
+        &specs,
+        scenario.warmup,
+        scenario.duration,
+        scenario.interval,
+    )
+    .with_phases(&scenario.phase_starts());
     let wall = Instant::now();
+    let (recorder, observation, device) = if options.check || cfg!(debug_assertions) {
+        let (checker, observation, device) = drive(
+            scenario,
+            policy,
+            Checker::new(recorder),
+            device,
+            progress,
+            Some(checker::check_run),
+        );
+        (checker.finish(), observation, device)
+    } else {
+        drive(scenario, policy, recorder, device, progress, None)
+    };
+    let wall_seconds = wall.elapsed().as_secs_f64();
+    let workloads: Vec<String> = scenario
+        .tenants
+        .iter()
+        .map(|t| t.workload.label.clone())
+        .collect();
+    Ok(recorder.finish(
+        &choice.label,
+        &specs,
+        &workloads,
+        device.stats(),
+        SimStats {
+            requests: 0,
+            wall_seconds,
+        },
+        observation,
+    ))
+}
+
+/// Runs one policy of `scenario` on a freshly built (and preconditioned) device with
+/// `observer` seeing every event of the host (a trace, a measurement of one's own);
+/// returns it. Checked as [`run_policy_with`] is.
+pub fn run_observed<O: Observer>(
+    scenario: &Scenario,
+    choice: &PolicyChoice,
+    observer: O,
+    options: RunOptions,
+) -> Result<O, PolicyError> {
+    let policy = policy::build(&choice.name, choice.params.clone(), &scenario.specs())?;
+    let device = scenario.device.build(scenario.seed);
+    Ok(if options.check || cfg!(debug_assertions) {
+        let checker = Checker::new(observer);
+        let check = Some(checker::check_run as CheckFn<Checker<O>>);
+        drive(scenario, policy, checker, device, None, check)
+            .0
+            .finish()
+    } else {
+        drive(scenario, policy, observer, device, None, None).0
+    })
+}
+
+/// What the checker looks at after each event.
+type CheckFn<O> = fn(&Host<O>, &dyn DeviceModel, Nanos);
+
+/// Runs the scenario's events with one host and device; returns the observer, the
+/// policy's full observation and the device.
+fn drive<O: Observer>(
+    scenario: &Scenario,
+    policy: Box<dyn Policy>,
+    observer: O,
+    device: Box<dyn DeviceModel>,
+    progress: Option<&ProgressBar>,
+    check: Option<CheckFn<O>>,
+) -> (O, Observation, Box<dyn DeviceModel>) {
+    let limits = Limits {
+        queue_depth: scenario.queue_depth,
+        queue_limit: scenario.queue_limit,
+    };
     let mut run = Run {
         scenario,
-        policy,
+        host: Host::new(policy, observer, limits, scenario.tenants.len()),
         device,
-        recorder: Recorder::new(
-            &specs,
-            scenario.warmup,
-            scenario.duration,
-            scenario.interval,
-        )
-        .with_phases(&scenario.phase_starts()),
         events: BinaryHeap::with_capacity(1024),
         seq: 0,
         next_id: 0,
-        in_flight: 0,
         tenants: scenario
             .tenants
             .iter()
@@ -329,58 +402,22 @@ pub fn run_policy(
                 phase: None,
                 epoch: 0,
                 outstanding: 0,
-                held: 0,
             })
             .collect(),
-        wake_at: None,
-        timer_at: None,
         device_at: None,
         finished: Vec::new(),
     };
     run.device.reset_stats();
-    for tenant in 0..scenario.tenants.len() as u32 {
+    for tenant in 0..scenario.tenants.len() as TenantId {
         run.push(0, EventKind::Phase { tenant, phase: 0 });
     }
-    let mut steps: u64 = 0;
-    while let Some(event) = run.events.pop() {
-        if event.time >= scenario.duration {
-            break;
+    run.run(progress, |run, now| {
+        if let Some(check) = check {
+            check(&run.host, run.device.as_ref(), now);
         }
-        let now = event.time;
-        run.handle(event);
-        // Let every event at this instant land before asking the policy.
-        if run.events.peek().is_none_or(|e| e.time != now) {
-            run.pump(now);
-        }
-        steps += 1;
-        if steps & 0xffff == 0
-            && let Some(pb) = progress
-        {
-            pb.set_position(now / 1_000_000);
-        }
-    }
-    let wall_seconds = wall.elapsed().as_secs_f64();
-    let workloads: Vec<String> = scenario
-        .tenants
-        .iter()
-        .map(|t| t.workload.label.clone())
-        .collect();
-    let device_stats = run.device.stats();
-    let outcome = PolicyOutcome {
-        stats: run.policy.stats(),
-        switches: run.policy.switch_log(),
-    };
-    Ok(run.recorder.finish(
-        &choice.label,
-        &specs,
-        &workloads,
-        device_stats,
-        SimStats {
-            requests: 0,
-            wall_seconds,
-        },
-        outcome,
-    ))
+    });
+    let (observer, observation) = run.host.finish();
+    (observer, observation, run.device)
 }
 
 /// Runs every policy of every scenario (the points of a sweep), each run on a fresh

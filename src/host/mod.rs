@@ -1,0 +1,486 @@
+//! The host core: what stands between the tenants' requests and the device, written
+//! once and driven twice — by the simulator in virtual time and by the live server's
+//! engine in wall time. Sans-I/O: it is handed requests, completions and the time, and
+//! answers what to send to the device and when it wants to be woken.
+//!
+//! It owns
+//! * **admission**: a request is offered with [`Host::admit`]; the host refuses it when
+//!   its tenant already has `queue_limit` requests waiting ([`Refusal::QueueFull`]), the
+//!   policy may refuse it ([`Refusal::Policy`]), and past the drain deadline everything
+//!   is refused ([`Refusal::Stopping`]). The live server asks [`Host::has_room`] before
+//!   reading a tenant's connections, so its clients feel back-pressure instead of
+//!   refusals;
+//! * **dispatch**: [`Host::dispatch`] hands out what the policy releases while fewer than
+//!   `queue_depth` requests are on the device;
+//! * **completion**: [`Host::complete`] tells the policy and frees the slot;
+//! * **alarms**: the policy's "ask me again at T" and its periodic timer, as
+//!   [`Alarms`] the driver delivers back with [`Host::on_wake`] / [`Host::on_timer`];
+//! * **drain**: [`Host::start_drain`] sets a deadline; at [`Host::on_deadline`] what
+//!   the policy still holds is withdrawn and refused as [`Refusal::Stopping`];
+//! * **accounting** per tenant (held by the policy, on the device), with assertions on
+//!   every count, and one [`Observer`] that sees every event (the simulator's
+//!   [`crate::metrics::Recorder`], the live counters, the checker).
+//!
+//! `queue_limit` has one meaning in both drivers: the requests a tenant may have
+//! *waiting in the host* (held by the policy, not yet on the device). Requests on the
+//! device are bounded by `queue_depth` over all tenants, so a tenant never has more than
+//! `queue_limit + queue_depth` requests inside the host.
+
+use crate::policy::{Admission, Detail, Dispatch, Observation, Policy, Refusal};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+
+/// How a request the device finished ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Served.
+    Ok,
+    /// The backend failed it (the client gets an error); it moved no data.
+    Failed,
+}
+
+/// Sees every event of the host, in order. Recording (the simulator's results, the live
+/// counters, `serve --out`) and checking plug in here, so there is one recording path
+/// for both drivers.
+pub trait Observer {
+    /// A request was offered to the host (at `request.arrival`). Every request offered
+    /// is then refused, or dispatched and completed, exactly once.
+    fn arrived(&mut self, request: &Request);
+    /// A request offered (and possibly held for a while) was refused at `now`.
+    fn refused(&mut self, request: &Request, reason: Refusal, now: Nanos);
+    /// A request went to the device at `now`.
+    fn dispatched(&mut self, request: &Request, now: Nanos);
+    /// A request on the device finished.
+    fn completed(&mut self, completion: &Completion, status: Status);
+}
+
+/// An observer that records nothing.
+impl Observer for () {
+    fn arrived(&mut self, _request: &Request) {}
+    fn refused(&mut self, _request: &Request, _reason: Refusal, _now: Nanos) {}
+    fn dispatched(&mut self, _request: &Request, _now: Nanos) {}
+    fn completed(&mut self, _completion: &Completion, _status: Status) {}
+}
+
+/// Two observers seeing the same events, the first first.
+impl<A: Observer, B: Observer> Observer for (A, B) {
+    fn arrived(&mut self, request: &Request) {
+        self.0.arrived(request);
+        self.1.arrived(request);
+    }
+    fn refused(&mut self, request: &Request, reason: Refusal, now: Nanos) {
+        self.0.refused(request, reason, now);
+        self.1.refused(request, reason, now);
+    }
+    fn dispatched(&mut self, request: &Request, now: Nanos) {
+        self.0.dispatched(request, now);
+        self.1.dispatched(request, now);
+    }
+    fn completed(&mut self, completion: &Completion, status: Status) {
+        self.0.completed(completion, status);
+        self.1.completed(completion, status);
+    }
+}
+
+/// An optional observer (`serve --out` records only when asked).
+impl<O: Observer> Observer for Option<O> {
+    fn arrived(&mut self, request: &Request) {
+        if let Some(o) = self {
+            o.arrived(request);
+        }
+    }
+    fn refused(&mut self, request: &Request, reason: Refusal, now: Nanos) {
+        if let Some(o) = self {
+            o.refused(request, reason, now);
+        }
+    }
+    fn dispatched(&mut self, request: &Request, now: Nanos) {
+        if let Some(o) = self {
+            o.dispatched(request, now);
+        }
+    }
+    fn completed(&mut self, completion: &Completion, status: Status) {
+        if let Some(o) = self {
+            o.completed(completion, status);
+        }
+    }
+}
+
+/// The bounds the host enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests on the device at once, over all tenants (≥ 1).
+    pub queue_depth: u32,
+    /// Requests a tenant may have waiting in the host; `None`: unbounded.
+    pub queue_limit: Option<u32>,
+}
+
+/// Alarms the driver must deliver: newly asked for by the last [`Host::dispatch`]
+/// round. An alarm already pending at an earlier time is not asked for again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use = "an alarm not delivered leaves the policy waiting forever"]
+pub struct Alarms {
+    /// Call [`Host::on_wake`] then (the policy said "nothing now, ask again at T").
+    pub wake: Option<Nanos>,
+    /// Call [`Host::on_timer`] then (the policy's periodic timer).
+    pub timer: Option<Nanos>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct TenantCount {
+    /// Offered, not yet dispatched or refused: held by the policy.
+    held: u32,
+    /// Dispatched, not yet completed.
+    in_flight: u32,
+}
+
+/// The host core. `O` records and checks.
+pub struct Host<O: Observer> {
+    policy: Box<dyn Policy>,
+    observer: O,
+    limits: Limits,
+    tenants: Vec<TenantCount>,
+    held: usize,
+    in_flight: u32,
+    /// Pending alarms (delivered at most once each).
+    wake_at: Option<Nanos>,
+    timer_at: Option<Nanos>,
+    /// A wake alarm set by the last dispatch round, not yet handed to the driver.
+    new_wake: Option<Nanos>,
+    /// Set by [`Host::start_drain`].
+    deadline: Option<Nanos>,
+    /// The drain deadline passed: nothing is dispatched or admitted any more.
+    stopped: bool,
+}
+
+impl<O: Observer> Host<O> {
+    /// A host for `tenants` tenants around `policy`.
+    pub fn new(policy: Box<dyn Policy>, observer: O, limits: Limits, tenants: usize) -> Self {
+        assert!(
+            limits.queue_depth >= 1,
+            "a device holds at least one request"
+        );
+        assert!(
+            limits.queue_limit != Some(0),
+            "a queue limit of 0 admits nothing"
+        );
+        Host {
+            policy,
+            observer,
+            limits,
+            tenants: vec![TenantCount::default(); tenants],
+            held: 0,
+            in_flight: 0,
+            wake_at: None,
+            timer_at: None,
+            new_wake: None,
+            deadline: None,
+            stopped: false,
+        }
+    }
+
+    /// Whether `tenant` is below its queue limit. The live server reads a tenant's
+    /// connections only then. (Once stopped, everything offered is refused at once, so a
+    /// stopped host has room: what clients already sent is answered, not left unread.)
+    pub fn has_room(&self, tenant: TenantId) -> bool {
+        self.limits
+            .queue_limit
+            .is_none_or(|limit| self.tenants[tenant as usize].held < limit)
+    }
+
+    /// Offers a request (`request.arrival` is now). A refused request is the caller's to
+    /// answer; a queued one leaves through [`Host::dispatch`] or, when stopping, comes
+    /// back from [`Host::on_deadline`].
+    pub fn admit(&mut self, request: Request, now: Nanos) -> Admission {
+        let t = request.tenant as usize;
+        assert!(t < self.tenants.len(), "tenant {t} out of range");
+        self.observer.arrived(&request);
+        let refusal = if self.stopped {
+            Some(Refusal::Stopping)
+        } else if !self.has_room(request.tenant) {
+            Some(Refusal::QueueFull)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            self.observer.refused(&request, reason, now);
+            return Admission::Refused(request, reason);
+        }
+        self.tenants[t].held += 1;
+        self.held += 1;
+        match self.policy.enqueue(request, now) {
+            Admission::Queued => Admission::Queued,
+            Admission::Refused(r, reason) => {
+                assert_eq!(
+                    r.id, request.id,
+                    "a policy refuses only the request offered"
+                );
+                self.release_held(r.tenant);
+                self.observer.refused(&r, reason, now);
+                Admission::Refused(r, reason)
+            }
+        }
+    }
+
+    /// The next request for the device while a slot is free, or `None`: no slot, the
+    /// policy has nothing now (an alarm may have been set, see [`Host::alarms`]), or the
+    /// host stopped. Call until `None` once every event of an instant has been handled.
+    #[must_use = "a dispatched request must go to the device, or it is lost"]
+    pub fn dispatch(&mut self, now: Nanos) -> Option<Request> {
+        if self.stopped || self.in_flight >= self.limits.queue_depth {
+            return None;
+        }
+        match self.policy.dispatch(now) {
+            Dispatch::Request(r) => {
+                self.release_held(r.tenant);
+                self.tenants[r.tenant as usize].in_flight += 1;
+                self.in_flight += 1;
+                assert!(self.in_flight <= self.limits.queue_depth);
+                self.observer.dispatched(&r, now);
+                Some(r)
+            }
+            Dispatch::Wait(at) => {
+                let at = at.max(now + 1);
+                if self.wake_at.is_none_or(|w| at < w || w <= now) {
+                    self.wake_at = Some(at);
+                    self.new_wake = Some(at);
+                }
+                None
+            }
+            Dispatch::Idle => None,
+        }
+    }
+
+    /// The alarms asked for since the last call (the policy's wait from
+    /// [`Host::dispatch`], and its timer). Call after a round of dispatches.
+    pub fn alarms(&mut self, now: Nanos) -> Alarms {
+        let mut alarms = Alarms {
+            wake: self.new_wake.take(),
+            timer: None,
+        };
+        if let Some(at) = self.policy.next_timer() {
+            let at = at.max(now + 1);
+            if self.timer_at.is_none_or(|t| at < t || t <= now) {
+                self.timer_at = Some(at);
+                alarms.timer = Some(at);
+            }
+        }
+        alarms
+    }
+
+    /// A wake alarm fired: the policy will be asked again at the next dispatch round.
+    pub fn on_wake(&mut self, now: Nanos) {
+        if self.wake_at == Some(now) {
+            self.wake_at = None;
+        }
+    }
+
+    /// A timer alarm fired: runs the policy's timer when it is due.
+    pub fn on_timer(&mut self, now: Nanos) {
+        if self.timer_at == Some(now) {
+            self.timer_at = None;
+        }
+        if self.policy.next_timer().is_some_and(|t| t <= now) {
+            self.policy.on_timer(now);
+        }
+    }
+
+    /// A request on the device finished at `now`.
+    pub fn complete(&mut self, completion: &Completion, status: Status, now: Nanos) {
+        let t = completion.request.tenant as usize;
+        let count = &mut self.tenants[t].in_flight;
+        *count = count
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("tenant {t}: a completion with nothing in flight"));
+        self.in_flight -= 1;
+        assert!(
+            completion.finish >= completion.start,
+            "request {} finished before it started",
+            completion.request.id
+        );
+        self.policy.complete(completion, now);
+        self.observer.completed(completion, status);
+    }
+
+    /// Starts stopping: requests the policy still holds at `now + timeout` are
+    /// withdrawn then (see [`Host::on_deadline`]). A second call keeps the first deadline.
+    pub fn start_drain(&mut self, now: Nanos, timeout: Nanos) {
+        if self.deadline.is_none() {
+            self.deadline = Some(now.saturating_add(timeout));
+        }
+    }
+
+    /// The drain deadline, once [`Host::start_drain`] was called.
+    pub fn deadline(&self) -> Option<Nanos> {
+        self.deadline
+    }
+
+    /// Whether the drain deadline passed (nothing is dispatched or admitted any more).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// At or after the drain deadline: stops dispatching and admitting, and withdraws
+    /// every request the policy still holds; each is refused ([`Refusal::Stopping`]) and
+    /// appended to `refused` for the caller to answer. Before the deadline: nothing.
+    pub fn on_deadline(&mut self, now: Nanos, refused: &mut Vec<Request>) {
+        if self.stopped || self.deadline.is_none_or(|d| now < d) {
+            return;
+        }
+        self.stopped = true;
+        let withdrawn = self.policy.withdraw_all();
+        assert_eq!(self.policy.queued(), 0, "withdraw_all leaves nothing held");
+        assert_eq!(
+            withdrawn.len(),
+            self.held,
+            "the policy held what the host counted"
+        );
+        for r in withdrawn {
+            self.release_held(r.tenant);
+            self.observer.refused(&r, Refusal::Stopping, now);
+            refused.push(r);
+        }
+    }
+
+    /// The earliest time the host wants to be woken (for a driver that keeps no events
+    /// of its own, like the live engine, with [`Host::on_time`]): the policy's pending
+    /// wait, its timer, or the drain deadline while it has not passed.
+    pub fn next_alarm(&self) -> Option<Nanos> {
+        let deadline = self.deadline.filter(|_| !self.stopped);
+        [self.wake_at, self.policy.next_timer(), deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Delivers every alarm due by `now` (for a driver that keeps no events of its own,
+    /// like the live engine); requests refused at the drain deadline go to `refused`.
+    pub fn on_time(&mut self, now: Nanos, refused: &mut Vec<Request>) {
+        if self.wake_at.is_some_and(|w| w <= now) {
+            self.wake_at = None;
+        }
+        if self.timer_at.is_some_and(|t| t <= now) {
+            self.timer_at = None;
+        }
+        if self.policy.next_timer().is_some_and(|t| t <= now) {
+            self.policy.on_timer(now);
+        }
+        self.on_deadline(now, refused);
+    }
+
+    /// A tenant's weight, SLO, reservation or limit changed while running.
+    pub fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
+        self.policy.update_tenant(tenant, spec, now);
+    }
+
+    /// Requests held by the policy, over all tenants.
+    pub fn queued(&self) -> usize {
+        self.held
+    }
+
+    /// Requests of `tenant` held by the policy.
+    pub fn held(&self, tenant: TenantId) -> u32 {
+        self.tenants[tenant as usize].held
+    }
+
+    /// Requests on the device, over all tenants.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Requests of `tenant` on the device.
+    pub fn tenant_in_flight(&self, tenant: TenantId) -> u32 {
+        self.tenants[tenant as usize].in_flight
+    }
+
+    /// Nothing held and nothing on the device.
+    pub fn is_idle(&self) -> bool {
+        self.held == 0 && self.in_flight == 0
+    }
+
+    /// The bounds in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The policy's state.
+    pub fn observe(&self, detail: Detail) -> Observation {
+        self.policy.observe(detail)
+    }
+
+    /// The registry name of the policy.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
+
+    /// The observer, to change.
+    pub fn observer_mut(&mut self) -> &mut O {
+        &mut self.observer
+    }
+
+    /// Ends the host: its observer, and the policy's full observation.
+    pub fn finish(self) -> (O, Observation) {
+        let observation = self.policy.observe(Detail::Full);
+        (self.observer, observation)
+    }
+
+    /// What must hold between events: the host's counts add up and agree with the
+    /// policy's; the device holds at most `queue_depth`. `Err` says what broke.
+    pub fn check(&self) -> Result<(), String> {
+        let held: usize = self.tenants.iter().map(|t| t.held as usize).sum();
+        let in_flight: u32 = self.tenants.iter().map(|t| t.in_flight).sum();
+        if held != self.held {
+            return Err(format!(
+                "held per tenant sums to {held}, total {}",
+                self.held
+            ));
+        }
+        if self.policy.queued() != self.held {
+            return Err(format!(
+                "the policy holds {} requests, the host counted {}",
+                self.policy.queued(),
+                self.held
+            ));
+        }
+        if in_flight != self.in_flight {
+            return Err(format!(
+                "in flight per tenant sums to {in_flight}, total {}",
+                self.in_flight
+            ));
+        }
+        if self.in_flight > self.limits.queue_depth {
+            return Err(format!(
+                "{} in flight, above the queue depth {}",
+                self.in_flight, self.limits.queue_depth
+            ));
+        }
+        if let Some(limit) = self.limits.queue_limit
+            && let Some((t, c)) = self
+                .tenants
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.held > limit)
+        {
+            return Err(format!(
+                "tenant {t} holds {} requests, above its queue limit {limit}",
+                c.held
+            ));
+        }
+        Ok(())
+    }
+
+    fn release_held(&mut self, tenant: TenantId) {
+        let count = &mut self.tenants[tenant as usize].held;
+        *count = count
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("tenant {tenant}: released a request it did not hold"));
+        self.held -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,354 @@
+//! The host core in virtual time: admission and back-pressure, dispatch depth, alarms,
+//! drain, and the assertions on its counts.
+
+use super::*;
+use crate::policy::{self, Dispatch};
+use crate::types::{Op, Slo};
+
+const MS: Nanos = 1_000_000;
+const S: Nanos = 1_000 * MS;
+
+/// What the observer saw, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Arrived(u64),
+    Refused(u64, Refusal),
+    Dispatched(u64, Nanos),
+    Completed(u64, Status),
+}
+
+#[derive(Debug, Default)]
+struct Log(Vec<Seen>);
+
+impl Observer for Log {
+    fn arrived(&mut self, r: &Request) {
+        self.0.push(Seen::Arrived(r.id));
+    }
+    fn refused(&mut self, r: &Request, reason: Refusal, _now: Nanos) {
+        self.0.push(Seen::Refused(r.id, reason));
+    }
+    fn dispatched(&mut self, r: &Request, now: Nanos) {
+        self.0.push(Seen::Dispatched(r.id, now));
+    }
+    fn completed(&mut self, c: &Completion, status: Status) {
+        self.0.push(Seen::Completed(c.request.id, status));
+    }
+}
+
+fn request(id: u64, tenant: TenantId, now: Nanos) -> Request {
+    Request {
+        id,
+        tenant,
+        op: Op::Read,
+        offset: 0,
+        len: 4096,
+        arrival: now,
+    }
+}
+
+fn host(
+    policy: &str,
+    tenants: &[TenantSpec],
+    queue_depth: u32,
+    queue_limit: Option<u32>,
+) -> Host<Log> {
+    let policy = policy::build(policy, Default::default(), tenants).expect("builds");
+    let limits = Limits {
+        queue_depth,
+        queue_limit,
+    };
+    Host::new(policy, Log::default(), limits, tenants.len())
+}
+
+fn two() -> Vec<TenantSpec> {
+    vec![
+        TenantSpec::weighted("a", 1.0),
+        TenantSpec::weighted("b", 1.0),
+    ]
+}
+
+fn done(r: Request, start: Nanos, finish: Nanos) -> Completion {
+    Completion {
+        request: r,
+        start,
+        finish,
+    }
+}
+
+fn drain_dispatch<O: Observer>(h: &mut Host<O>, now: Nanos) -> Vec<Request> {
+    std::iter::from_fn(|| h.dispatch(now)).collect()
+}
+
+#[test]
+fn queue_limit_admits_exactly_the_limit_and_refuses_the_rest() {
+    let mut h = host("none", &two(), 1, Some(3));
+    let mut answers = Vec::new();
+    for id in 1..=5 {
+        answers.push(h.admit(request(id, 0, 0), 0));
+    }
+    assert_eq!(&answers[..3], &[Admission::Queued; 3]);
+    assert_eq!(
+        &answers[3..],
+        &[
+            Admission::Refused(request(4, 0, 0), Refusal::QueueFull),
+            Admission::Refused(request(5, 0, 0), Refusal::QueueFull)
+        ]
+    );
+    assert_eq!((h.held(0), h.queued()), (3, 3));
+    // Back-pressure: no room at the limit, for this tenant only.
+    assert!(!h.has_room(0));
+    assert!(h.has_room(1));
+    assert_eq!(h.admit(request(6, 1, 0), 0), Admission::Queued);
+    // A request on the device no longer counts against the limit.
+    assert_eq!(drain_dispatch(&mut h, 0).len(), 1);
+    assert_eq!((h.held(0), h.tenant_in_flight(0)), (2, 1));
+    assert!(h.has_room(0));
+    h.check().unwrap();
+    let log = &h.observer().0;
+    assert_eq!(
+        log.iter()
+            .filter(|s| matches!(s, Seen::Refused(_, Refusal::QueueFull)))
+            .count(),
+        2
+    );
+    assert_eq!(
+        log.iter().filter(|s| matches!(s, Seen::Arrived(_))).count(),
+        6
+    );
+}
+
+#[test]
+fn no_queue_limit_admits_everything() {
+    let mut h = host("none", &two(), 1, None);
+    for id in 1..=10_000 {
+        assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued);
+    }
+    assert!(h.has_room(0));
+    assert_eq!(h.queued(), 10_000);
+}
+
+#[test]
+fn dispatch_fills_the_device_to_its_depth_and_refills_on_completion() {
+    let mut h = host("none", &two(), 2, None);
+    for id in 1..=5 {
+        assert_eq!(
+            h.admit(request(id, (id % 2) as TenantId, 0), 0),
+            Admission::Queued
+        );
+    }
+    let first = drain_dispatch(&mut h, 10);
+    assert_eq!(first.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(h.in_flight(), 2);
+    assert_eq!(h.dispatch(10), None, "the device is full");
+    h.complete(&done(first[0], 10, 20), Status::Ok, 20);
+    let next = drain_dispatch(&mut h, 20);
+    assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), vec![3]);
+    assert_eq!((h.in_flight(), h.queued()), (2, 2));
+    h.check().unwrap();
+}
+
+#[test]
+fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
+    // TA1, 1,000 IOPS, rt 10 ms: a burst of 8 at t = 0 holds 6 (one passes at once, 5
+    // wait within half the rt) and refuses 2, as the policy's own test shows.
+    let tenants = [TenantSpec {
+        slo: Some(Slo {
+            iops: 1000.0,
+            size: 4096,
+            rt_us: 10_000,
+        }),
+        ..TenantSpec::weighted("a", 1.0)
+    }];
+    let mut h = host("ta1", &tenants, 4, None);
+    let refused: Vec<u64> = (1..=8)
+        .filter_map(|id| match h.admit(request(id, 0, 0), 0) {
+            Admission::Queued => None,
+            Admission::Refused(r, reason) => {
+                assert_eq!(reason, Refusal::Policy);
+                Some(r.id)
+            }
+        })
+        .collect();
+    assert_eq!(refused, vec![7, 8]);
+    assert_eq!(h.queued(), 6);
+    h.check().unwrap();
+}
+
+#[test]
+fn alarms_are_asked_for_once_and_again_after_they_fire() {
+    // mClock with a limit of 2 IOPS: one request now, the next one 0.5 s later.
+    let tenants = [TenantSpec {
+        limit_iops: Some(2.0),
+        ..TenantSpec::weighted("a", 1.0)
+    }];
+    let mut h = host("mclock", &tenants, 8, None);
+    for id in 1..=3 {
+        assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued);
+    }
+    assert_eq!(drain_dispatch(&mut h, 0).len(), 1);
+    assert_eq!(
+        h.alarms(0),
+        Alarms {
+            wake: Some(S / 2),
+            timer: None
+        }
+    );
+    // Asked again before it fires: the pending alarm is not asked for twice.
+    assert_eq!(h.dispatch(MS), None);
+    assert_eq!(h.alarms(MS), Alarms::default());
+    assert_eq!(h.next_alarm(), Some(S / 2));
+    h.on_wake(S / 2);
+    assert_eq!(drain_dispatch(&mut h, S / 2).len(), 1);
+    assert_eq!(h.alarms(S / 2).wake, Some(S));
+}
+
+#[test]
+fn a_policy_timer_is_asked_for_and_runs_when_due() {
+    // MoTS ticks every second.
+    let mut h = host("mots", &two(), 8, None);
+    assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
+    let _ = drain_dispatch(&mut h, 0);
+    let alarms = h.alarms(0);
+    assert_eq!(alarms.timer, Some(S));
+    assert_eq!(h.alarms(0).timer, None, "asked for once");
+    h.on_timer(S);
+    let next = h.alarms(S).timer;
+    assert_eq!(next, Some(2 * S), "the next tick after the first ran");
+}
+
+#[test]
+fn drain_withdraws_what_the_policy_holds_at_the_deadline_and_refuses_newcomers() {
+    let tenants = [
+        TenantSpec {
+            limit_iops: Some(2.0),
+            ..TenantSpec::weighted("slow", 1.0)
+        },
+        TenantSpec::weighted("other", 1.0),
+    ];
+    let mut h = host("mclock", &tenants, 8, None);
+    for id in 1..=5 {
+        assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued);
+    }
+    let on_device = drain_dispatch(&mut h, 0);
+    assert_eq!(on_device.len(), 1);
+    h.start_drain(0, S);
+    h.start_drain(S / 4, 10 * S); // a second call keeps the first deadline
+    assert_eq!(h.deadline(), Some(S));
+    assert_eq!(h.next_alarm(), Some(S / 2), "the policy's wait comes first");
+    // Before the deadline the policy still releases at its pace.
+    let mut refused = Vec::new();
+    h.on_time(S / 2, &mut refused);
+    assert!(refused.is_empty() && !h.stopped());
+    assert_eq!(drain_dispatch(&mut h, S / 2).len(), 1);
+    // At the deadline the three still held are withdrawn and refused.
+    h.on_time(S, &mut refused);
+    assert!(h.stopped());
+    assert_eq!(
+        refused.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
+    assert_eq!(h.queued(), 0);
+    assert_eq!(h.dispatch(S), None, "nothing is dispatched once stopped");
+    assert_eq!(
+        h.admit(request(6, 1, S), S),
+        Admission::Refused(request(6, 1, S), Refusal::Stopping)
+    );
+    // What is on the device still completes.
+    assert_eq!(h.in_flight(), 2);
+    h.complete(&done(on_device[0], 0, S + 1), Status::Ok, S + 1);
+    assert!(!h.is_idle());
+    assert_eq!(h.next_alarm(), None, "no deadline once it passed");
+    h.check().unwrap();
+    let stops = h
+        .observer()
+        .0
+        .iter()
+        .filter(|s| matches!(s, Seen::Refused(_, Refusal::Stopping)))
+        .count();
+    assert_eq!(stops, 4);
+}
+
+#[test]
+fn every_request_is_seen_arriving_then_refused_or_dispatched_and_completed() {
+    let mut h = host("none", &two(), 1, Some(1));
+    assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
+    let _ = h.admit(request(2, 0, 0), 0);
+    let r = h.dispatch(5).expect("a slot is free");
+    h.complete(&done(r, 5, 9), Status::Failed, 9);
+    assert_eq!(
+        h.observer().0,
+        vec![
+            Seen::Arrived(1),
+            Seen::Arrived(2),
+            Seen::Refused(2, Refusal::QueueFull),
+            Seen::Dispatched(1, 5),
+            Seen::Completed(1, Status::Failed),
+        ]
+    );
+    assert!(h.is_idle());
+}
+
+#[test]
+#[should_panic(expected = "a completion with nothing in flight")]
+fn a_second_completion_of_one_request_is_caught() {
+    let mut h = host("none", &two(), 4, None);
+    assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
+    let r = h.dispatch(0).expect("dispatched");
+    h.complete(&done(r, 0, 1), Status::Ok, 1);
+    h.complete(&done(r, 0, 1), Status::Ok, 1);
+}
+
+#[test]
+#[should_panic(expected = "finished before it started")]
+fn a_completion_before_its_dispatch_is_caught() {
+    let mut h = host("none", &two(), 4, None);
+    assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
+    let r = h.dispatch(10).expect("dispatched");
+    h.complete(&done(r, 10, 9), Status::Ok, 10);
+}
+
+/// A policy that loses a request: the host's check notices.
+struct Leaky(policy::Fifo);
+
+impl Policy for Leaky {
+    fn name(&self) -> &'static str {
+        "leaky"
+    }
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
+        let admission = self.0.enqueue(request, now);
+        if request.id == 2 {
+            let _ = self.0.dispatch(now); // dropped on the floor
+        }
+        admission
+    }
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        self.0.dispatch(now)
+    }
+    fn complete(&mut self, c: &Completion, now: Nanos) {
+        self.0.complete(c, now)
+    }
+    fn update_tenant(&mut self, _: TenantId, _: &TenantSpec, _: Nanos) {}
+    fn queued(&self) -> usize {
+        self.0.queued()
+    }
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        self.0.withdraw_all()
+    }
+}
+
+#[test]
+fn check_finds_a_policy_that_loses_requests() {
+    let limits = Limits {
+        queue_depth: 4,
+        queue_limit: None,
+    };
+    let mut h = Host::new(Box::new(Leaky(policy::Fifo::new(1))), (), limits, 1);
+    assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
+    h.check().unwrap();
+    assert_eq!(h.admit(request(2, 0, 0), 0), Admission::Queued);
+    let e = h.check().unwrap_err();
+    assert!(
+        e.contains("the policy holds 1 requests, the host counted 2"),
+        "{e}"
+    );
+}
