@@ -26,7 +26,7 @@ impl Loop {
         let specs: Vec<TenantSpec> = (0..tenants)
             .map(|i| TenantSpec::weighted(format!("t{i}"), weights[i % 4]))
             .collect();
-        let policy = build(name, toml::Table::new(), &specs).expect("default parameters");
+        let policy = build(name, Default::default(), &specs).expect("default parameters");
         let mut l = Loop {
             policy,
             in_flight: VecDeque::with_capacity(DEVICE_DEPTH),

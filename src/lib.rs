@@ -7,6 +7,7 @@
 //! [`metrics`] and [`report`] (what tenants got), [`scenario`] (experiments as data).
 
 pub mod buffer;
+pub mod config;
 pub mod device;
 pub mod host;
 pub mod metrics;

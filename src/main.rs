@@ -2,9 +2,10 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use ioshare::config::PolicyChoice;
 use ioshare::device::DeviceModel;
 use ioshare::device::ssd::{self, Precondition, SsdDevice};
-use ioshare::scenario::{PolicyChoice, Scenario};
+use ioshare::scenario::Scenario;
 use ioshare::{policy, report, sim, workload};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -216,7 +217,7 @@ fn simulate(all: &[Scenario], out: Option<&Path>, progress: bool) -> Result<()> 
         && all.iter().any(|s| {
             matches!(
                 s.device,
-                ioshare::scenario::DeviceSpec::Ssd {
+                ioshare::device::spec::DeviceSpec::Ssd {
                     precondition: Precondition::Aged,
                     ..
                 }

@@ -73,7 +73,7 @@ fn bad_scenario_names_file_field_and_problem() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8(o.stderr).unwrap();
     assert!(
-        err.contains("bad.toml") && err.contains("tenant 1 ('x'): weight must be > 0"),
+        err.contains("bad.toml: tenant 1 ('x').weight: must be > 0, got -1"),
         "{err}"
     );
 

@@ -1,8 +1,9 @@
 //! End-to-end behaviour of the simulator: determinism, shipped scenarios, and the GC
 //! model's interference shape (MCFQ Figs. 1-2).
 
+use ioshare::metrics::ScenarioResult;
 use ioshare::scenario::Scenario;
-use ioshare::sim::{ScenarioResult, run_scenario, run_scenarios};
+use ioshare::sim::{run_scenario, run_scenarios};
 use std::path::Path;
 
 const SMALL: &str = r#"
@@ -279,7 +280,7 @@ fn token_bucket_shape_of_ws_a() {
         }
     }
     // The violator's excess is refused and counted, not queued without end.
-    assert!(run("ta1").phases[2].tenants[1].rejected > 0);
+    assert!(run("ta1").phases[2].tenants[1].refused > 0);
     // TA3 uses what the compliant user leaves: more IOPS than TA1 in phases 3 and 7,
     // with the bucket switched in for the violator only.
     for p in [3, 7] {
@@ -330,7 +331,7 @@ fn mclock_reservation_limit_and_weights() {
     assert!(none.tenants[0].iops < 2500.0);
 }
 
-/// A tenant's queue bound: beyond it, requests are rejected and counted, per phase and
+/// A tenant's queue bound: beyond it, requests are refused and counted, per phase and
 /// over the run; the other tenant is untouched.
 #[test]
 fn full_queues_reject_and_count() {
@@ -353,10 +354,10 @@ fn full_queues_reject_and_count() {
     let r = run_scenario(&s, false).unwrap();
     let t = &r.runs[0].tenants;
     // The device does ~990 IOPS; 10,000 flood requests arrive in 2 s.
-    assert!(t[0].rejected > 7000, "{}", t[0].rejected);
-    assert_eq!(t[0].rejected, r.runs[0].phases[0].tenants[0].rejected);
-    assert_eq!(t[1].rejected, 0);
-    assert!(t[0].ios + t[0].rejected <= 10_000 && t[0].ios + t[0].rejected >= 9_990);
+    assert!(t[0].refused > 7000, "{}", t[0].refused);
+    assert_eq!(t[0].refused, r.runs[0].phases[0].tenants[0].refused);
+    assert_eq!(t[1].refused, 0);
+    assert!(t[0].ios + t[0].refused <= 10_000 && t[0].ios + t[0].refused >= 9_990);
     // A closed loop deeper than the bound would lose requests: refused at load time.
     let err = Scenario::parse(
         &text.replace(
@@ -368,7 +369,8 @@ fn full_queues_reject_and_count() {
     )
     .unwrap_err();
     assert!(
-        err.to_string().contains("iodepth 8 is above queue_limit 4"),
+        err.to_string()
+            .contains("workload.iodepth: 8 is above queue_limit 4"),
         "{err}"
     );
 }

@@ -5,8 +5,9 @@
 //! seed and the scenario; `IOSHARE_SWARM_SEED=<seed> cargo test --release --test swarm`
 //! runs that one again, `IOSHARE_SWARM_CASES=<n>` runs more.
 
+use ioshare::config::PolicyChoice;
 use ioshare::policy;
-use ioshare::scenario::{PolicyChoice, Scenario};
+use ioshare::scenario::Scenario;
 use ioshare::sim::{RunOptions, run_policy_with};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;

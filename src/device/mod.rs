@@ -6,6 +6,7 @@ pub mod fixed;
 pub mod ftl;
 pub mod hdd;
 pub mod raid0;
+pub mod spec;
 pub mod ssd;
 
 use crate::types::{Nanos, Request};

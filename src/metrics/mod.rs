@@ -60,8 +60,10 @@ pub struct TenantResult {
     pub latency_us: LatencySummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_satisfaction: Option<f64>,
-    /// Requests refused because the tenant's queue was full.
-    pub rejected: u64,
+    /// Requests not served: refused at admission (the tenant's queue was full, the
+    /// policy could not meet their response time, the server was stopping) or failed by
+    /// the backend.
+    pub refused: u64,
 }
 
 /// One tenant in one phase of a run.
@@ -74,12 +76,13 @@ pub struct PhaseTenant {
     /// Latency of the requests completed in the phase.
     pub latency_us: LatencySummary,
     /// Of the requests that arrived in the phase (and early enough that the run shows
-    /// whether they met `rt`), the fraction that completed within `rt`; rejected ones
+    /// whether they met `rt`), the fraction that completed within `rt`; refused ones
     /// count as missed. Absent without an SLO or without such requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_satisfaction: Option<f64>,
-    /// Requests refused in the phase because the tenant's queue was full.
-    pub rejected: u64,
+    /// Requests that arrived in the phase and were not served (see
+    /// [`TenantResult::refused`]).
+    pub refused: u64,
     /// Fraction of the phase the tenant's token bucket was switched in (policies with
     /// switches only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,6 +109,23 @@ pub struct SimStats {
     /// Requests completed, warm-up included.
     pub requests: u64,
     pub wall_seconds: f64,
+}
+
+/// Everything a scenario produced (results.json).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScenarioResult {
+    /// The scenario's name.
+    pub scenario: String,
+    /// What it shows.
+    pub description: String,
+    /// The seed every random choice came from.
+    pub seed: u64,
+    /// Simulated (or served) seconds.
+    pub duration_s: f64,
+    /// The device, in one line.
+    pub device: String,
+    /// One per policy (and sweep point).
+    pub runs: Vec<RunResult>,
 }
 
 /// One policy's run (an entry of results.json's `runs`).
@@ -256,7 +276,7 @@ struct TenantMeter {
     outstanding: u32,
     busy_since: Nanos,
     busy_ns: Nanos,
-    rejected: u64,
+    refused: u64,
     phases: Vec<PhaseMeter>,
 }
 
@@ -264,10 +284,10 @@ struct TenantMeter {
 struct PhaseMeter {
     ios: u64,
     hist: Histogram<u64>,
-    /// Arrivals (rejected ones included) whose fate within `rt` the run shows.
+    /// Arrivals (refused ones included) whose fate within `rt` the run shows.
     decidable: u64,
     met: u64,
-    rejected: u64,
+    refused: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -317,7 +337,7 @@ impl Recorder {
                     outstanding: 0,
                     busy_since: 0,
                     busy_ns: 0,
-                    rejected: 0,
+                    refused: 0,
                     phases: Vec::new(),
                 })
                 .collect(),
@@ -354,7 +374,7 @@ impl Recorder {
                     hist: histogram(),
                     decidable: 0,
                     met: 0,
-                    rejected: 0,
+                    refused: 0,
                 })
                 .collect();
         }
@@ -387,7 +407,7 @@ impl Recorder {
     }
 
     /// A request that had arrived was not served (refused at admission or later, or
-    /// failed by the backend) at `now`: counted as rejected in the phase it arrived in.
+    /// failed by the backend) at `now`: counted as refused in the phase it arrived in.
     fn not_served(&mut self, request: &Request, now: Nanos) {
         let t = &mut self.tenants[request.tenant as usize];
         t.outstanding -= 1;
@@ -399,8 +419,8 @@ impl Recorder {
         }
         let p = self.phase_of(request.arrival);
         let t = &mut self.tenants[request.tenant as usize];
-        t.rejected += 1;
-        t.phases[p].rejected += 1;
+        t.refused += 1;
+        t.phases[p].refused += 1;
     }
 
     /// A request completed.
@@ -448,11 +468,6 @@ impl Recorder {
         self.series.latency_sum_ns[tid][bin] += lat;
     }
 
-    /// Requests completed so far (warm-up included).
-    pub fn completed_count(&self) -> u64 {
-        self.completed
-    }
-
     /// Summarises the run.
     pub fn finish(
         mut self,
@@ -460,7 +475,7 @@ impl Recorder {
         tenants: &[TenantSpec],
         workloads: &[String],
         device: DeviceStats,
-        sim: SimStats,
+        wall_seconds: f64,
         policy: Observation,
     ) -> RunResult {
         let phases = self.phase_results(tenants, policy.switches.as_ref());
@@ -516,7 +531,7 @@ impl Recorder {
                         t.slo_met as f64 / t.ios as f64
                     }
                 }),
-                rejected: t.rejected,
+                refused: t.refused,
             })
             .collect();
         RunResult {
@@ -531,7 +546,7 @@ impl Recorder {
             device,
             sim: SimStats {
                 requests: self.completed,
-                ..sim
+                wall_seconds,
             },
             policy_stats,
             phases,
@@ -570,7 +585,7 @@ impl Recorder {
                         latency_us: LatencySummary::from_histogram(&m.hist),
                         slo_satisfaction: (t.slo_rt.is_some() && m.decidable > 0)
                             .then(|| m.met as f64 / m.decidable as f64),
-                        rejected: m.rejected,
+                        refused: m.refused,
                         switch_on: switches.and_then(|s| s.on_fraction(i, from, end)),
                     }
                 })
@@ -701,7 +716,7 @@ mod tests {
             &specs,
             &[],
             DeviceStats::default(),
-            SimStats::default(),
+            0.0,
             Observation::default(),
         );
         assert_eq!(res.sim.requests, 4);
@@ -739,7 +754,7 @@ mod tests {
             &specs,
             &[],
             DeviceStats::default(),
-            SimStats::default(),
+            0.0,
             Observation::default(),
         );
         assert_eq!(res.timeseries.bytes[0], vec![4096, 0, 0, 0, 0]);
@@ -767,7 +782,7 @@ mod tests {
             r.arrive(0, arr);
             r.served(&done(0, 4096, arr, fin));
         }
-        // Phase 2: one in time, one rejected, one arriving too late to be judged.
+        // Phase 2: one in time, one refused, one arriving too late to be judged.
         r.arrive(0, s + 10);
         r.served(&done(0, 4096, s + 10, s + 20));
         r.arrive(0, s + 30);
@@ -786,7 +801,7 @@ mod tests {
             &specs,
             &[],
             DeviceStats::default(),
-            SimStats::default(),
+            0.0,
             Observation {
                 switches: Some(switches),
                 ..Observation::default()
@@ -801,8 +816,8 @@ mod tests {
         assert_eq!(p2.tenants[0].ios, 2);
         assert_eq!(p1.tenants[0].slo_satisfaction, Some(0.5));
         assert_eq!(p2.tenants[0].slo_satisfaction, Some(0.5));
-        assert_eq!(p2.tenants[0].rejected, 1);
-        assert_eq!(res.tenants[0].rejected, 1);
+        assert_eq!(p2.tenants[0].refused, 1);
+        assert_eq!(res.tenants[0].refused, 1);
         // On from 0.25 s to 1.25 s and from 1.5 s on.
         assert_eq!(p1.tenants[0].switch_on, Some(1.0));
         assert_eq!(p2.tenants[0].switch_on, Some(0.75));
@@ -828,7 +843,7 @@ mod tests {
             &specs,
             &[],
             DeviceStats::default(),
-            SimStats::default(),
+            0.0,
             Observation::default(),
         );
         let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();

@@ -221,18 +221,47 @@ pub enum PolicyError {
     },
 }
 
+/// A policy parameter's value, as a configuration gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    /// A whole number.
+    Int(i64),
+    /// A number with a fraction.
+    Float(f64),
+    /// `true` or `false`.
+    Bool(bool),
+    /// Text.
+    Text(String),
+}
+
+impl std::fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Int(v) => write!(f, "{v}"),
+            ParamValue::Float(v) => write!(f, "{v:?}"),
+            ParamValue::Bool(v) => write!(f, "{v}"),
+            ParamValue::Text(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// A policy's parameters by name (what `{ name = "sfq", depth = 8 }` says besides
+/// `name` and `label`).
+pub type Params = std::collections::BTreeMap<String, ParamValue>;
+
 /// Parameters given to a policy in a scenario or server config. Every key must be read
 /// by the policy's constructor; [`PolicyParams::finish`] reports the ones left over, so a
 /// misspelt parameter is an error instead of a silent default.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyParams {
     policy: String,
-    table: toml::Table,
+    table: Params,
     used: BTreeSet<String>,
 }
 
 impl PolicyParams {
-    pub fn new(policy: &str, table: toml::Table) -> Self {
+    /// The parameters `table` given to `policy`.
+    pub fn new(policy: &str, table: Params) -> Self {
         PolicyParams {
             policy: policy.to_string(),
             table,
@@ -254,8 +283,8 @@ impl PolicyParams {
         self.used.insert(key.to_string());
         match self.table.get(key) {
             None => Ok(default),
-            Some(toml::Value::Float(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
-            Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as f64),
+            Some(ParamValue::Float(v)) if v.is_finite() && *v >= 0.0 => Ok(*v),
+            Some(ParamValue::Int(v)) if *v >= 0 => Ok(*v as f64),
             Some(other) => {
                 Err(self.invalid(key, format!("expected a non-negative number, got {other}")))
             }
@@ -267,7 +296,7 @@ impl PolicyParams {
         self.used.insert(key.to_string());
         match self.table.get(key) {
             None => Ok(default),
-            Some(toml::Value::Integer(v)) if *v >= 0 => Ok(*v as u64),
+            Some(ParamValue::Int(v)) if *v >= 0 => Ok(*v as u64),
             Some(other) => {
                 Err(self.invalid(key, format!("expected a non-negative integer, got {other}")))
             }
@@ -279,7 +308,7 @@ impl PolicyParams {
         self.used.insert(key.to_string());
         match self.table.get(key) {
             None => Ok(default),
-            Some(toml::Value::Boolean(v)) => Ok(*v),
+            Some(ParamValue::Bool(v)) => Ok(*v),
             Some(other) => Err(self.invalid(key, format!("expected true or false, got {other}"))),
         }
     }
@@ -393,6 +422,15 @@ impl<P: Policy + ?Sized> TestPolicy for P {
     }
 }
 
+/// Parameters from a TOML table, for policy unit tests.
+#[cfg(test)]
+pub(crate) fn test_params(policy: &str, table: toml::Table) -> PolicyParams {
+    PolicyParams::new(
+        policy,
+        crate::config::params(table).expect("scalar parameters"),
+    )
+}
+
 /// A read request for policy unit tests.
 #[cfg(test)]
 pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) -> Request {
@@ -422,7 +460,7 @@ pub(crate) fn test_slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
 /// Finds a policy by name and builds it; unknown names and parameters are errors.
 pub fn build(
     name: &str,
-    params: toml::Table,
+    params: Params,
     tenants: &[TenantSpec],
 ) -> Result<Box<dyn Policy>, PolicyError> {
     let info = registry()
@@ -454,7 +492,7 @@ mod tests {
             },
         ];
         for name in names() {
-            let mut p = build(name, toml::Table::new(), &tenants).expect("defaults build");
+            let mut p = build(name, Params::new(), &tenants).expect("defaults build");
             let mut now = 0;
             for i in 0..64u64 {
                 now = i * 100_000;

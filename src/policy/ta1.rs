@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(p.report_json()["tenants"][0]["refused"], 2);
         assert_eq!(p.report_json()["tenants"][0]["queue_limit"], 5);
         // `max_wait = 0` turns the bound off.
-        let mut params = PolicyParams::new("ta1", toml::toml! { max_wait = 0.0 });
+        let mut params = crate::policy::test_params("ta1", toml::toml! { max_wait = 0.0 });
         let mut p = build(&mut params, &tenants).unwrap();
         for id in 1..=8 {
             p.put(test_request(id, 0, 4096, 0), 0);

@@ -48,7 +48,7 @@ mod tests {
 
     /// TA2 judging every completion on its own (a window of one), without prediction.
     fn per_completion(tenants: &[TenantSpec]) -> Box<dyn Policy> {
-        let mut params = PolicyParams::new(
+        let mut params = crate::policy::test_params(
             "ta2",
             toml::toml! { rt_window = 1
             predict = 0.0 },
@@ -148,7 +148,7 @@ mod tests {
     fn the_window_maximum_must_fall_below_the_low_mark() {
         // Window of 3: after a 9 ms completion (on), two fast ones keep it in the
         // window; the third pushes it out and the switch goes off.
-        let mut params = PolicyParams::new("ta2", toml::toml! { rt_window = 3 });
+        let mut params = crate::policy::test_params("ta2", toml::toml! { rt_window = 3 });
         let mut p = build(&mut params, &[test_slo_tenant("a", 1000.0, 10_000)]).unwrap();
         observe(&mut p, 1, 0, 0, 9_000_000);
         assert_eq!(p.report_json()["tenants"][0]["on"], true);
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn water_marks_are_checked() {
-        let mut params = PolicyParams::new(
+        let mut params = crate::policy::test_params(
             "ta2",
             toml::toml! { hwm = 0.7
             lwm = 0.8 },

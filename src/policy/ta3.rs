@@ -34,7 +34,7 @@ mod tests {
 
     /// The 100 ms rate window alone, however few requests it holds.
     fn fixed_window() -> PolicyParams {
-        PolicyParams::new("ta3", toml::toml! { rate_window_requests = 0.0 })
+        crate::policy::test_params("ta3", toml::toml! { rate_window_requests = 0.0 })
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //!   for a while.
 //! * A bucket's queue holds what passes within `max_wait × rt` (default half of `rt`): a
 //!   request arriving to a longer queue could not meet its response time and is
-//!   refused (the engine tells the client, counts it as rejected) instead of queued. The
+//!   refused (the engine tells the client, counts it as refused) instead of queued. The
 //!   spec's "when that queue is full the host is told explicitly" with "full" read from
 //!   the SLO. Without it a violator's backlog (hundreds of requests) made its own
 //!   compliant requests of the next phase late for a third of a second.

@@ -1,7 +1,7 @@
 //! `report.html`: one self-contained page (inline SVG, no scripts, no external files).
 
+use crate::metrics::ScenarioResult;
 use crate::metrics::{PhaseResult, RunResult};
-use crate::sim::ScenarioResult;
 use crate::types::nanos_to_secs;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

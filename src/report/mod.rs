@@ -5,7 +5,7 @@ mod html;
 
 pub use html::write_html;
 
-use crate::sim::ScenarioResult;
+use crate::metrics::ScenarioResult;
 use crate::types::nanos_to_secs;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -52,8 +52,8 @@ pub fn table(result: &ScenarioResult) -> String {
                 Some(s) => format!("SLO {} | {}", pct(s), t.workload),
                 None => t.workload.clone(),
             };
-            if t.rejected > 0 {
-                extra = format!("{} rejected (queue full) | {extra}", t.rejected);
+            if t.refused > 0 {
+                extra = format!("{} refused | {extra}", t.refused);
             }
             let _ = writeln!(
                 out,
@@ -108,8 +108,8 @@ pub fn table(result: &ScenarioResult) -> String {
                     if let Some(on) = t.switch_on {
                         let _ = write!(out, " on {:.0}%", on * 100.0);
                     }
-                    if t.rejected > 0 {
-                        let _ = write!(out, " rejected {}", t.rejected);
+                    if t.refused > 0 {
+                        let _ = write!(out, " refused {}", t.refused);
                     }
                 }
                 let _ = writeln!(out);

@@ -3,21 +3,14 @@
 //! one shared file or block device. Relative paths are taken from the config file's
 //! folder; export names are only ever looked up, never turned into paths.
 
-use crate::scenario::{
-    DeviceFile, DeviceSpec, PolicyChoice, PolicyEntry, device_spec, policy_choice, tenant_spec,
+use crate::config::{
+    ConfigError, Invalid, PolicyChoice, PolicyEntry, QosFields, parse_problem, tenant_field,
 };
+use crate::device::spec::{DeviceFile, DeviceSpec};
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-
-/// A configuration that could not be loaded: the file and what is wrong, by field.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {problem}")]
-pub struct ConfigError {
-    pub file: String,
-    pub problem: String,
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +35,7 @@ struct ServerFile {
     drain_timeout_s: Option<f64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BackendFile {
     kind: Option<String>,
@@ -138,216 +131,46 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Loads and checks a configuration file; relative paths are taken from its folder.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.display().to_string(),
-            problem: format!("cannot read: {e}"),
-        })?;
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&source))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|problem| ConfigError {
-            file: path.display().to_string(),
-            problem,
-        })
+        Self::parse(&text, base).map_err(|e| e.in_file(&source))
     }
 
     /// Parses a configuration whose relative paths are taken from `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<Self, String> {
-        let file: ConfigFile =
-            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        let s = file.server;
+    pub fn parse(text: &str, base: &Path) -> Result<Self, Invalid> {
+        let file: ConfigFile = toml::from_str(text).map_err(parse_problem)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-        let queue_depth = s.queue_depth.unwrap_or(32);
-        if !(1..=4096).contains(&queue_depth) {
-            return Err(format!(
-                "server.queue_depth: must be 1 ..= 4096, got {queue_depth}"
-            ));
-        }
-        let queue_limit = s.queue_limit.unwrap_or(256);
-        if queue_limit == 0 {
-            return Err("server.queue_limit: must be > 0".into());
-        }
-        let interval_s = s.interval_s.unwrap_or(1.0);
-        if !(interval_s >= 0.0 && interval_s.is_finite()) {
-            return Err(format!(
-                "server.interval_s: must be >= 0 (0: quiet), got {interval_s}"
-            ));
-        }
-        let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
-        if !(0.0..=86_400.0).contains(&drain_timeout_s) {
-            return Err(format!(
-                "server.drain_timeout_s: must be 0 ..= 86400 seconds, got {drain_timeout_s}"
-            ));
-        }
-        let policy = match s.policy {
-            Some(p) => policy_choice(p).map_err(|e| format!("server.policy: {e}"))?,
-            None => PolicyChoice::named("none"),
-        };
-        let unix = match (s.unix, &s.tcp) {
-            (Some(u), _) => Some(at(u)),
-            (None, Some(_)) => None,
-            (None, None) => Some(at(PathBuf::from("ioshare.sock"))),
-        };
-        let b = file.backend.unwrap_or(BackendFile {
-            kind: None,
-            cache: None,
-            path: None,
-            size: None,
-            device: None,
-            seed: None,
-        });
-        let backend = match b.kind.as_deref().unwrap_or("file") {
-            "file" => BackendKind::File,
-            "null" => BackendKind::Null,
-            "emulated" => BackendKind::Emulated,
-            other => {
-                return Err(format!(
-                    "backend.kind: '{other}' is not one of file, null, emulated"
-                ));
-            }
-        };
-        let emulated = match (backend, b.device) {
-            (BackendKind::Emulated, Some(d)) => {
-                let spec = device_spec(d).map_err(|e| format!("backend.device: {e}"))?;
-                Some((spec, b.seed.unwrap_or(1)))
-            }
-            (BackendKind::Emulated, None) => {
-                return Err("backend.device: the emulated backend needs a device model, e.g. { model = \"ssd\", preset = \"nvme-p4500\", precondition = \"aged\", capacity_gib = 16 }".into());
-            }
-            (_, Some(_)) => {
-                return Err("backend.device: only the emulated backend has a device model".into());
-            }
-            (_, None) => None,
-        };
-        if backend == BackendKind::Emulated && b.path.is_none() {
-            return Err(
-                "backend.path: the emulated backend keeps the tenants' data in one file; name it"
-                    .into(),
-            );
-        }
-        let cache = match b.cache.as_deref().unwrap_or("writeback") {
-            "none" => Cache::None,
-            "writeback" => Cache::Writeback,
-            other => {
-                return Err(format!(
-                    "backend.cache: '{other}' is not one of none, writeback"
-                ));
-            }
-        };
-        let shared = b.path.map(|p| (at(p), b.size.map(|s| s.0)));
-        if backend == BackendKind::Null && shared.is_some() {
-            return Err("backend.path: the null backend has no file".into());
-        }
+        let server = server_section(file.server, &at)?;
+        let backend = backend_section(file.backend.unwrap_or_default(), &at)?;
         if file.tenant.is_empty() {
-            return Err("no [[tenant]]: a server needs at least one export".into());
+            return Err(Invalid::new(
+                "tenant",
+                "no [[tenant]]: a server needs at least one export",
+            ));
         }
         let mut tenants: Vec<TenantConfig> = Vec::new();
         for (i, t) in file.tenant.into_iter().enumerate() {
-            let ctx = |e: String| format!("tenant {} ('{}'): {e}", i + 1, t.name);
-            if t.name.is_empty() || t.name.len() > 4096 {
-                return Err(ctx("name (the export name) must be 1 to 4096 bytes".into()));
-            }
-            if tenants.iter().any(|x| x.spec.name == t.name) {
-                return Err(ctx("name used twice".into()));
-            }
-            let spec = tenant_spec(&t.name, t.weight, t.slo, t.reservation_iops, t.limit_iops)
-                .map_err(ctx)?;
-            let size = t.size.map(|s| s.0);
-            let (storage, size) = match (backend, t.file, t.offset) {
-                (BackendKind::Null, None, None) => (
-                    Storage::Nothing,
-                    size.ok_or_else(|| ctx("size: needed with the null backend".into()))?,
-                ),
-                (BackendKind::Null, _, _) => {
-                    return Err(ctx("file/offset: the null backend stores nothing".into()));
-                }
-                (BackendKind::Emulated, Some(_), _) => {
-                    return Err(ctx("file: the emulated backend keeps every tenant in backend.path; give an offset (the tenant's place on the emulated device)".into()));
-                }
-                (BackendKind::Emulated, None, None) => {
-                    return Err(ctx("offset: needed with the emulated backend (the tenant's place on the emulated device)".into()));
-                }
-                (BackendKind::File, Some(_), Some(_)) => {
-                    return Err(ctx("give either file (its own image) or offset (a region of backend.path), not both".into()));
-                }
-                (BackendKind::File, Some(f), None) => {
-                    let path = at(f);
-                    let size = match size {
-                        Some(s) => s,
-                        None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
-                            ctx(format!(
-                                "size: not given and {} cannot be read ({e})",
-                                path.display()
-                            ))
-                        })?,
-                    };
-                    (Storage::Own(path), size)
-                }
-                (BackendKind::File | BackendKind::Emulated, None, Some(offset)) => {
-                    if shared.is_none() {
-                        return Err(ctx(
-                            "offset: a region needs backend.path (the shared file)".into()
-                        ));
-                    }
-                    let size = size.ok_or_else(|| ctx("size: a region needs its size".into()))?;
-                    (Storage::Region { offset: offset.0 }, size)
-                }
-                (BackendKind::File, None, None) => {
-                    return Err(ctx(
-                        "needs file = \"image\" or offset (with backend.path)".into()
-                    ));
-                }
-            };
-            if size == 0 {
-                return Err(ctx("size is 0".into()));
-            }
-            if let Storage::Region { offset } = storage {
-                if offset % 4096 != 0 || size % 4096 != 0 {
-                    return Err(ctx(
-                        "offset and size of a region must be multiples of 4 KiB".into(),
-                    ));
-                }
-                if let Some((device, _)) = &emulated
-                    && offset + size > device.capacity_bytes()
-                {
-                    return Err(ctx(format!(
-                        "region {}+{} ends past the emulated device ({})",
-                        format_bytes(offset),
-                        format_bytes(size),
-                        format_bytes(device.capacity_bytes())
-                    )));
-                }
-                if let Some(other) = tenants.iter().find(|x| match x.storage {
-                    Storage::Region { offset: o } => o < offset + size && offset < o + x.size,
-                    _ => false,
-                }) {
-                    return Err(ctx(format!(
-                        "region {}+{} overlaps tenant '{}'",
-                        format_bytes(offset),
-                        format_bytes(size),
-                        other.spec.name
-                    )));
-                }
-            }
-            tenants.push(TenantConfig {
-                spec,
-                size,
-                read_only: t.read_only,
-                storage,
-            });
+            let field = tenant_field(i + 1, &t.name);
+            let tenant = tenant_config(t, &tenants, &backend, &at).map_err(|e| e.within(&field))?;
+            tenants.push(tenant);
         }
         Ok(ServerConfig {
-            unix,
-            tcp: s.tcp,
-            queue_depth,
-            queue_limit,
-            policy,
-            interval_s,
-            metrics: s.metrics,
-            drain_timeout: secs_to_nanos(drain_timeout_s),
-            backend,
-            cache,
-            shared,
-            emulated,
+            unix: server.unix,
+            tcp: server.tcp,
+            queue_depth: server.queue_depth,
+            queue_limit: server.queue_limit,
+            policy: server.policy,
+            interval_s: server.interval_s,
+            metrics: server.metrics,
+            drain_timeout: server.drain_timeout,
+            backend: backend.kind,
+            cache: backend.cache,
+            shared: backend.shared,
+            emulated: backend.emulated,
             tenants,
         })
     }
@@ -392,9 +215,279 @@ impl ServerConfig {
         None
     }
 
+    /// The tenants' promises, in order.
     pub fn specs(&self) -> Vec<TenantSpec> {
         self.tenants.iter().map(|t| t.spec.clone()).collect()
     }
+}
+
+/// `[server]`, checked.
+struct Server {
+    unix: Option<PathBuf>,
+    tcp: Option<String>,
+    queue_depth: u32,
+    queue_limit: u32,
+    policy: PolicyChoice,
+    interval_s: f64,
+    metrics: Option<String>,
+    drain_timeout: Nanos,
+}
+
+fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Server, Invalid> {
+    let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
+    let queue_depth = s.queue_depth.unwrap_or(32);
+    if !(1..=4096).contains(&queue_depth) {
+        return Err(field(
+            "queue_depth",
+            format!("must be 1 ..= 4096, got {queue_depth}"),
+        ));
+    }
+    let queue_limit = s.queue_limit.unwrap_or(256);
+    if queue_limit == 0 {
+        return Err(field("queue_limit", "must be > 0".into()));
+    }
+    let interval_s = s.interval_s.unwrap_or(1.0);
+    if !(interval_s >= 0.0 && interval_s.is_finite()) {
+        return Err(field(
+            "interval_s",
+            format!("must be >= 0 (0: quiet), got {interval_s}"),
+        ));
+    }
+    let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
+    if !(0.0..=86_400.0).contains(&drain_timeout_s) {
+        return Err(field(
+            "drain_timeout_s",
+            format!("must be 0 ..= 86400 seconds, got {drain_timeout_s}"),
+        ));
+    }
+    let policy = match s.policy {
+        Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
+        None => PolicyChoice::named("none"),
+    };
+    let unix = match (s.unix, &s.tcp) {
+        (Some(u), _) => Some(at(u)),
+        (None, Some(_)) => None,
+        (None, None) => Some(at(PathBuf::from("ioshare.sock"))),
+    };
+    Ok(Server {
+        unix,
+        tcp: s.tcp,
+        queue_depth,
+        queue_limit,
+        policy,
+        interval_s,
+        metrics: s.metrics,
+        drain_timeout: secs_to_nanos(drain_timeout_s),
+    })
+}
+
+/// `[backend]`, checked.
+struct Backend {
+    kind: BackendKind,
+    cache: Cache,
+    shared: Option<(PathBuf, Option<u64>)>,
+    emulated: Option<(DeviceSpec, u64)>,
+}
+
+fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Backend, Invalid> {
+    let kind = match b.kind.as_deref().unwrap_or("file") {
+        "file" => BackendKind::File,
+        "null" => BackendKind::Null,
+        "emulated" => BackendKind::Emulated,
+        other => {
+            return Err(Invalid::new(
+                "backend.kind",
+                format!("'{other}' is not one of file, null, emulated"),
+            ));
+        }
+    };
+    let emulated = match (kind, b.device) {
+        (BackendKind::Emulated, Some(d)) => {
+            let spec = d.spec().map_err(|e| e.within("backend.device"))?;
+            Some((spec, b.seed.unwrap_or(1)))
+        }
+        (BackendKind::Emulated, None) => {
+            return Err(Invalid::new(
+                "backend.device",
+                "the emulated backend needs a device model, e.g. { model = \"ssd\", preset = \"nvme-p4500\", precondition = \"aged\", capacity_gib = 16 }",
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(Invalid::new(
+                "backend.device",
+                "only the emulated backend has a device model",
+            ));
+        }
+        (_, None) => None,
+    };
+    if kind == BackendKind::Emulated && b.path.is_none() {
+        return Err(Invalid::new(
+            "backend.path",
+            "the emulated backend keeps the tenants' data in one file; name it",
+        ));
+    }
+    let cache = match b.cache.as_deref().unwrap_or("writeback") {
+        "none" => Cache::None,
+        "writeback" => Cache::Writeback,
+        other => {
+            return Err(Invalid::new(
+                "backend.cache",
+                format!("'{other}' is not one of none, writeback"),
+            ));
+        }
+    };
+    let shared = b.path.map(|p| (at(p), b.size.map(|s| s.0)));
+    if kind == BackendKind::Null && shared.is_some() {
+        return Err(Invalid::new("backend.path", "the null backend has no file"));
+    }
+    Ok(Backend {
+        kind,
+        cache,
+        shared,
+        emulated,
+    })
+}
+
+/// One `[[tenant]]`, checked against the backend and the tenants before it; errors name
+/// fields of the tenant's table.
+fn tenant_config(
+    t: TenantFile,
+    before: &[TenantConfig],
+    backend: &Backend,
+    at: &impl Fn(PathBuf) -> PathBuf,
+) -> Result<TenantConfig, Invalid> {
+    if t.name.is_empty() || t.name.len() > 4096 {
+        return Err(Invalid::new(
+            "name",
+            "the export name must be 1 to 4096 bytes",
+        ));
+    }
+    if before.iter().any(|x| x.spec.name == t.name) {
+        return Err(Invalid::new("name", "used twice"));
+    }
+    let spec = QosFields {
+        weight: t.weight,
+        slo: t.slo,
+        reservation_iops: t.reservation_iops,
+        limit_iops: t.limit_iops,
+    }
+    .spec(&t.name)?;
+    let (storage, size) = storage(&t, backend, at)?;
+    if size == 0 {
+        return Err(Invalid::new("size", "is 0"));
+    }
+    if let Storage::Region { offset } = storage {
+        check_region(offset, size, before, backend)?;
+    }
+    Ok(TenantConfig {
+        spec,
+        size,
+        read_only: t.read_only,
+        storage,
+    })
+}
+
+/// Where a tenant's bytes live, and how many there are.
+fn storage(
+    t: &TenantFile,
+    backend: &Backend,
+    at: &impl Fn(PathBuf) -> PathBuf,
+) -> Result<(Storage, u64), Invalid> {
+    let size = t.size.map(|s| s.0);
+    match (backend.kind, &t.file, t.offset) {
+        (BackendKind::Null, None, None) => Ok((
+            Storage::Nothing,
+            size.ok_or_else(|| Invalid::new("size", "needed with the null backend"))?,
+        )),
+        (BackendKind::Null, _, _) => Err(Invalid::new(
+            "file/offset",
+            "the null backend stores nothing",
+        )),
+        (BackendKind::Emulated, Some(_), _) => Err(Invalid::new(
+            "file",
+            "the emulated backend keeps every tenant in backend.path; give an offset (the tenant's place on the emulated device)",
+        )),
+        (BackendKind::Emulated, None, None) => Err(Invalid::new(
+            "offset",
+            "needed with the emulated backend (the tenant's place on the emulated device)",
+        )),
+        (BackendKind::File, Some(_), Some(_)) => Err(Invalid::new(
+            "file/offset",
+            "give either file (its own image) or offset (a region of backend.path), not both",
+        )),
+        (BackendKind::File, Some(f), None) => {
+            let path = at(f.clone());
+            let size = match size {
+                Some(s) => s,
+                None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                    Invalid::new(
+                        "size",
+                        format!("not given and {} cannot be read ({e})", path.display()),
+                    )
+                })?,
+            };
+            Ok((Storage::Own(path), size))
+        }
+        (BackendKind::File | BackendKind::Emulated, None, Some(offset)) => {
+            if backend.shared.is_none() {
+                return Err(Invalid::new(
+                    "offset",
+                    "a region needs backend.path (the shared file)",
+                ));
+            }
+            let size = size.ok_or_else(|| Invalid::new("size", "a region needs its size"))?;
+            Ok((Storage::Region { offset: offset.0 }, size))
+        }
+        (BackendKind::File, None, None) => Err(Invalid::new(
+            "file/offset",
+            "needs file = \"image\" or offset (with backend.path)",
+        )),
+    }
+}
+
+/// A region of the shared file: aligned, inside the emulated device, and clear of every
+/// other tenant's region.
+fn check_region(
+    offset: u64,
+    size: u64,
+    before: &[TenantConfig],
+    backend: &Backend,
+) -> Result<(), Invalid> {
+    let region = || format!("region {}+{}", format_bytes(offset), format_bytes(size));
+    if !offset.is_multiple_of(4096) || !size.is_multiple_of(4096) {
+        return Err(Invalid::new(
+            "offset/size",
+            "offset and size of a region must be multiples of 4 KiB",
+        ));
+    }
+    let Some(end) = offset.checked_add(size) else {
+        return Err(Invalid::new(
+            "offset/size",
+            format!("{} ends past 2^64 bytes", region()),
+        ));
+    };
+    if let Some((device, _)) = &backend.emulated
+        && end > device.capacity_bytes()
+    {
+        return Err(Invalid::new(
+            "offset/size",
+            format!(
+                "{} ends past the emulated device ({})",
+                region(),
+                format_bytes(device.capacity_bytes())
+            ),
+        ));
+    }
+    if let Some(other) = before.iter().find(|x| match x.storage {
+        Storage::Region { offset: o } => o < end && offset < o + x.size,
+        _ => false,
+    }) {
+        return Err(Invalid::new(
+            "offset/size",
+            format!("{} overlaps tenant '{}'", region(), other.spec.name),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -403,6 +496,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<ServerConfig, String> {
         ServerConfig::parse(text, Path::new("/srv"))
+            .map_err(|e| e.in_file("serve.toml").to_string())
     }
 
     #[test]
@@ -454,11 +548,15 @@ mod tests {
             ),
             (
                 "[backend]\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize='8k'\n[[tenant]]\nname='b'\noffset='4k'\nsize='4k'",
-                "tenant 2 ('b'): region 4 KiB+4 KiB overlaps tenant 'a'",
+                "tenant 2 ('b').offset/size: region 4 KiB+4 KiB overlaps tenant 'a'",
+            ),
+            (
+                "[backend]\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize='8k'\n[[tenant]]\nname='b'\noffset='17179869183g'\nsize='2g'",
+                "2 GiB ends past 2^64 bytes",
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nweight=0",
-                "tenant 1 ('a'): weight must be > 0",
+                "tenant 1 ('a').weight: must be > 0",
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nsizes=1",
@@ -479,15 +577,15 @@ mod tests {
             ),
             (
                 "[backend]\nkind='emulated'\npath='d'\ndevice={model='ssd',preset='x'}\n[[tenant]]\nname='a'\noffset=0\nsize=4096",
-                "backend.device: unknown preset 'x'",
+                "backend.device.preset: unknown preset 'x'",
             ),
             (
                 "[backend]\nkind='emulated'\npath='d'\ndevice={model='fixed',capacity_gib=1}\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
-                "tenant 1 ('a'): file: the emulated backend keeps every tenant in backend.path",
+                "tenant 1 ('a').file: the emulated backend keeps every tenant in backend.path",
             ),
             (
                 "[backend]\nkind='emulated'\npath='d'\ndevice={model='fixed',capacity_gib=1}\n[[tenant]]\nname='a'\noffset='1023m'\nsize='2m'",
-                "tenant 1 ('a'): region 1023 MiB+2 MiB ends past the emulated device (1 GiB)",
+                "tenant 1 ('a').offset/size: region 1023 MiB+2 MiB ends past the emulated device (1 GiB)",
             ),
             (
                 "[backend]\nkind='emulated'\ndevice={model='fixed'}\n[[tenant]]\nname='a'\noffset=0\nsize=4096",

@@ -6,6 +6,7 @@
 use crate::buffer::IoBuf;
 use crate::nbd::ServerCodec;
 use crate::nbd::proto;
+use crate::types::TenantId;
 use io_uring::{opcode, squeue, types};
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -23,14 +24,14 @@ pub struct Attach {
     /// The codec that ran the handshake; it may already hold requests the client sent
     /// right behind its option.
     pub codec: ServerCodec,
-    pub tenant: u32,
+    pub tenant: TenantId,
 }
 
 /// The engine's view of one connection.
 pub struct Conn {
     pub id: u64,
     pub fd: OwnedFd,
-    pub tenant: u32,
+    pub tenant: TenantId,
     /// Parses requests; a receive on the ring writes into its
     /// [`ServerCodec::receive_buffer`].
     pub codec: ServerCodec,

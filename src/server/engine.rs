@@ -22,7 +22,7 @@ use crate::metrics::Recorder;
 use crate::nbd::proto;
 use crate::nbd::{Command, CommandKind, Event};
 use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
-use crate::types::{Completion, Nanos, Op, Request, TenantSpec};
+use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec};
 use io_uring::{IoUring, opcode, types};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -54,7 +54,7 @@ pub enum Message {
     /// A connection finished its handshake; the engine serves it from now on.
     Attach(Attach),
     /// A tenant's weight, SLO, reservation or limit changed (configuration reload).
-    Update { tenant: u32, spec: TenantSpec },
+    Update { tenant: TenantId, spec: TenantSpec },
     /// Finish what was received, sync every file, and stop.
     Drain,
 }
@@ -81,7 +81,7 @@ impl EngineHandle {
 
     /// Applies a tenant's new weight/SLO/reservation/limit from the policy's next
     /// period on.
-    pub fn update(&self, tenant: u32, spec: TenantSpec) {
+    pub fn update(&self, tenant: TenantId, spec: TenantSpec) {
         let _ = self.tx.send(Message::Update { tenant, spec });
         self.poke();
     }
@@ -96,7 +96,7 @@ impl EngineHandle {
 /// A request from a connection.
 #[derive(Debug)]
 struct Submission {
-    tenant: u32,
+    tenant: TenantId,
     /// Slot of the connection in the engine.
     conn: usize,
     handle: u64,

@@ -17,9 +17,10 @@ pub mod engine;
 pub mod metrics;
 pub mod stats;
 
-use crate::metrics::{Recorder, SimStats};
+use crate::metrics::Recorder;
+use crate::metrics::ScenarioResult;
 use crate::nbd::{Event, ExportInfo, ServerCodec};
-use crate::sim::ScenarioResult;
+use crate::types::TenantId;
 use config::ServerConfig;
 use conn::Attach;
 use engine::EngineHandle;
@@ -314,7 +315,6 @@ fn live_result(
 ) -> ScenarioResult {
     let mut recorder = outcome.recorder.expect("recorded with --out");
     recorder.end_at(outcome.end);
-    let requests = recorder.completed_count();
     let specs = config.specs();
     let workloads: Vec<String> = config
         .tenants
@@ -330,10 +330,7 @@ fn live_result(
         &specs,
         &workloads,
         outcome.device,
-        SimStats {
-            requests,
-            wall_seconds,
-        },
+        wall_seconds,
         outcome.policy,
     );
     ScenarioResult {
@@ -379,7 +376,7 @@ fn reload(config: &mut ServerConfig, path: &std::path::Path, engine: &EngineHand
                 describe(&old.spec.limit_iops),
                 describe(&new.spec.limit_iops),
             );
-            engine.update(i as u32, new.spec.clone());
+            engine.update(i as TenantId, new.spec.clone());
             changed += 1;
         }
     }
@@ -500,7 +497,7 @@ fn connection(
         id,
         fd,
         codec,
-        tenant: export as u32,
+        tenant: export as TenantId,
     });
     Ok(())
 }

@@ -4,30 +4,19 @@
 
 pub mod checker;
 
+use crate::config::PolicyChoice;
 use crate::device::{DeviceModel, Finished, Submitted};
 use crate::host::{Host, Limits, Observer, Status};
-use crate::metrics::{Recorder, RunResult, SimStats};
+use crate::metrics::{Recorder, RunResult, ScenarioResult};
 use crate::policy::{self, Admission, Observation, Policy, PolicyError};
-use crate::scenario::{PolicyChoice, Scenario};
+use crate::scenario::Scenario;
 use crate::types::{Completion, Nanos, Request, TenantId};
 use crate::workload::{Arrivals, Generator};
 use checker::Checker;
 use indicatif::ProgressBar;
-use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
-
-/// Everything a scenario produced (results.json).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ScenarioResult {
-    pub scenario: String,
-    pub description: String,
-    pub seed: u64,
-    pub duration_s: f64,
-    pub device: String,
-    pub runs: Vec<RunResult>,
-}
 
 #[derive(Debug, Clone, Copy)]
 enum EventKind {
@@ -339,10 +328,7 @@ pub fn run_policy_with(
         &specs,
         &workloads,
         device.stats(),
-        SimStats {
-            requests: 0,
-            wall_seconds,
-        },
+        wall_seconds,
         observation,
     ))
 }
@@ -428,7 +414,8 @@ pub fn run_scenarios(
     show_progress: bool,
 ) -> Result<ScenarioResult, PolicyError> {
     let first = scenarios.first().expect("at least one scenario");
-    let mut devices: Vec<(&crate::scenario::DeviceSpec, u64, Box<dyn DeviceModel>)> = Vec::new();
+    let mut devices: Vec<(&crate::device::spec::DeviceSpec, u64, Box<dyn DeviceModel>)> =
+        Vec::new();
     let mut runs = Vec::new();
     for scenario in scenarios {
         let idx = match devices

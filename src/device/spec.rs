@@ -1,0 +1,302 @@
+//! A simulated device as configurations describe it (`[device]` of a scenario,
+//! `backend.device` of the emulated backend): a model, a preset, overrides of any preset
+//! parameter, and for SSDs how they are aged. Checked when loaded; built (and aged, from
+//! a seed) when a run needs it.
+
+use super::DeviceModel;
+use super::fixed::{FixedDevice, FixedParams};
+use super::hdd::{self, HddDevice, HddParams};
+use super::raid0::{self, Raid0Device, Raid0Params};
+use super::ssd::{self, DEFAULT_AGING_PASSES, Precondition, SsdDevice, SsdParams};
+use crate::config::Invalid;
+use crate::units::format_bytes;
+use serde::Deserialize;
+
+/// `[device]` as written: `model`, optional `preset`, `precondition`, `aging_passes`,
+/// and any of the preset's parameters to override.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DeviceFile {
+    model: String,
+    preset: Option<String>,
+    precondition: Option<Precondition>,
+    aging_passes: Option<f64>,
+    #[serde(flatten)]
+    overrides: toml::Table,
+}
+
+/// The device of a scenario, ready to build.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceSpec {
+    Fixed(FixedParams),
+    Ssd {
+        preset: Option<String>,
+        params: SsdParams,
+        precondition: Precondition,
+        aging_passes: f64,
+    },
+    Hdd {
+        preset: Option<String>,
+        params: HddParams,
+    },
+    Raid0 {
+        preset: Option<String>,
+        params: Raid0Params,
+    },
+}
+
+impl DeviceSpec {
+    /// Logical capacity in bytes (without building the device).
+    pub fn capacity_bytes(&self) -> u64 {
+        let gib = match self {
+            DeviceSpec::Fixed(p) => p.capacity_gib,
+            DeviceSpec::Ssd { params, .. } => params.capacity_gib,
+            DeviceSpec::Hdd { params, .. } => params.capacity_gib,
+            DeviceSpec::Raid0 { params, .. } => {
+                return Raid0Device::new(*params).capacity_bytes();
+            }
+        };
+        ((gib * (1u64 << 30) as f64) as u64) / 4096 * 4096
+    }
+
+    /// Builds and preconditions the device. Aging is seeded, so deterministic.
+    pub fn build(&self, seed: u64) -> Box<dyn DeviceModel> {
+        match self {
+            DeviceSpec::Fixed(p) => Box::new(FixedDevice::new(*p)),
+            DeviceSpec::Ssd {
+                params,
+                precondition,
+                aging_passes,
+                ..
+            } => {
+                let mut d = SsdDevice::new(*params);
+                d.precondition(*precondition, *aging_passes, seed);
+                Box::new(d)
+            }
+            DeviceSpec::Hdd { params, .. } => Box::new(HddDevice::new(*params)),
+            DeviceSpec::Raid0 { params, .. } => Box::new(Raid0Device::new(*params)),
+        }
+    }
+
+    /// One line for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            DeviceSpec::Fixed(p) => format!(
+                "fixed: {} µs + {} MB/s × {} units, {}",
+                p.latency_us,
+                p.bandwidth_mb_s,
+                p.parallelism,
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Ssd {
+                preset,
+                precondition,
+                ..
+            } => format!(
+                "ssd {} ({}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                format!("{precondition:?}").to_lowercase(),
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Hdd { preset, params } => format!(
+                "hdd {} ({} rpm, queue {}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                params.rpm,
+                params.queue_depth,
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Raid0 { preset, params } => format!(
+                "raid0 {} ({} × {} rpm, {} KiB stripe, disk queue {}), {}",
+                preset.as_deref().unwrap_or("custom"),
+                params.members,
+                params.member.rpm,
+                params.stripe_kib,
+                params.member.queue_depth,
+                format_bytes(self.capacity_bytes())
+            ),
+        }
+    }
+}
+
+impl DeviceFile {
+    /// The device this describes, checked; errors name fields under the device table.
+    pub fn spec(self) -> Result<DeviceSpec, Invalid> {
+        device_spec(self)
+    }
+}
+
+fn device_spec(d: DeviceFile) -> Result<DeviceSpec, Invalid> {
+    match d.model.as_str() {
+        "fixed" => {
+            if d.preset.is_some() || d.precondition.is_some() || d.aging_passes.is_some() {
+                return Err("the fixed model takes no preset, precondition or aging_passes".into());
+            }
+            toml::Value::Table(d.overrides)
+                .try_into::<FixedParams>()
+                .map(DeviceSpec::Fixed)
+                .map_err(crate::config::parse_problem)
+        }
+        "ssd" => {
+            let preset_name = d.preset.unwrap_or_else(|| "sata-840pro".into());
+            let preset = ssd::preset(&preset_name).ok_or_else(|| {
+                unknown_preset(&preset_name, ssd::presets().iter().map(|p| p.name))
+            })?;
+            let mut table = toml::Table::try_from(preset.params).map_err(|e| e.to_string())?;
+            for (k, v) in d.overrides {
+                if !table.contains_key(&k) {
+                    let known: Vec<_> = table.keys().cloned().collect();
+                    return Err(Invalid::new(
+                        k,
+                        format!(
+                            "unknown field (known: model, preset, precondition, aging_passes, {})",
+                            known.join(", ")
+                        ),
+                    ));
+                }
+                table.insert(k, v);
+            }
+            let params: SsdParams = toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())?;
+            check_ssd(&params)?;
+            let aging_passes = d.aging_passes.unwrap_or(DEFAULT_AGING_PASSES);
+            if !(aging_passes.is_finite() && aging_passes >= 0.0) {
+                return Err(Invalid::new(
+                    "aging_passes",
+                    format!("must be ≥ 0, got {aging_passes}"),
+                ));
+            }
+            Ok(DeviceSpec::Ssd {
+                preset: Some(preset_name),
+                params,
+                precondition: d.precondition.unwrap_or(Precondition::Clean),
+                aging_passes,
+            })
+        }
+        "hdd" => {
+            no_aging(&d)?;
+            let name = d.preset.unwrap_or_else(|| "scsi-10k-73g".into());
+            let p = hdd::preset(&name)
+                .ok_or_else(|| unknown_preset(&name, hdd::presets().iter().map(|p| p.name)))?;
+            let params: HddParams = with_overrides(&p.params, d.overrides)?;
+            hdd::check(&params)?;
+            Ok(DeviceSpec::Hdd {
+                preset: Some(name),
+                params,
+            })
+        }
+        "raid0" => {
+            no_aging(&d)?;
+            let name = d.preset.unwrap_or_else(|| "scsi-10k-73g-x8".into());
+            let p = raid0::preset(&name)
+                .ok_or_else(|| unknown_preset(&name, raid0::presets().iter().map(|p| p.name)))?;
+            let params: Raid0Params = with_overrides(&p.params, d.overrides)?;
+            raid0::check(&params)?;
+            Ok(DeviceSpec::Raid0 {
+                preset: Some(name),
+                params,
+            })
+        }
+        other => Err(Invalid::new(
+            "model",
+            format!("unknown model '{other}' (known: ssd, hdd, raid0, fixed)"),
+        )),
+    }
+}
+
+fn no_aging(d: &DeviceFile) -> Result<(), String> {
+    if d.precondition.is_some() || d.aging_passes.is_some() {
+        return Err(format!(
+            "the {} model takes no precondition or aging_passes (disks do not age)",
+            d.model
+        ));
+    }
+    Ok(())
+}
+
+fn unknown_preset<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Invalid {
+    Invalid::new(
+        "preset",
+        format!(
+            "unknown preset '{name}' (known: {})",
+            known.collect::<Vec<_>>().join(", ")
+        ),
+    )
+}
+
+/// A preset's parameters with the scenario's keys laid over them; a key the preset does
+/// not have is an error that lists the known ones (nested tables merge key by key).
+fn with_overrides<T>(preset: &T, overrides: toml::Table) -> Result<T, String>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    fn merge(base: &mut toml::Table, over: toml::Table, at: &str) -> Result<(), String> {
+        for (k, v) in over {
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(o)) => {
+                    merge(b, o, &format!("{at}{k}."))?
+                }
+                (Some(slot), v) => *slot = v,
+                (None, _) => {
+                    let known: Vec<_> = base.keys().map(|k| format!("{at}{k}")).collect();
+                    return Err(format!(
+                        "unknown field '{at}{k}' (known: model, preset, {})",
+                        known.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut table = toml::Table::try_from(preset).map_err(|e| e.to_string())?;
+    merge(&mut table, overrides, "")?;
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())
+}
+
+fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
+    let pages = p.capacity_gib * (1u64 << 30) as f64 / 4096.0;
+    if !(pages >= 1.0 && pages * (1.0 + p.op_ratio) < u32::MAX as f64 / 2.0) {
+        return Err(Invalid::new(
+            "capacity_gib",
+            format!("{} is out of range (4 KiB .. 4 TiB)", p.capacity_gib),
+        ));
+    }
+    if !(p.op_ratio > 0.0 && p.op_ratio < 4.0) {
+        return Err(Invalid::new(
+            "op_ratio",
+            format!("must be in (0, 4), got {}", p.op_ratio),
+        ));
+    }
+    for (name, v, min) in [
+        ("channels", p.channels, 1),
+        ("dies_per_channel", p.dies_per_channel, 1),
+        ("pages_per_block", p.pages_per_block, 2),
+    ] {
+        if v < min {
+            return Err(Invalid::new(name, format!("must be ≥ {min}, got {v}")));
+        }
+    }
+    for (name, v) in [
+        ("read_us", p.read_us),
+        ("program_us", p.program_us),
+        ("erase_us", p.erase_us),
+        ("command_us", p.command_us),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));
+        }
+    }
+    if !(p.write_buffer_mib.is_finite() && p.write_buffer_mib >= 0.0) {
+        return Err(Invalid::new(
+            "write_buffer_mib",
+            format!("must be ≥ 0, got {}", p.write_buffer_mib),
+        ));
+    }
+    for (name, v) in [("channel_mb_s", p.channel_mb_s), ("host_mb_s", p.host_mb_s)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(Invalid::new(name, format!("must be > 0, got {v}")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,561 @@
+//! Scenarios: an experiment as a TOML file (device, tenants with weights/SLOs and
+//! workloads, policies to compare, duration, seed). Loading validates everything and
+//! names the file, the field and the problem.
+
+mod sweep;
+
+use crate::config::{
+    ConfigError, Invalid, PolicyChoice, PolicyEntry, QosFields, parse_problem, tenant_field,
+};
+use crate::device::spec::{DeviceFile, DeviceSpec};
+use crate::policy;
+use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
+use crate::units::{ByteSize, format_bytes};
+use crate::workload::{Workload, WorkloadConfig};
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: Option<String>,
+    description: Option<String>,
+    seed: Option<u64>,
+    duration_s: f64,
+    warmup_s: Option<f64>,
+    interval_s: Option<f64>,
+    queue_depth: Option<u32>,
+    queue_limit: Option<u32>,
+    /// Give tenants without an explicit region equal consecutive partitions.
+    partition: Option<bool>,
+    policies: Option<Vec<PolicyEntry>>,
+    /// Expanded before deserializing (see [`expand_sweep`]); never read here.
+    #[allow(dead_code)]
+    sweep: Option<toml::Table>,
+    device: DeviceFile,
+    #[serde(default)]
+    tenant: Vec<TenantFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantFile {
+    name: String,
+    weight: Option<f64>,
+    slo: Option<Slo>,
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
+    offset: Option<ByteSize>,
+    size: Option<ByteSize>,
+    workload: WorkloadConfig,
+}
+
+/// One tenant of a scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantSetup {
+    pub spec: TenantSpec,
+    /// Byte offset of the tenant's region on the device.
+    pub offset: u64,
+    /// Byte size of the region.
+    pub size: u64,
+    pub workload: Workload,
+}
+
+/// A loaded, validated scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    /// Which point of a `[sweep]` this is (`size=4k, precondition=aged`); empty without one.
+    pub variant: String,
+    pub description: String,
+    pub seed: u64,
+    pub duration: Nanos,
+    pub warmup: Nanos,
+    pub interval: Nanos,
+    pub queue_depth: u32,
+    /// Requests a tenant may have waiting in the engine (held by the policy); a request
+    /// beyond it is refused and counted. `None`: unbounded.
+    pub queue_limit: Option<u32>,
+    pub device: DeviceSpec,
+    pub tenants: Vec<TenantSetup>,
+    pub policies: Vec<PolicyChoice>,
+}
+
+impl Scenario {
+    /// Loads a scenario file: one scenario per point of its `[sweep]` (one without).
+    pub fn load(path: &Path) -> Result<Vec<Scenario>, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&name))?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "scenario".into());
+        Scenario::parse_all(&text, &name, &stem)
+    }
+
+    /// Parses scenario text with its sweep expanded; `source_name` names it in errors
+    /// (with the sweep point, when one of them is wrong), `default_name` is used when
+    /// the file has no `name`.
+    pub fn parse_all(
+        text: &str,
+        source_name: &str,
+        default_name: &str,
+    ) -> Result<Vec<Scenario>, ConfigError> {
+        let doc: toml::Table =
+            toml::from_str(text).map_err(|e| parse_problem(e).in_file(source_name))?;
+        let variants =
+            sweep::expand_sweep(doc).map_err(|e| Invalid::new("sweep", e).in_file(source_name))?;
+        variants
+            .into_iter()
+            .map(|(label, doc)| {
+                let source = if label.is_empty() {
+                    source_name.to_string()
+                } else {
+                    format!("{source_name} [{label}]")
+                };
+                let file: ScenarioFile = toml::Value::Table(doc)
+                    .try_into()
+                    .map_err(|e| parse_problem(e).in_file(&source))?;
+                let mut s = validate(file, default_name).map_err(|e| e.in_file(&source))?;
+                s.variant = label;
+                Ok(s)
+            })
+            .collect()
+    }
+
+    /// Parses a scenario that has no sweep.
+    pub fn parse(
+        text: &str,
+        source_name: &str,
+        default_name: &str,
+    ) -> Result<Scenario, ConfigError> {
+        let mut all = Scenario::parse_all(text, source_name, default_name)?;
+        if all.len() != 1 {
+            return Err(Invalid::new(
+                "sweep",
+                format!("expected one scenario, the sweep makes {}", all.len()),
+            )
+            .in_file(source_name));
+        }
+        Ok(all.remove(0))
+    }
+
+    /// The tenants' promises, in order.
+    pub fn specs(&self) -> Vec<TenantSpec> {
+        self.tenants.iter().map(|t| t.spec.clone()).collect()
+    }
+
+    /// The run's phases: every moment any tenant's workload changes, from 0.
+    pub fn phase_starts(&self) -> Vec<Nanos> {
+        let mut starts: Vec<Nanos> = self
+            .tenants
+            .iter()
+            .flat_map(|t| {
+                t.workload
+                    .phases
+                    .iter()
+                    .flat_map(|p| [Some(p.start), p.end])
+            })
+            .flatten()
+            .filter(|&t| t < self.duration)
+            .chain([0])
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        starts
+    }
+}
+
+fn positive_secs(field: &str, v: f64) -> Result<Nanos, Invalid> {
+    if v.is_finite() && v > 0.0 {
+        Ok(secs_to_nanos(v))
+    } else {
+        Err(Invalid::new(field, format!("must be > 0, got {v}")))
+    }
+}
+
+fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid> {
+    let duration = positive_secs("duration_s", file.duration_s)?;
+    let warmup = match file.warmup_s {
+        None => 0,
+        Some(w) if w.is_finite() && w >= 0.0 && secs_to_nanos(w) < duration => secs_to_nanos(w),
+        Some(w) => {
+            return Err(Invalid::new(
+                "warmup_s",
+                format!("must be ≥ 0 and shorter than duration_s, got {w}"),
+            ));
+        }
+    };
+    let interval = positive_secs("interval_s", file.interval_s.unwrap_or(1.0))?;
+    let queue_depth = match file.queue_depth.unwrap_or(32) {
+        0 => return Err(Invalid::new("queue_depth", "must be ≥ 1")),
+        q => q,
+    };
+    let queue_limit = match file.queue_limit {
+        Some(0) => {
+            return Err(Invalid::new(
+                "queue_limit",
+                "must be ≥ 1 (leave it out for no bound)",
+            ));
+        }
+        q => q,
+    };
+    let device = file.device.spec().map_err(|e| e.within("device"))?;
+    if file.tenant.is_empty() {
+        return Err(Invalid::new(
+            "tenant",
+            "no tenants: add at least one [[tenant]]",
+        ));
+    }
+    let capacity = device.capacity_bytes();
+    let regions = Regions {
+        capacity,
+        partition: file
+            .partition
+            .unwrap_or(false)
+            .then(|| capacity / file.tenant.len() as u64 / 4096 * 4096),
+    };
+    let mut tenants: Vec<TenantSetup> = Vec::with_capacity(file.tenant.len());
+    for (i, t) in file.tenant.into_iter().enumerate() {
+        let at = tenant_field(i + 1, &t.name);
+        if t.name.trim().is_empty() {
+            return Err(Invalid::new(format!("tenant {}", i + 1), "name is empty"));
+        }
+        if tenants.iter().any(|x| x.spec.name == t.name) {
+            return Err(Invalid::new("name", "used twice").within(&at));
+        }
+        let setup = tenant_setup(t, i, &regions, queue_limit).map_err(|e| e.within(&at))?;
+        tenants.push(setup);
+    }
+    let specs: Vec<TenantSpec> = tenants.iter().map(|t| t.spec.clone()).collect();
+    let policies = policies(file.policies, &specs)?;
+    Ok(Scenario {
+        name: file.name.unwrap_or_else(|| default_name.to_string()),
+        variant: String::new(),
+        description: file.description.unwrap_or_default(),
+        seed: file.seed.unwrap_or(1),
+        duration,
+        warmup,
+        interval,
+        queue_depth,
+        queue_limit,
+        device,
+        tenants,
+        policies,
+    })
+}
+
+/// Where tenants without a region of their own go.
+struct Regions {
+    capacity: u64,
+    /// With `partition = true`: the size of each tenant's equal share.
+    partition: Option<u64>,
+}
+
+/// The `i`-th tenant (0-based), checked; errors name fields of the tenant's table.
+fn tenant_setup(
+    t: TenantFile,
+    i: usize,
+    regions: &Regions,
+    queue_limit: Option<u32>,
+) -> Result<TenantSetup, Invalid> {
+    let spec = QosFields {
+        weight: t.weight,
+        slo: t.slo,
+        reservation_iops: t.reservation_iops,
+        limit_iops: t.limit_iops,
+    }
+    .spec(&t.name)?;
+    let capacity = regions.capacity;
+    let (default_offset, default_size) = match regions.partition {
+        Some(part) => (i as u64 * part, part),
+        None => (0, capacity),
+    };
+    let offset = t.offset.map_or(default_offset, |b| b.0);
+    let size = t
+        .size
+        .map_or(capacity.saturating_sub(offset).min(default_size), |b| b.0);
+    if size == 0 {
+        return Err(Invalid::new("size", "the region is empty"));
+    }
+    if !offset.is_multiple_of(4096) || !size.is_multiple_of(4096) {
+        return Err(Invalid::new(
+            "offset/size",
+            "a region's offset and size must be multiples of 4 KiB",
+        ));
+    }
+    if offset.checked_add(size).is_none_or(|end| end > capacity) {
+        return Err(Invalid::new(
+            "offset/size",
+            format!(
+                "region {}+{} runs past the device end ({})",
+                format_bytes(offset),
+                format_bytes(size),
+                format_bytes(capacity)
+            ),
+        ));
+    }
+    let workload = t
+        .workload
+        .resolve()
+        .map_err(|e| Invalid::new("workload", e))?;
+    if let Some(limit) = queue_limit
+        && let Some(depth) = workload.phases.iter().find_map(|p| match p.arrivals {
+            crate::workload::Arrivals::Closed { iodepth } if iodepth > limit => Some(iodepth),
+            _ => None,
+        })
+    {
+        return Err(Invalid::new(
+            "workload.iodepth",
+            format!(
+                "{depth} is above queue_limit {limit}: a closed loop would lose the requests it cannot queue"
+            ),
+        ));
+    }
+    if workload.max_size() as u64 > size {
+        return Err(Invalid::new(
+            "workload",
+            format!(
+                "requests of up to {} do not fit the {} region",
+                format_bytes(workload.max_size() as u64),
+                format_bytes(size)
+            ),
+        ));
+    }
+    Ok(TenantSetup {
+        spec,
+        offset,
+        size,
+        workload,
+    })
+}
+
+/// The policies to compare (default: `none`), each built once to check it.
+fn policies(
+    entries: Option<Vec<PolicyEntry>>,
+    specs: &[TenantSpec],
+) -> Result<Vec<PolicyChoice>, Invalid> {
+    let list = match entries {
+        None => return Ok(vec![PolicyChoice::named("none")]),
+        Some(list) if list.is_empty() => return Err(Invalid::new("policies", "is empty")),
+        Some(list) => list,
+    };
+    let mut policies: Vec<PolicyChoice> = Vec::with_capacity(list.len());
+    for (i, e) in list.into_iter().enumerate() {
+        let at = format!("policies[{i}]");
+        let p = e.choice().map_err(|e| e.within(&at))?;
+        if policies.iter().any(|q| q.label == p.label) {
+            return Err(Invalid::new(
+                at,
+                format!("label '{}' used twice (give one a `label`)", p.label),
+            ));
+        }
+        policy::build(&p.name, p.params.clone(), specs)
+            .map_err(|e| Invalid::new(&at, e.to_string()))?;
+        policies.push(p);
+    }
+    Ok(policies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::ssd::Precondition;
+
+    const BASE: &str = r#"
+        duration_s = 2
+        seed = 9
+        partition = true
+        [device]
+        model = "ssd"
+        preset = "sata-840pro"
+        capacity_gib = 1
+        [[tenant]]
+        name = "a"
+        weight = 3
+        workload = "varmail"
+        [[tenant]]
+        name = "b"
+        workload = { pattern = "randwrite", size = "4k", iodepth = 4 }
+    "#;
+
+    fn parse(text: &str) -> Result<Scenario, ConfigError> {
+        Scenario::parse(text, "test.toml", "test")
+    }
+
+    #[test]
+    fn loads_a_valid_scenario() {
+        let s = parse(BASE).unwrap();
+        assert_eq!(s.name, "test");
+        assert_eq!(s.seed, 9);
+        assert_eq!(s.tenants.len(), 2);
+        assert_eq!(s.tenants[1].offset, 512 << 20);
+        assert_eq!(s.tenants[1].size, 512 << 20);
+        assert_eq!(s.tenants[1].spec.weight, 1.0);
+        assert_eq!(s.policies, vec![PolicyChoice::named("none")]);
+        assert_eq!(s.device.capacity_bytes(), 1 << 30);
+    }
+
+    fn expect_err(text: &str, want: &str) {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.starts_with("test.toml: "), "{e}");
+        assert!(e.contains(want), "wanted '{want}' in: {e}");
+    }
+
+    #[test]
+    fn disk_models_take_presets_and_nested_overrides() {
+        let raid = BASE.replace(
+            "model = \"ssd\"\n        preset = \"sata-840pro\"\n        capacity_gib = 1",
+            "model = \"raid0\"\n        stripe_kib = 64\n        member = { queue_depth = 4 }",
+        );
+        let s = parse(&raid).unwrap();
+        let DeviceSpec::Raid0 { preset, params } = &s.device else {
+            panic!("{:?}", s.device)
+        };
+        assert_eq!(preset.as_deref(), Some("scsi-10k-73g-x8"));
+        assert_eq!(params.stripe_kib, 64);
+        assert_eq!(params.member.queue_depth, 4);
+        assert_eq!(params.member.rpm, 10_000.0);
+        assert!(
+            s.device
+                .describe()
+                .starts_with("raid0 scsi-10k-73g-x8 (8 × 10000 rpm")
+        );
+        expect_err(
+            &raid.replace("queue_depth = 4", "qd = 4"),
+            "device: unknown field 'member.qd'",
+        );
+        expect_err(
+            &raid.replace("stripe_kib = 64", "stripe_kib = 6"),
+            "stripe_kib must be a positive multiple of 4",
+        );
+        let hdd = BASE.replace(
+            "model = \"ssd\"\n        preset = \"sata-840pro\"\n        capacity_gib = 1",
+            "model = \"hdd\"\n        precondition = \"aged\"",
+        );
+        expect_err(&hdd, "the hdd model takes no precondition");
+        let s = parse(&hdd.replace("precondition = \"aged\"", "rpm = 7200")).unwrap();
+        assert!(matches!(s.device, DeviceSpec::Hdd { params, .. } if params.rpm == 7200.0));
+    }
+
+    #[test]
+    fn errors_name_the_field_and_problem() {
+        expect_err(
+            &BASE.replace("weight = 3", "weight = 0"),
+            "tenant 1 ('a').weight: must be > 0",
+        );
+        expect_err(
+            &BASE.replace("weight = 3", "wieght = 3"),
+            "unknown field `wieght`",
+        );
+        expect_err(
+            &format!("policies = [\"fifo\"]\n{BASE}"),
+            "unknown policy 'fifo'",
+        );
+        expect_err(
+            &format!("policies = [{{ name = \"none\", depth = 3 }}]\n{BASE}"),
+            "policy 'none': unknown parameter 'depth'",
+        );
+        expect_err(
+            &BASE.replace("size = \"4k\"", "size = 0"),
+            "tenant 2 ('b').workload: size must be > 0",
+        );
+        expect_err(
+            &BASE.replace(
+                "weight = 3",
+                "weight = 3\noffset = \"900m\"\nsize = \"512m\"",
+            ),
+            "runs past the device end",
+        );
+        expect_err(
+            &BASE.replace("preset = \"sata-840pro\"", "preset = \"nope\""),
+            "device.preset: unknown preset 'nope'",
+        );
+        expect_err(
+            &BASE.replace("capacity_gib = 1", "capacity_gib = 1\nchanels = 3"),
+            "device.chanels: unknown field (known: model, preset",
+        );
+        expect_err(
+            &BASE.replace("model = \"ssd\"", "model = \"tape\""),
+            "device.model: unknown model 'tape'",
+        );
+        expect_err(
+            &BASE.replace("duration_s = 2", "duration_s = 0"),
+            "duration_s: must be > 0",
+        );
+        expect_err(
+            &BASE.replace("workload = \"varmail\"", "workload = \"nope\""),
+            "unknown workload 'nope'",
+        );
+        expect_err(
+            &BASE.replace("name = \"b\"", "name = \"a\""),
+            "tenant 2 ('a').name: used twice",
+        );
+        expect_err(
+            "duration_s = 1\n[device]\nmodel = \"fixed\"\n",
+            "no tenants",
+        );
+    }
+
+    #[test]
+    fn sweep_expands_the_cartesian_product() {
+        let text = format!(
+            "{BASE}\n[sweep]\n\"device.precondition\" = [\"clean\", \"aged\"]\n\"tenant.b.workload.size\" = [\"4k\", \"8k\", \"16k\"]\n"
+        );
+        let all = Scenario::parse_all(&text, "test.toml", "test").unwrap();
+        assert_eq!(all.len(), 6);
+        assert_eq!(
+            all[0].variant,
+            "device.precondition=clean, tenant.b.workload.size=4k"
+        );
+        assert_eq!(
+            all[5].variant,
+            "device.precondition=aged, tenant.b.workload.size=16k"
+        );
+        assert!(matches!(
+            all[5].device,
+            DeviceSpec::Ssd {
+                precondition: Precondition::Aged,
+                ..
+            }
+        ));
+        assert_eq!(
+            all[4].tenants[1].workload.phases[0].size,
+            crate::workload::SizeDist::Fixed(8192)
+        );
+        let all = format!("{BASE}\n[sweep]\n\"tenant.*.weight\" = [2, 5]\n");
+        let all = Scenario::parse_all(&all, "test.toml", "test").unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all[1].tenants.iter().all(|t| t.spec.weight == 5.0));
+        let bad = format!("{BASE}\n[sweep]\n\"tenant.zz.weight\" = [1]\n");
+        let e = Scenario::parse_all(&bad, "test.toml", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sweep: 'tenant.zz.weight': no entry 'zz' in 'tenant'"),
+            "{e}"
+        );
+        let bad = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 0]\n");
+        let e = Scenario::parse_all(&bad, "test.toml", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("test.toml [tenant.a.weight=0]: tenant 1 ('a').weight: must be > 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn policy_tables_take_labels() {
+        let s = parse(&format!(
+            "policies = [\"none\", {{ name = \"none\", label = \"fifo2\" }}]\n{BASE}"
+        ))
+        .unwrap();
+        assert_eq!(s.policies[1].label, "fifo2");
+        expect_err(
+            &format!("policies = [\"none\", \"none\"]\n{BASE}"),
+            "policies[1]: label 'none' used twice",
+        );
+    }
+}
