@@ -7,6 +7,9 @@
 //! server), by power-of-two size class; the pool keeps at most [`POOL_CLASS_BYTES`] per
 //! class and nothing above [`POOL_MAX_BUFFER`].
 
+// Aligned allocations for O_DIRECT: raw alloc/dealloc behind a safe owner.
+#![allow(unsafe_code)]
+
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};

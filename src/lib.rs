@@ -6,6 +6,9 @@
 //! [`policy`] (the scheduler), [`device`] (simulated devices), [`sim`] (the event loop),
 //! [`metrics`] and [`report`] (what tenants got), [`scenario`] (experiments as data).
 
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
 pub mod buffer;
 pub mod config;
 pub mod device;

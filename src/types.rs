@@ -77,9 +77,13 @@ impl TenantSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
+    /// Read data from the device.
     Read,
+    /// Write data to the device (zeroing included).
     Write,
+    /// Make completed writes durable; carries no range.
     Flush,
+    /// Discard a range.
     Trim,
 }
 
@@ -95,7 +99,9 @@ impl Op {
 pub struct Request {
     /// Unique per run (simulator) or per server (live).
     pub id: u64,
+    /// The tenant that issued it.
     pub tenant: TenantId,
+    /// What it does.
     pub op: Op,
     /// Byte offset inside the device (the tenant's region already applied).
     pub offset: u64,
@@ -108,6 +114,7 @@ pub struct Request {
 /// A request the device has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
+    /// The request as it arrived.
     pub request: Request,
     /// When the request was dispatched to the device.
     pub start: Nanos,

@@ -60,6 +60,7 @@ pub struct FixedDevice {
 }
 
 impl FixedDevice {
+    /// A device with the given parameters, every unit idle.
     pub fn new(params: FixedParams) -> Self {
         let ns_per_byte = NANOS_PER_SEC as f64 / (params.bandwidth_mb_s * 1e6);
         FixedDevice {

@@ -27,9 +27,13 @@ pub const PAGE_BYTES: u64 = 4096;
 /// Geometry of the flash behind the FTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// User-visible capacity in 4 KiB logical pages.
     pub logical_pages: u32,
+    /// Flash dies, each with its own blocks and free pool.
     pub dies: u32,
+    /// Erase blocks per die, over-provisioning and GC reserve included.
     pub blocks_per_die: u32,
+    /// Erase block size in 4 KiB pages.
     pub pages_per_block: u32,
     /// GC runs on a die while its free pool holds fewer blocks than this (≥ 2).
     pub gc_threshold: u32,
@@ -66,10 +70,12 @@ impl Geometry {
         }
     }
 
+    /// Erase blocks on all dies.
     pub fn blocks(&self) -> u32 {
         self.dies * self.blocks_per_die
     }
 
+    /// Physical 4 KiB pages on all dies.
     pub fn physical_pages(&self) -> u64 {
         self.blocks() as u64 * self.pages_per_block as u64
     }
@@ -128,9 +134,13 @@ pub struct WriteWork {
 /// Counters since creation or the last [`Ftl::reset_counters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FtlCounters {
+    /// 4 KiB pages written by the host.
     pub host_pages_written: u64,
+    /// Garbage collections started (victim blocks chosen).
     pub gc_runs: u64,
+    /// Valid pages GC relocated.
     pub pages_moved: u64,
+    /// Blocks GC erased.
     pub blocks_erased: u64,
 }
 
@@ -176,14 +186,17 @@ impl Ftl {
         }
     }
 
+    /// The flash layout.
     pub fn geometry(&self) -> &Geometry {
         &self.geo
     }
 
+    /// Counters since creation or the last [`Ftl::reset_counters`].
     pub fn counters(&self) -> FtlCounters {
         self.counters
     }
 
+    /// Sets every counter back to zero.
     pub fn reset_counters(&mut self) {
         self.counters = FtlCounters::default();
     }

@@ -45,8 +45,11 @@ pub struct HddParams {
 /// A named disk configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct HddPreset {
+    /// Name a scenario selects it by.
     pub name: &'static str,
+    /// The disk it models, in one line.
     pub about: &'static str,
+    /// Its parameters.
     pub params: HddParams,
 }
 
@@ -129,6 +132,7 @@ pub struct HddDevice {
 }
 
 impl HddDevice {
+    /// An idle disk with the head on cylinder 0.
     pub fn new(params: HddParams) -> Self {
         let rev_ns = (60.0 * NANOS_PER_SEC as f64 / params.rpm).round() as Nanos;
         // One revolution's worth of media transfer, in whole sectors.

@@ -36,9 +36,11 @@ pub enum Submitted {
 /// A request a deferring model finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Finished {
+    /// The request as it was submitted.
     pub request: Request,
     /// When it was submitted to the model.
     pub submitted: Nanos,
+    /// When the device finished it.
     pub finish: Nanos,
 }
 

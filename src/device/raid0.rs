@@ -39,8 +39,11 @@ pub struct Raid0Params {
 /// A named array configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Raid0Preset {
+    /// Name a scenario selects it by.
     pub name: &'static str,
+    /// The array it models, in one line.
     pub about: &'static str,
+    /// Its parameters.
     pub params: Raid0Params,
 }
 
@@ -130,6 +133,7 @@ pub struct Raid0Device {
 }
 
 impl Raid0Device {
+    /// An idle array with the given parameters.
     pub fn new(params: Raid0Params) -> Self {
         let stripe = params.stripe_kib as u64 * 1024;
         let member = HddDevice::new(params.member);

@@ -27,19 +27,31 @@ pub struct DeviceFile {
 /// The device of a scenario, ready to build.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeviceSpec {
+    /// The fixed-latency, fixed-bandwidth model.
     Fixed(FixedParams),
+    /// The NAND SSD model.
     Ssd {
+        /// Name of the preset the parameters start from (`None`: custom).
         preset: Option<String>,
+        /// The preset's parameters with the overrides applied.
         params: SsdParams,
+        /// State the drive is brought to before a run.
         precondition: Precondition,
+        /// Random overwrites when aging, as multiples of the logical space.
         aging_passes: f64,
     },
+    /// The rotating-disk model.
     Hdd {
+        /// Name of the preset the parameters start from (`None`: custom).
         preset: Option<String>,
+        /// The preset's parameters with the overrides applied.
         params: HddParams,
     },
+    /// The striped disk array model.
     Raid0 {
+        /// Name of the preset the parameters start from (`None`: custom).
         preset: Option<String>,
+        /// The preset's parameters with the overrides applied.
         params: Raid0Params,
     },
 }

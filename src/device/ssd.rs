@@ -33,7 +33,9 @@ pub struct SsdParams {
     pub capacity_gib: f64,
     /// Extra physical space as a fraction of the logical space.
     pub op_ratio: f64,
+    /// Flash channels (buses) between the controller and the dies.
     pub channels: u32,
+    /// Dies on each channel.
     pub dies_per_channel: u32,
     /// Erase block size in 4 KiB pages.
     pub pages_per_block: u32,
@@ -60,8 +62,11 @@ pub struct SsdParams {
 
 /// A named preset: parameters and where they came from.
 pub struct SsdPreset {
+    /// Name a scenario selects it by.
     pub name: &'static str,
+    /// The drive it models, in one line.
     pub description: &'static str,
+    /// Its parameters.
     pub params: SsdParams,
 }
 
@@ -210,10 +215,12 @@ impl SsdDevice {
         }
     }
 
+    /// The parameters the drive was built with.
     pub fn params(&self) -> &SsdParams {
         &self.params
     }
 
+    /// The drive's mapping state.
     pub fn ftl(&self) -> &Ftl {
         &self.ftl
     }

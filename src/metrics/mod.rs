@@ -19,14 +19,20 @@ const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 /// Latency summary in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct LatencySummary {
+    /// Mean latency, µs.
     pub mean: f64,
+    /// Median latency, µs.
     pub p50: f64,
+    /// 99th-percentile latency, µs.
     pub p99: f64,
+    /// 99.9th-percentile latency, µs.
     pub p999: f64,
+    /// Highest latency, µs.
     pub max: f64,
 }
 
 impl LatencySummary {
+    /// Summarises a histogram of latencies in ns; all zero when it is empty.
     pub fn from_histogram(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
             return LatencySummary::default();
@@ -45,19 +51,31 @@ impl LatencySummary {
 /// One tenant's results in a run (the `tenants` entries of results.json).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TenantResult {
+    /// The tenant's name.
     pub name: String,
+    /// Its proportional-share weight.
     pub weight: f64,
+    /// Its workload, in one line.
     pub workload: String,
+    /// Bytes completed in the measured span.
     pub bytes: u64,
+    /// Requests completed in the measured span.
     pub ios: u64,
+    /// Requests completed per second.
     pub iops: f64,
+    /// Bytes completed per second.
     pub bandwidth_bytes_per_s: f64,
     /// Fraction of the total bandwidth this tenant got.
     pub share: f64,
     /// w / Σw over the backlogged tenants; 0 for a tenant that was not backlogged.
     pub ideal_share: f64,
+    /// Whether it had I/O outstanding for at least [`BACKLOG_FRACTION`] of the measured
+    /// time (only such tenants enter the fairness figures).
     pub backlogged: bool,
+    /// Latency of its completed requests (arrival to completion).
     pub latency_us: LatencySummary,
+    /// Fraction of its completed requests that finished within the SLO's response
+    /// time; absent without an SLO.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_satisfaction: Option<f64>,
     /// Requests not served: refused at admission (the tenant's queue was full, the
@@ -69,9 +87,11 @@ pub struct TenantResult {
 /// One tenant in one phase of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PhaseTenant {
+    /// The tenant's name.
     pub name: String,
     /// Requests completed in the phase.
     pub ios: u64,
+    /// Requests completed per second in the phase.
     pub iops: f64,
     /// Latency of the requests completed in the phase.
     pub latency_us: LatencySummary,
@@ -97,9 +117,11 @@ pub struct PhaseResult {
     pub phase: usize,
     /// Measured span (warm-up excluded), seconds from the start of the run.
     pub start_s: f64,
+    /// End of the measured span, seconds from the start of the run.
     pub end_s: f64,
     /// Requests completed per second in the phase, all tenants.
     pub iops: f64,
+    /// Per tenant, in tenant order.
     pub tenants: Vec<PhaseTenant>,
 }
 
@@ -108,6 +130,7 @@ pub struct PhaseResult {
 pub struct SimStats {
     /// Requests completed, warm-up included.
     pub requests: u64,
+    /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
 }
 
@@ -131,20 +154,29 @@ pub struct ScenarioResult {
 /// One policy's run (an entry of results.json's `runs`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunResult {
+    /// The policy's label.
     pub policy: String,
     /// The sweep point this run belongs to; absent without a sweep.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub variant: String,
+    /// Bytes completed per second, all tenants.
     pub total_bandwidth_bytes_per_s: f64,
+    /// [`share_error`] over the whole measured span.
     pub share_error: f64,
     /// Share error per measurement interval, averaged over the intervals: how closely
     /// the split follows the weights second by second, not only over the whole run.
     pub interval_share_error: f64,
+    /// [`ratio_error`] over the whole measured span.
     pub ratio_error: f64,
+    /// [`jain`]'s fairness index over the whole measured span.
     pub jain: f64,
+    /// Per tenant, in tenant order.
     pub tenants: Vec<TenantResult>,
+    /// The device's counters (GC, write amplification).
     pub device: DeviceStats,
+    /// Simulator bookkeeping.
     pub sim: SimStats,
+    /// The policy's own figures; absent (null) for policies that report none.
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub policy_stats: serde_json::Value,
     /// Per phase: IOPS, per-tenant satisfaction, switch on-time (one entry when the
@@ -158,11 +190,15 @@ pub struct RunResult {
 /// Bytes and IOs per tenant per interval, plus summed latency for the interval mean.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeseries {
+    /// Length of one interval, ns.
     pub interval: Nanos,
     /// Start of the first interval (end of warm-up).
     pub start: Nanos,
+    /// Bytes completed, indexed `[tenant][interval]`.
     pub bytes: Vec<Vec<u64>>,
+    /// Requests completed, indexed `[tenant][interval]`.
     pub ios: Vec<Vec<u64>>,
+    /// Sum of the completed requests' latencies in ns, indexed `[tenant][interval]`.
     pub latency_sum_ns: Vec<Vec<u64>>,
 }
 
@@ -290,7 +326,9 @@ struct PhaseMeter {
     refused: u64,
 }
 
-fn histogram() -> Histogram<u64> {
+/// The latency histogram every recorder uses, live or simulated: nanoseconds from 1 ns
+/// to 1 hour (longer ones are clamped), 3 significant digits.
+pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("valid histogram bounds")
 }
 
@@ -331,7 +369,7 @@ impl Recorder {
                 .map(|t| TenantMeter {
                     bytes: 0,
                     ios: 0,
-                    hist: histogram(),
+                    hist: latency_histogram(),
                     slo_rt: t.slo.map(|s| s.rt_nanos()),
                     slo_met: 0,
                     outstanding: 0,
@@ -371,7 +409,7 @@ impl Recorder {
             t.phases = (0..starts.len())
                 .map(|_| PhaseMeter {
                     ios: 0,
-                    hist: histogram(),
+                    hist: latency_histogram(),
                     decidable: 0,
                     met: 0,
                     refused: 0,

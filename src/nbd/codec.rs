@@ -21,8 +21,11 @@ use std::sync::Arc;
 /// What the server offers under one name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportInfo {
+    /// Name the client selects the export by (matched exactly).
     pub name: String,
+    /// Size of the export in bytes.
     pub size: u64,
+    /// Whether the export refuses writes, trims and zeroing.
     pub read_only: bool,
 }
 
@@ -44,25 +47,38 @@ impl ExportInfo {
 /// One request to serve.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Command {
+    /// The client's handle, echoed in the reply.
     pub handle: u64,
+    /// Start of the range in bytes (0 for a flush).
     pub offset: u64,
+    /// Length of the range in bytes (0 for a flush).
     pub len: u32,
+    /// What to do with the range.
     pub kind: CommandKind,
 }
 
+/// The operation a [`Command`] asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommandKind {
+    /// Read the range; the data follows the reply.
     Read,
     /// The payload comes in an aligned buffer the server writes from as it is.
     Write {
+        /// The payload, exactly `len` bytes.
         data: IoBuf,
+        /// Force unit access: the write must be durable before the reply.
         fua: bool,
     },
+    /// Make all completed writes durable; covers the whole export.
     Flush,
+    /// Discard the range.
     Trim {
+        /// Force unit access: the trim must be durable before the reply.
         fua: bool,
     },
+    /// Write zeroes to the range.
     WriteZeroes {
+        /// Force unit access: the zeroes must be durable before the reply.
         fua: bool,
     },
 }
@@ -71,11 +87,19 @@ pub enum CommandKind {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The handshake is over: requests for export `index` (in the table) follow.
-    Selected { export: usize },
+    Selected {
+        /// Index of the selected export in the codec's table.
+        export: usize,
+    },
     /// A request to serve.
     Command(Command),
     /// A request that is answered with this error without being served.
-    Error { handle: u64, error: u32 },
+    Error {
+        /// The client's handle, echoed in the reply.
+        handle: u64,
+        /// The reply's error value (`proto::E*`).
+        error: u32,
+    },
     /// The client is done (`NBD_CMD_DISC`, `NBD_OPT_ABORT`): send what is pending, close.
     Disconnect,
 }
@@ -83,14 +107,25 @@ pub enum Event {
 /// Bytes that break the protocol's framing; the connection must be closed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProtocolError {
+    /// The client flags (given) lack `NBD_FLAG_C_FIXED_NEWSTYLE`.
     #[error("client flags {0:#x} lack FIXED_NEWSTYLE")]
     NotFixedNewstyle(u32),
+    /// An option did not start with `IHAVEOPT` (the magic received is given).
     #[error("bad option magic {0:#018x}")]
     OptionMagic(u64),
+    /// An option's payload is longer than [`MAX_OPTION`] bytes.
     #[error("option {option} carries {len} bytes, more than the {MAX_OPTION} accepted")]
-    OptionTooLong { option: u32, len: u32 },
+    OptionTooLong {
+        /// The option's number (`proto::OPT_*`).
+        option: u32,
+        /// The payload length it announced, in bytes.
+        len: u32,
+    },
+    /// `NBD_OPT_EXPORT_NAME` named an export not in the table; it has no error reply.
     #[error("NBD_OPT_EXPORT_NAME for unknown export '{0}'")]
     UnknownExport(String),
+    /// A transmission request did not start with the request magic (the magic received
+    /// is given).
     #[error("bad request magic {0:#010x}")]
     RequestMagic(u32),
 }

@@ -12,6 +12,7 @@ const MAX_REQUEST: u32 = 32 << 20;
 /// Everything a codec said to one input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transcript {
+    /// Every event and protocol error polled, in order.
     pub events: Vec<Result<Event, ProtocolError>>,
     /// Handshake bytes sent, all together.
     pub output: Vec<u8>,

@@ -11,65 +11,106 @@ pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 /// Prefix of each simple reply.
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 
-/// Handshake flags (server).
+/// Handshake flag (server), `NBD_FLAG_FIXED_NEWSTYLE`: the server supports the fixed newstyle handshake.
 pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
+/// Handshake flag (server), `NBD_FLAG_NO_ZEROES`: the server can omit the 124 zero bytes after the
+/// `NBD_OPT_EXPORT_NAME` reply.
 pub const FLAG_NO_ZEROES: u16 = 1 << 1;
-/// Client flags.
+/// Client flag, `NBD_FLAG_C_FIXED_NEWSTYLE`: the client uses the fixed newstyle handshake.
 pub const CLIENT_FIXED_NEWSTYLE: u32 = 1 << 0;
+/// Client flag, `NBD_FLAG_C_NO_ZEROES`: the server is to omit the 124 zero bytes after the
+/// `NBD_OPT_EXPORT_NAME` reply.
 pub const CLIENT_NO_ZEROES: u32 = 1 << 1;
 
-/// Transmission flags.
+/// Transmission flag, `NBD_FLAG_HAS_FLAGS`: always set; the flags field is valid.
 pub const TFLAG_HAS_FLAGS: u16 = 1 << 0;
+/// Transmission flag, `NBD_FLAG_READ_ONLY`: the export is read-only.
 pub const TFLAG_READ_ONLY: u16 = 1 << 1;
+/// Transmission flag, `NBD_FLAG_SEND_FLUSH`: the server supports `NBD_CMD_FLUSH`.
 pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
+/// Transmission flag, `NBD_FLAG_SEND_FUA`: the server supports `NBD_CMD_FLAG_FUA`.
 pub const TFLAG_SEND_FUA: u16 = 1 << 3;
+/// Transmission flag, `NBD_FLAG_SEND_TRIM`: the server supports `NBD_CMD_TRIM`.
 pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+/// Transmission flag, `NBD_FLAG_SEND_WRITE_ZEROES`: the server supports `NBD_CMD_WRITE_ZEROES`.
 pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+/// Transmission flag, `NBD_FLAG_CAN_MULTI_CONN`: several connections to the export see a
+/// consistent view (a flush on one covers writes completed on all).
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 
-/// Options.
+/// Option `NBD_OPT_EXPORT_NAME`: choose an export and end the handshake (no option reply).
 pub const OPT_EXPORT_NAME: u32 = 1;
+/// Option `NBD_OPT_ABORT`: the client ends the handshake without choosing an export.
 pub const OPT_ABORT: u32 = 2;
+/// Option `NBD_OPT_LIST`: list the exports.
 pub const OPT_LIST: u32 = 3;
+/// Option `NBD_OPT_STARTTLS`: upgrade the connection to TLS.
 pub const OPT_STARTTLS: u32 = 5;
+/// Option `NBD_OPT_INFO`: query an export's information without choosing it.
 pub const OPT_INFO: u32 = 6;
+/// Option `NBD_OPT_GO`: choose an export, receive its information and enter transmission.
 pub const OPT_GO: u32 = 7;
+/// Option `NBD_OPT_STRUCTURED_REPLY`: ask for structured replies in transmission.
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
 
-/// Option reply types.
+/// Option reply `NBD_REP_ACK`: the option succeeded (or its list of replies is complete).
 pub const REP_ACK: u32 = 1;
+/// Option reply `NBD_REP_SERVER`: one export in reply to `NBD_OPT_LIST`.
 pub const REP_SERVER: u32 = 2;
+/// Option reply `NBD_REP_INFO`: one item of export information (`NBD_INFO_*`).
 pub const REP_INFO: u32 = 3;
+/// Option error `NBD_REP_ERR_UNSUP`: the option is unknown or not supported.
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+/// Option error `NBD_REP_ERR_POLICY`: the server's policy forbids the option.
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
+/// Option error `NBD_REP_ERR_INVALID`: the option is malformed or invalid.
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// Option error `NBD_REP_ERR_UNKNOWN`: the requested export is not available.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+/// Option error `NBD_REP_ERR_TOO_BIG`: the option's payload is too large.
 pub const REP_ERR_TOO_BIG: u32 = (1 << 31) + 9;
 
-/// Information types of `NBD_OPT_INFO`/`NBD_OPT_GO`.
+/// Information type `NBD_INFO_EXPORT` of `NBD_OPT_INFO`/`NBD_OPT_GO`: export size and
+/// transmission flags.
 pub const INFO_EXPORT: u16 = 0;
+/// Information type `NBD_INFO_BLOCK_SIZE` of `NBD_OPT_INFO`/`NBD_OPT_GO`: minimum, preferred
+/// and maximum block sizes.
 pub const INFO_BLOCK_SIZE: u16 = 3;
 
-/// Commands.
+/// Command `NBD_CMD_READ`: read request.
 pub const CMD_READ: u16 = 0;
+/// Command `NBD_CMD_WRITE`: write request (the data follows the header).
 pub const CMD_WRITE: u16 = 1;
+/// Command `NBD_CMD_DISC`: disconnect (no reply).
 pub const CMD_DISC: u16 = 2;
+/// Command `NBD_CMD_FLUSH`: make all completed writes durable.
 pub const CMD_FLUSH: u16 = 3;
+/// Command `NBD_CMD_TRIM`: discard a range (its contents become unspecified).
 pub const CMD_TRIM: u16 = 4;
+/// Command `NBD_CMD_WRITE_ZEROES`: write zeroes to a range (no data follows the header).
 pub const CMD_WRITE_ZEROES: u16 = 6;
 
-/// Command flags.
+/// Command flag `NBD_CMD_FLAG_FUA`: force unit access; the write is durable before the reply.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
+/// Command flag `NBD_CMD_FLAG_NO_HOLE`: `NBD_CMD_WRITE_ZEROES` must not deallocate the range.
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 
-/// Error values of replies (Linux errno numbers, as the protocol fixes them).
+/// Reply error `NBD_EPERM`: operation not permitted (Linux errno numbers, as the protocol fixes
+/// them).
 pub const EPERM: u32 = 1;
+/// Reply error `NBD_EIO`: input/output error.
 pub const EIO: u32 = 5;
+/// Reply error `NBD_ENOMEM`: out of memory.
 pub const ENOMEM: u32 = 12;
+/// Reply error `NBD_EINVAL`: invalid argument.
 pub const EINVAL: u32 = 22;
+/// Reply error `NBD_ENOSPC`: no space left on the device.
 pub const ENOSPC: u32 = 28;
+/// Reply error `NBD_EOVERFLOW`: value too large.
 pub const EOVERFLOW: u32 = 75;
+/// Reply error `NBD_ENOTSUP`: operation not supported.
 pub const ENOTSUP: u32 = 95;
+/// Reply error `NBD_ESHUTDOWN`: the server is shutting down.
 pub const ESHUTDOWN: u32 = 108;
 
 /// The largest request payload served: the protocol's recommended maximum block size.

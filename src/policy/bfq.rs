@@ -53,6 +53,8 @@ pub struct Bfq {
 }
 
 impl Bfq {
+    /// BFQ over `tenants` with the largest budget `max_budget` (bytes), idling up to
+    /// `slice_idle` and expiring a tenant after `timeout` in service (ns).
     pub fn new(tenants: &[TenantSpec], max_budget: u64, slice_idle: Nanos, timeout: Nanos) -> Self {
         Bfq {
             queues: tenants
@@ -74,6 +76,7 @@ impl Bfq {
         }
     }
 
+    /// Builds BFQ from `max_budget_kib`, `slice_idle_ms` and `timeout_ms`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],

@@ -57,6 +57,8 @@ pub struct Cfq {
 }
 
 impl Cfq {
+    /// CFQ over `tenants` with the smallest-weight tenant's slice `base_slice` and
+    /// idling up to `slice_idle` (ns; 0: no idling).
     pub fn new(tenants: &[TenantSpec], base_slice: Nanos, slice_idle: Nanos) -> Self {
         Cfq {
             queues: tenants
@@ -94,6 +96,7 @@ impl Cfq {
         ))
     }
 
+    /// Builds CFQ from `base_slice_ms` and `slice_idle_ms`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
@@ -122,6 +125,7 @@ impl Cfq {
         self.queues[tenant as usize].factor = factor;
     }
 
+    /// The factor a tenant's slice is scaled by (1 unless MoTS changed it).
     pub fn slice_factor(&self, tenant: TenantId) -> f64 {
         self.queues[tenant as usize].factor
     }

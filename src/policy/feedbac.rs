@@ -133,6 +133,7 @@ pub struct ForecastRecord {
     pub predicted: f64,
     /// Credits consumed.
     pub consumed: f64,
+    /// Smoothing factor α, chosen from this period's forecast error.
     pub alpha: f64,
 }
 
@@ -147,6 +148,7 @@ pub struct Holt {
 }
 
 impl Holt {
+    /// A smoother with trend factor `beta`, not yet fed.
     pub fn new(beta: f64) -> Self {
         Holt {
             level: 0.0,
@@ -185,6 +187,7 @@ impl Holt {
         (self.level + self.trend).max(0.0)
     }
 
+    /// The level smoothing factor α chosen at the last observation.
     pub fn alpha(&self) -> f64 {
         self.alpha
     }
@@ -227,6 +230,10 @@ pub struct FeedBac {
 }
 
 impl FeedBac {
+    /// FeedBAC over `tenants` with allocation period `period` (ns), a prediction period
+    /// of `prediction_periods` allocation periods, carry-over bound `carry` (allocations),
+    /// trend factor `beta`, initial forecast `initial_rate` (credits per second) and
+    /// costs per request (`cost_per_io`) or per byte.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         tenants: &[TenantSpec],
@@ -275,6 +282,8 @@ impl FeedBac {
         }
     }
 
+    /// Builds FeedBAC from `period_ms`, `prediction_periods`, `carry`, `beta`,
+    /// `initial_mb_s`, `cost_per_io`, `latency_periods`, `spread` and `headroom`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
@@ -371,6 +380,7 @@ impl FeedBac {
         self.rate
     }
 
+    /// The most recent prediction periods' forecasts, oldest first.
     pub fn forecast_history(&self) -> impl Iterator<Item = &ForecastRecord> {
         self.history.iter()
     }

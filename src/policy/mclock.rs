@@ -31,8 +31,11 @@ use std::collections::VecDeque;
 /// The three tags of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tags {
+    /// Reservation tag `R`, ns of virtual time.
     pub reservation: Nanos,
+    /// Limit tag `L`, ns of virtual time.
     pub limit: Nanos,
+    /// Proportional-share (weight) tag `P`, ns of virtual time.
     pub proportion: Nanos,
 }
 
@@ -63,6 +66,8 @@ fn inverse(rate: f64) -> Nanos {
 }
 
 impl MClock {
+    /// Builds mClock; it takes no parameters (reservations, limits and weights come from
+    /// the tenants).
     pub fn build(
         _params: &mut PolicyParams,
         tenants: &[TenantSpec],
@@ -70,6 +75,7 @@ impl MClock {
         Ok(Box::new(MClock::new(tenants)))
     }
 
+    /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight.
     pub fn new(tenants: &[TenantSpec]) -> Self {
         MClock {
             tenants: tenants.iter().map(Self::tenant).collect(),

@@ -209,14 +209,30 @@ pub trait Policy: Send {
 /// Error building a policy from its configuration.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PolicyError {
+    /// No policy has this name.
     #[error("unknown policy '{name}' (known: {known})")]
-    Unknown { name: String, known: String },
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// Every known policy name, comma-separated.
+        known: String,
+    },
+    /// The configuration gives a parameter the policy does not take.
     #[error("policy '{policy}': unknown parameter '{param}'")]
-    UnknownParam { policy: String, param: String },
+    UnknownParam {
+        /// The policy's name.
+        policy: String,
+        /// The parameter's name.
+        param: String,
+    },
+    /// A parameter has a value of the wrong type or out of range.
     #[error("policy '{policy}': parameter '{param}': {problem}")]
     BadParam {
+        /// The policy's name.
         policy: String,
+        /// The parameter's name.
         param: String,
+        /// What is wrong with the value.
         problem: String,
     },
 }
@@ -331,8 +347,11 @@ pub type PolicyBuilder =
 
 /// One registered policy.
 pub struct PolicyInfo {
+    /// Name a configuration selects it by.
     pub name: &'static str,
+    /// What it does, in one line.
     pub summary: &'static str,
+    /// Builds it from its parameters.
     pub build: PolicyBuilder,
 }
 

@@ -57,6 +57,8 @@ pub struct Mots {
 }
 
 impl Mots {
+    /// MoTS driving `cfq` for `tenants`, with a bandwidth window of `window` ticks, a
+    /// tick every `tick` ns and factors clamped to `[1 / clamp, clamp]`.
     pub fn new(cfq: Cfq, tenants: &[TenantSpec], window: usize, tick: Nanos, clamp: f64) -> Self {
         Mots {
             cfq,
@@ -79,6 +81,8 @@ impl Mots {
         }
     }
 
+    /// Builds MoTS from `bw_s`, `tick_ms`, `clamp` and CFQ's `base_slice_ms` and
+    /// `slice_idle_ms`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],

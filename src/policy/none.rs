@@ -11,6 +11,7 @@ pub struct Fifo {
 }
 
 impl Fifo {
+    /// An empty FIFO; the number of tenants does not matter to it.
     pub fn new(_tenants: usize) -> Self {
         Fifo {
             queue: VecDeque::new(),

@@ -41,6 +41,8 @@ pub struct Sfq {
 }
 
 impl Sfq {
+    /// SFQ(D) over `tenants` with dispatch depth `depth` (0: no limit of its own) and
+    /// a request cost of at least `min_cost` bytes.
     pub fn new(tenants: &[TenantSpec], depth: u32, min_cost: u64) -> Self {
         Sfq {
             flows: tenants
@@ -60,6 +62,7 @@ impl Sfq {
         }
     }
 
+    /// Builds SFQ(D) from `depth` and `min_cost`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],

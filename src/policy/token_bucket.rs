@@ -183,7 +183,9 @@ pub enum SwitchRule {
     Global,
     /// TA3: a switch per tenant, turned on only for tenants above their agreed rate.
     PerTenant {
+        /// How far back arrivals are counted for a tenant's rate, ns.
         window: Nanos,
+        /// A tenant exceeds its rate above `iops × (1 + slack)`.
         slack: f64,
         /// The window is at least this many requests at the agreed rate.
         min_requests: f64,
@@ -214,8 +216,11 @@ struct Tenant {
 /// One switch transition, for the timeline (Fig. 8).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Transition {
+    /// When the switch turned.
     pub time: Nanos,
+    /// Whose switch it is.
     pub tenant: TenantId,
+    /// Whether the switch turned on (the tenant's bucket throttles it).
     pub on: bool,
 }
 

@@ -53,31 +53,43 @@ struct TenantFile {
 /// One tenant of a scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantSetup {
+    /// The tenant's promise (weight, SLO, reservation, limit).
     pub spec: TenantSpec,
     /// Byte offset of the tenant's region on the device.
     pub offset: u64,
     /// Byte size of the region.
     pub size: u64,
+    /// What the tenant sends.
     pub workload: Workload,
 }
 
 /// A loaded, validated scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
+    /// The scenario's name (the file's stem unless given).
     pub name: String,
     /// Which point of a `[sweep]` this is (`size=4k, precondition=aged`); empty without one.
     pub variant: String,
+    /// What it shows.
     pub description: String,
+    /// Every random choice derives from it.
     pub seed: u64,
+    /// Simulated length of each run.
     pub duration: Nanos,
+    /// Start of the measured span.
     pub warmup: Nanos,
+    /// Time-series bin.
     pub interval: Nanos,
+    /// Requests the device holds at once, over all tenants.
     pub queue_depth: u32,
     /// Requests a tenant may have waiting in the engine (held by the policy); a request
     /// beyond it is refused and counted. `None`: unbounded.
     pub queue_limit: Option<u32>,
+    /// The device every run starts from (a fresh copy per policy).
     pub device: DeviceSpec,
+    /// The tenants, in order (their index is their [`crate::types::TenantId`]).
     pub tenants: Vec<TenantSetup>,
+    /// The policies to compare, each run on its own copy of the device.
     pub policies: Vec<PolicyChoice>,
 }
 

@@ -77,6 +77,7 @@ pub enum Cache {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What serves the tenants' requests.
 pub enum BackendKind {
     /// Files or block devices through io_uring.
     File,
@@ -93,40 +94,56 @@ pub enum Storage {
     /// Its own file: byte `x` of the export is byte `x` of the file.
     Own(PathBuf),
     /// Bytes `offset..offset + size` of the shared backend file.
-    Region { offset: u64 },
+    Region {
+        /// Where the export starts in the shared file.
+        offset: u64,
+    },
     /// No storage (null backend).
     Nothing,
 }
 
 #[derive(Debug, Clone, PartialEq)]
+/// One export, checked.
 pub struct TenantConfig {
+    /// The tenant's promise (weight, SLO, reservation, limit); its name is the export name.
     pub spec: TenantSpec,
+    /// Export size in bytes.
     pub size: u64,
+    /// Writes, trims and zeroing are refused.
     pub read_only: bool,
+    /// Where its bytes live.
     pub storage: Storage,
 }
 
 /// A loaded, checked configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
+    /// Unix socket to listen on (mode 0600).
     pub unix: Option<PathBuf>,
+    /// TCP address to listen on.
     pub tcp: Option<String>,
+    /// Requests on the device at once, over all tenants.
     pub queue_depth: u32,
     /// Requests a tenant may have in the engine (queued + in flight) before its
     /// connections stop being read.
     pub queue_limit: u32,
+    /// The scheduler.
     pub policy: PolicyChoice,
+    /// Seconds between the per-tenant lines on stderr (0: quiet); also the report's interval.
     pub interval_s: f64,
     /// Address of the Prometheus `/metrics` HTTP endpoint, if any.
     pub metrics: Option<String>,
     /// How long a SIGTERM drain waits for the policy to release what it holds.
     pub drain_timeout: Nanos,
+    /// What serves the requests.
     pub backend: BackendKind,
+    /// How the file backend uses the page cache.
     pub cache: Cache,
     /// The shared file and its size when tenants are regions of one.
     pub shared: Option<(PathBuf, Option<u64>)>,
     /// The emulated backend's device model and aging seed.
     pub emulated: Option<(DeviceSpec, u64)>,
+    /// The exports, in order (their index is their [`crate::types::TenantId`]).
     pub tenants: Vec<TenantConfig>,
 }
 

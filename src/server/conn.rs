@@ -3,6 +3,9 @@
 //! costs no thread hand-off between socket and device. What the socket side needs to
 //! remember lives here; the decisions (when to read, what to answer) are the engine's.
 
+// io_uring entries point at this connection's buffers; iovecs for sendmsg.
+#![allow(unsafe_code)]
+
 use crate::buffer::IoBuf;
 use crate::nbd::ServerCodec;
 use crate::nbd::proto;
@@ -20,17 +23,22 @@ const MAX_IOV: usize = 1024;
 pub struct Attach {
     /// Number of the connection, for messages.
     pub id: u64,
+    /// The socket, past its handshake.
     pub fd: OwnedFd,
     /// The codec that ran the handshake; it may already hold requests the client sent
     /// right behind its option.
     pub codec: ServerCodec,
+    /// The tenant whose export it selected.
     pub tenant: TenantId,
 }
 
 /// The engine's view of one connection.
 pub struct Conn {
+    /// Connection number (for logs).
     pub id: u64,
+    /// The socket.
     pub fd: OwnedFd,
+    /// The tenant whose export it selected.
     pub tenant: TenantId,
     /// Parses requests; a receive on the ring writes into its
     /// [`ServerCodec::receive_buffer`].
@@ -54,6 +62,7 @@ pub struct Conn {
     iov: Vec<libc::iovec>,
     iov_next: usize,
     msg: Box<libc::msghdr>,
+    /// A send is on the ring.
     pub send_armed: bool,
     /// A send failed: the client is gone, further replies are dropped.
     pub broken: bool,
@@ -62,6 +71,7 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// A connection the engine serves from now on.
     pub fn new(a: Attach) -> Self {
         Conn {
             id: a.id,

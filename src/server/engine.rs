@@ -7,12 +7,15 @@
 //! fewer than `queue_depth` are in flight. Rare messages (a new connection, a reload, the
 //! drain) come on a channel with an eventfd read kept on the ring to wake the loop.
 //!
-//! With `cache = "none"` aligned requests use an `O_DIRECT` descriptor and aligned
-//! buffers; unaligned ones go through a second, buffered descriptor of the same file
-//! (Linux writes back and invalidates the page cache around direct I/O, so both views
-//! stay coherent) instead of a read-modify-write that would have to lock block ranges.
+//! What a request does on the file backend (which ring entry, what a completion means)
+//! is [`super::backend`]'s; admission, dispatch and drain are the [`crate::host`] core
+//! the simulator drives too.
 
-use super::config::{BackendKind, Cache, ServerConfig, Storage};
+// io_uring submissions (buffers outlive their entries) and the eventfd.
+#![allow(unsafe_code)]
+
+use super::backend::{Files, Next, Transfer};
+use super::config::ServerConfig;
 use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
 use crate::buffer::IoBuf;
@@ -20,22 +23,18 @@ use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::host::{Host, Limits, Status};
 use crate::metrics::Recorder;
 use crate::nbd::proto;
-use crate::nbd::{Command, CommandKind, Event};
+use crate::nbd::{Command, Event};
 use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
-use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use io_uring::{IoUring, opcode, types};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::Instant;
 
-/// Alignment of `O_DIRECT` requests and buffers (covers 512 and 4096-byte sectors).
-pub const DIRECT_ALIGN: u64 = 4096;
 /// How often the policy's state is published for `/metrics`.
 const PUBLISH_EVERY: Nanos = 100_000_000;
 /// After the drain deadline, how long replies may still take to reach a client before
@@ -50,11 +49,17 @@ const TAG_MASK: u64 = 3 << 62;
 /// `user_data` of the eventfd read that wakes the loop.
 const WAKE: u64 = u64::MAX;
 
+/// What the accepting side tells the engine.
 pub enum Message {
     /// A connection finished its handshake; the engine serves it from now on.
     Attach(Attach),
     /// A tenant's weight, SLO, reservation or limit changed (configuration reload).
-    Update { tenant: TenantId, spec: TenantSpec },
+    Update {
+        /// Which tenant.
+        tenant: TenantId,
+        /// Its new promise.
+        spec: TenantSpec,
+    },
     /// Finish what was received, sync every file, and stop.
     Drain,
 }
@@ -74,6 +79,7 @@ impl EngineHandle {
         sent
     }
 
+    /// Stops receiving: what was received is served, then the engine returns.
     pub fn drain(&self) {
         let _ = self.tx.send(Message::Drain);
         self.poke();
@@ -94,158 +100,29 @@ impl EngineHandle {
 }
 
 /// A request from a connection.
-#[derive(Debug)]
+/// Who is waiting for a request's reply.
+#[derive(Debug, Clone, Copy)]
 struct Submission {
     tenant: TenantId,
     /// Slot of the connection in the engine.
     conn: usize,
     handle: u64,
-    offset: u64,
-    len: u32,
-    kind: CommandKind,
 }
 
-/// Where a tenant's requests go.
-#[derive(Debug, Clone, Copy)]
-struct Target {
-    buffered: RawFd,
-    direct: Option<RawFd>,
-    base: u64,
-}
-
-/// The stage a request on the backend is in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Stage {
-    Transfer,
-    /// Zeroing by writing zeroes (the file system cannot zero a range).
-    ZeroWrite,
-    /// The `fdatasync` after a FUA trim or zeroing.
-    Sync,
-}
-
+/// A request the host holds or the backend serves.
 struct Live {
     sub: Submission,
     request: Request,
     /// When the policy dispatched it (`None`: still held by the policy).
     start: Option<Nanos>,
-    /// A read's data, or the zeroes a zeroing write writes.
-    buf: Option<IoBuf>,
-    done: u32,
-    stage: Stage,
-    direct: bool,
+    /// Its I/O on the backend.
+    io: Transfer,
     /// Emulated backend: when the device model finishes the request (`None` while a
     /// deferring model has not decided yet).
     model_finish: Option<Nanos>,
     /// Emulated backend: the reply's error once the data I/O is done, while the model's
     /// finish time is still ahead.
     io_result: Option<u32>,
-}
-
-/// Opens every tenant's storage as the configuration says.
-pub struct Files {
-    files: Vec<File>,
-    targets: Vec<Option<Target>>,
-}
-
-impl Files {
-    pub fn open(config: &ServerConfig) -> anyhow::Result<Files> {
-        let mut files = Vec::new();
-        let mut targets = Vec::new();
-        let direct = config.cache == Cache::None;
-        let mut open_pair = |path: &std::path::Path,
-                             size: u64|
-         -> anyhow::Result<(RawFd, Option<RawFd>)> {
-            let f = open_sized(path, size)?;
-            let buffered = f.as_raw_fd();
-            files.push(f);
-            let d = if direct {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(path)
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "{}: cache = \"none\" needs O_DIRECT, which failed: {e} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")",
-                            path.display()
-                        )
-                    })?;
-                let fd = f.as_raw_fd();
-                files.push(f);
-                Some(fd)
-            } else {
-                None
-            };
-            Ok((buffered, d))
-        };
-        let shared = match (&config.shared, config.backend) {
-            (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
-                let need = config
-                    .tenants
-                    .iter()
-                    .filter_map(|t| match t.storage {
-                        Storage::Region { offset } => Some(offset + t.size),
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(0)
-                    .max(size.unwrap_or(0));
-                Some(open_pair(path, need)?)
-            }
-            _ => None,
-        };
-        for t in &config.tenants {
-            targets.push(match &t.storage {
-                Storage::Nothing => None,
-                Storage::Own(path) => {
-                    let (buffered, direct) = open_pair(path, t.size)?;
-                    Some(Target {
-                        buffered,
-                        direct,
-                        base: 0,
-                    })
-                }
-                Storage::Region { offset } => {
-                    let (buffered, direct) = shared.expect("checked by the config");
-                    Some(Target {
-                        buffered,
-                        direct,
-                        base: *offset,
-                    })
-                }
-            });
-        }
-        Ok(Files { files, targets })
-    }
-}
-
-/// Opens (creating a sparse file when missing) and makes sure it holds `size` bytes:
-/// a regular file smaller than that is grown, a block device must be large enough.
-fn open_sized(path: &std::path::Path, size: u64) -> anyhow::Result<File> {
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
-    let meta = f.metadata()?;
-    let len = if meta.file_type().is_block_device() {
-        f.seek(SeekFrom::End(0))?
-    } else {
-        meta.len()
-    };
-    if len < size {
-        if meta.file_type().is_block_device() {
-            anyhow::bail!(
-                "{}: the device holds {len} bytes, fewer than the {size} configured",
-                path.display()
-            );
-        }
-        f.set_len(size)
-            .map_err(|e| anyhow::anyhow!("{}: cannot grow to {size} bytes: {e}", path.display()))?;
-    }
-    Ok(f)
 }
 
 /// The receiving side of the engine's channel.
@@ -311,6 +188,7 @@ pub fn run(
         ring: new_ring(config.queue_depth)?,
         wake_buf: Box::new([0; 8]),
         wake,
+        wake_armed: false,
         config,
         files,
         host: Host::new(policy, (stats, recorder), limits, config.tenants.len()),
@@ -326,14 +204,8 @@ pub fn run(
         model_done: Vec::new(),
     };
     engine.run(&rx)?;
-    for f in &engine.files.files {
-        // SAFETY: plain syscall on an open descriptor.
-        if unsafe { libc::fdatasync(f.as_raw_fd()) } != 0 {
-            eprintln!(
-                "ioshare: final sync failed: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(e) = engine.files.sync_all() {
+        eprintln!("ioshare: final sync failed: {e}");
     }
     let end = engine.now();
     let device = engine.model.as_ref().map(|m| m.stats()).unwrap_or_default();
@@ -372,6 +244,8 @@ struct Engine<'a> {
     ring: IoUring,
     wake_buf: Box<[u8; 8]>,
     wake: Arc<File>,
+    /// The eventfd read is on the ring.
+    wake_armed: bool,
     config: &'a ServerConfig,
     files: Files,
     /// Admission, dispatch, drain and recording: the same core the simulator drives.
@@ -402,19 +276,9 @@ impl Engine<'_> {
     }
 
     fn run(&mut self, rx: &Receiver<Message>) -> anyhow::Result<()> {
-        let mut wake_armed = false;
         let mut last_publish: Option<Nanos> = None;
         loop {
-            loop {
-                match rx.try_recv() {
-                    Ok(message) => self.on_message(message)?,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        self.start_drain();
-                        break;
-                    }
-                }
-            }
+            self.take_messages(rx)?;
             self.check_deadlines();
             let now = self.now();
             if last_publish.is_none_or(|at| now >= at + PUBLISH_EVERY) {
@@ -425,21 +289,6 @@ impl Engine<'_> {
             self.dispatch()?;
             self.flush_replies()?;
             self.close_finished();
-            let model_next = self.model.as_ref().and_then(|m| m.next_event());
-            let next_due = self.due.peek().map(|Reverse((at, _))| *at);
-            // After the drain deadline, replies still being sent get a grace period.
-            let send_grace = self.host.deadline().filter(|_| {
-                self.host.stopped() && self.conns.iter().flatten().any(|c| c.send_armed)
-            });
-            let wait_until = [
-                self.host.next_alarm(),
-                send_grace.map(|d| d + SEND_GRACE),
-                model_next,
-                next_due,
-            ]
-            .into_iter()
-            .flatten()
-            .min();
             if self.host.deadline().is_some()
                 && self.live.is_empty()
                 && self.finished.is_empty()
@@ -447,61 +296,8 @@ impl Engine<'_> {
             {
                 return Ok(());
             }
-            if !wake_armed {
-                let e = opcode::Read::new(
-                    types::Fd(self.wake.as_raw_fd()),
-                    self.wake_buf.as_mut_ptr(),
-                    8,
-                )
-                .build()
-                .user_data(WAKE);
-                push(&mut self.ring, e)?;
-                wake_armed = true;
-            }
-            // Wait for a completion, a message (the eventfd) or the policy's time.
-            if self.finished.is_empty() {
-                let wait = wait_until.map(|at| at.saturating_sub(self.now()));
-                let submitted = match wait {
-                    Some(0) => self.ring.submit(),
-                    Some(ns) => {
-                        let ts = types::Timespec::new()
-                            .sec(ns / 1_000_000_000)
-                            .nsec((ns % 1_000_000_000) as u32);
-                        self.ring
-                            .submitter()
-                            .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-                    }
-                    None => self.ring.submit_and_wait(1),
-                };
-                match submitted {
-                    Ok(_) => {}
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                        ) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                self.ring.submit()?;
-            }
-            // Copied out first: handling one may push to the ring.
-            let mut cqes = std::mem::take(&mut self.cqes);
-            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
-            for &(user_data, result) in &cqes {
-                match user_data {
-                    WAKE => wake_armed = false,
-                    u if u & TAG_MASK == TAG_RECV => {
-                        self.received((u & !TAG_MASK) as usize, result)?
-                    }
-                    u if u & TAG_MASK == TAG_SEND => {
-                        self.on_sent((u & !TAG_MASK) as usize, result)?
-                    }
-                    id => self.finished.push((id, result)),
-                }
-            }
-            cqes.clear();
-            self.cqes = cqes;
+            self.wait(self.wake_at())?;
+            self.take_completions()?;
             self.reap()?;
             self.emulate();
             // Requests answered made room under `queue_limit`: read what waited.
@@ -514,6 +310,105 @@ impl Engine<'_> {
                 }
             }
         }
+    }
+
+    /// Handles every message waiting on the channel; a closed channel drains.
+    fn take_messages(&mut self, rx: &Receiver<Message>) -> anyhow::Result<()> {
+        loop {
+            match rx.try_recv() {
+                Ok(message) => self.on_message(message)?,
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => {
+                    self.start_drain();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// When the loop must run again even if nothing completes: the host's alarm, the
+    /// emulated device's next decision or answer, the end of the send grace.
+    fn wake_at(&self) -> Option<Nanos> {
+        let model_next = self.model.as_ref().and_then(|m| m.next_event());
+        let next_due = self.due.peek().map(|Reverse((at, _))| *at);
+        // After the drain deadline, replies still being sent get a grace period.
+        let send_grace = self
+            .host
+            .deadline()
+            .filter(|_| self.host.stopped() && self.conns.iter().flatten().any(|c| c.send_armed));
+        [
+            self.host.next_alarm(),
+            send_grace.map(|d| d + SEND_GRACE),
+            model_next,
+            next_due,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Submits what is queued on the ring and waits for a completion, a message (the
+    /// eventfd) or `until`; does not wait when completions are already waiting to be
+    /// handled.
+    fn wait(&mut self, until: Option<Nanos>) -> anyhow::Result<()> {
+        if !self.wake_armed {
+            let e = opcode::Read::new(
+                types::Fd(self.wake.as_raw_fd()),
+                self.wake_buf.as_mut_ptr(),
+                8,
+            )
+            .build()
+            .user_data(WAKE);
+            push(&mut self.ring, e)?;
+            self.wake_armed = true;
+        }
+        if !self.finished.is_empty() {
+            self.ring.submit()?;
+            return Ok(());
+        }
+        let submitted = match until.map(|at| at.saturating_sub(self.now())) {
+            Some(0) => self.ring.submit(),
+            Some(ns) => {
+                let ts = types::Timespec::new()
+                    .sec(ns / 1_000_000_000)
+                    .nsec((ns % 1_000_000_000) as u32);
+                self.ring
+                    .submitter()
+                    .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+            }
+            None => self.ring.submit_and_wait(1),
+        };
+        match submitted {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Takes the ring's completions: sockets are handled now, backend completions are
+    /// queued for [`Engine::reap`].
+    fn take_completions(&mut self) -> anyhow::Result<()> {
+        // Copied out first: handling one may push to the ring.
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(user_data, result) in &cqes {
+            match user_data {
+                WAKE => self.wake_armed = false,
+                u if u & TAG_MASK == TAG_RECV => self.received((u & !TAG_MASK) as usize, result)?,
+                u if u & TAG_MASK == TAG_SEND => self.on_sent((u & !TAG_MASK) as usize, result)?,
+                id => self.finished.push((id, result)),
+            }
+        }
+        cqes.clear();
+        self.cqes = cqes;
+        Ok(())
     }
 
     fn on_message(&mut self, message: Message) -> anyhow::Result<()> {
@@ -700,23 +595,16 @@ impl Engine<'_> {
             tenant,
             conn: slot,
             handle: command.handle,
-            offset: command.offset,
-            len: command.len,
-            kind: command.kind,
         };
+        let io = Transfer::new(command.kind, command.offset, command.len);
         let t = self.now();
         self.next_id += 1;
         let request = Request {
             id: self.next_id,
             tenant,
-            op: match sub.kind {
-                CommandKind::Read => Op::Read,
-                CommandKind::Write { .. } | CommandKind::WriteZeroes { .. } => Op::Write,
-                CommandKind::Flush => Op::Flush,
-                CommandKind::Trim { .. } => Op::Trim,
-            },
-            offset: self.files.targets[tenant as usize].map_or(0, |x| x.base) + sub.offset,
-            len: sub.len,
+            op: io.op(),
+            offset: self.files.target(tenant as usize).map_or(0, |x| x.base) + io.offset(),
+            len: io.len(),
             arrival: t,
         };
         match self.host.admit(request, t) {
@@ -725,10 +613,7 @@ impl Engine<'_> {
                     sub,
                     request,
                     start: None,
-                    buf: None,
-                    done: 0,
-                    stage: Stage::Transfer,
-                    direct: false,
+                    io,
                     model_finish: None,
                     io_result: None,
                 };
@@ -760,9 +645,9 @@ impl Engine<'_> {
                     Submitted::Queued => None,
                 };
             }
-            match self.files.targets[r.tenant as usize] {
-                None => self.finished.push((r.id, null_result(l))),
-                Some(target) => start(&mut self.ring, target, r.id, l)?,
+            match self.files.target(r.tenant as usize) {
+                None => self.finished.push((r.id, l.io.null_result())),
+                Some(target) => push(&mut self.ring, l.io.entry(target).user_data(r.id))?,
             }
         }
     }
@@ -774,9 +659,12 @@ impl Engine<'_> {
                 .live
                 .get_mut(&id)
                 .expect("completion of a known request");
-            let target = self.files.targets[l.sub.tenant as usize];
-            match step(l, result) {
-                Next::Again => start(&mut self.ring, target.expect("file request"), id, l)?,
+            let target = self.files.target(l.sub.tenant as usize);
+            match l.io.step(result) {
+                Next::Again => {
+                    let target = target.expect("only file requests go again");
+                    push(&mut self.ring, l.io.entry(target).user_data(id))?
+                }
                 Next::Done(error) if self.model.is_some() => {
                     // The data is there; the reply waits for the model's finish time.
                     l.io_result = Some(error);
@@ -836,8 +724,8 @@ impl Engine<'_> {
             Status::Failed
         };
         self.host.complete(&c, status, t);
-        let data = if l.request.op == Op::Read && error == 0 {
-            l.buf
+        let data = if error == 0 {
+            l.io.into_read_data()
         } else {
             None
         };
@@ -853,19 +741,6 @@ impl Engine<'_> {
     }
 }
 
-/// The null backend: reads return zeroes, everything succeeds at once (the result a
-/// completion of the whole length would carry).
-fn null_result(l: &mut Live) -> i32 {
-    match l.sub.kind {
-        CommandKind::Read => {
-            l.buf = Some(IoBuf::zeroed(l.sub.len as usize));
-            l.sub.len as i32
-        }
-        CommandKind::Write { .. } => l.sub.len as i32,
-        _ => 0,
-    }
-}
-
 fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
     // SAFETY: every buffer an entry points to lives until its completion has been
     // reaped: in `Live` (request data), in the connection's `Conn` (its codec's receive
@@ -875,152 +750,4 @@ fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
         ring.submit()?;
     }
     Ok(())
-}
-
-/// Queues the next part of a request on the ring.
-fn start(ring: &mut IoUring, target: Target, id: u64, l: &mut Live) -> anyhow::Result<()> {
-    let sub = &l.sub;
-    let len = sub.len;
-    if l.buf.is_none() && l.stage == Stage::Transfer {
-        let aligned = sub.offset.is_multiple_of(DIRECT_ALIGN)
-            && target.base.is_multiple_of(DIRECT_ALIGN)
-            && (len as u64).is_multiple_of(DIRECT_ALIGN);
-        l.direct = target.direct.is_some() && aligned;
-        // Buffers are aligned, so a write goes out from its payload as received.
-        if matches!(sub.kind, CommandKind::Read) {
-            l.buf = Some(IoBuf::for_overwrite(len as usize));
-        }
-    }
-    let fd = types::Fd(if l.direct {
-        target.direct.expect("direct")
-    } else {
-        target.buffered
-    });
-    let at = target.base + sub.offset + l.done as u64;
-    let rest = len - l.done;
-    let dsync = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
-    let e = match (&l.stage, &sub.kind) {
-        (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => {
-            opcode::Fsync::new(types::Fd(target.buffered))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-        }
-        (Stage::Transfer, CommandKind::Read) => {
-            let buf = l.buf.as_mut().expect("read buffer");
-            let ptr = buf[l.done as usize..].as_mut_ptr();
-            opcode::Read::new(fd, ptr, rest).offset(at).build()
-        }
-        (Stage::Transfer, CommandKind::Write { data, fua }) => {
-            let ptr = data[l.done as usize..].as_ptr();
-            opcode::Write::new(fd, ptr, rest)
-                .offset(at)
-                .rw_flags(dsync(*fua))
-                .build()
-        }
-        (Stage::Transfer, CommandKind::Trim { .. }) => {
-            opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
-                .offset(at)
-                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
-                .build()
-        }
-        (Stage::Transfer, CommandKind::WriteZeroes { .. }) => {
-            opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
-                .offset(at)
-                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
-                .build()
-        }
-        (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
-            let buf = l.buf.get_or_insert_with(|| IoBuf::zeroed(len as usize));
-            let ptr = buf[l.done as usize..].as_ptr();
-            opcode::Write::new(types::Fd(target.buffered), ptr, rest)
-                .offset(at)
-                .rw_flags(dsync(*fua))
-                .build()
-        }
-        (Stage::ZeroWrite, _) => unreachable!("only zeroing writes zeroes"),
-    };
-    push(ring, e.user_data(id))
-}
-
-enum Next {
-    Again,
-    Done(u32),
-}
-
-/// What a completion means for the request: more to do, or its reply's error value.
-fn step(l: &mut Live, result: i32) -> Next {
-    let len = l.sub.len;
-    if result < 0 {
-        let errno = -result;
-        return match (&l.stage, &l.sub.kind) {
-            // Discarding is advisory: a file system that cannot punch holes keeps data.
-            (Stage::Transfer, CommandKind::Trim { fua }) if is_unsupported(errno) => {
-                after_range(l, *fua)
-            }
-            (Stage::Transfer, CommandKind::WriteZeroes { .. }) if is_unsupported(errno) => {
-                l.stage = Stage::ZeroWrite;
-                l.done = 0;
-                Next::Again
-            }
-            _ => Next::Done(nbd_error(errno)),
-        };
-    }
-    let n = result as u32;
-    match (&l.stage, &l.sub.kind) {
-        (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => Next::Done(0),
-        (Stage::Transfer, CommandKind::Read) => {
-            if n == 0 {
-                // Past the end of a file: the rest reads as zeroes.
-                let done = l.done as usize;
-                l.buf.as_mut().expect("read buffer")[done..].fill(0);
-                return Next::Done(0);
-            }
-            l.done += n;
-            if l.done < len {
-                Next::Again
-            } else {
-                Next::Done(0)
-            }
-        }
-        (Stage::Transfer, CommandKind::Write { .. }) | (Stage::ZeroWrite, _) => {
-            if n == 0 {
-                return Next::Done(proto::EIO);
-            }
-            l.done += n;
-            if l.done < len {
-                Next::Again
-            } else {
-                Next::Done(0)
-            }
-        }
-        (Stage::Transfer, CommandKind::Trim { fua })
-        | (Stage::Transfer, CommandKind::WriteZeroes { fua }) => after_range(l, *fua),
-    }
-}
-
-/// A trim or zeroing is done; with FUA it is followed by a sync.
-fn after_range(l: &mut Live, fua: bool) -> Next {
-    if fua {
-        l.stage = Stage::Sync;
-        Next::Again
-    } else {
-        Next::Done(0)
-    }
-}
-
-fn is_unsupported(errno: i32) -> bool {
-    errno == libc::EOPNOTSUPP || errno == libc::EINVAL || errno == libc::ENOSYS
-}
-
-/// The NBD error value for an errno (the protocol allows a few).
-fn nbd_error(errno: i32) -> u32 {
-    match errno {
-        libc::EPERM | libc::EROFS | libc::EACCES => proto::EPERM,
-        libc::ENOMEM => proto::ENOMEM,
-        libc::EINVAL => proto::EINVAL,
-        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => proto::ENOSPC,
-        libc::EOVERFLOW => proto::EOVERFLOW,
-        libc::EOPNOTSUPP => proto::ENOTSUP,
-        _ => proto::EIO,
-    }
 }

@@ -11,10 +11,14 @@
 //! reservations and limits (and `interval_s`) to the running policy. Anything else
 //! that changed needs a restart; the reload says what and applies nothing.
 
+// Signal handlers that only store to atomics, and poll on the listeners.
+#![allow(unsafe_code)]
+
+pub mod backend;
 pub mod config;
 pub mod conn;
 pub mod engine;
-pub mod metrics;
+pub mod prometheus;
 pub mod stats;
 
 use crate::metrics::Recorder;
@@ -109,7 +113,7 @@ pub fn serve(
     let specs = config.specs();
     let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
         .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
-    let files = engine::Files::open(&config)?;
+    let files = backend::Files::open(&config)?;
     let model = config.emulated.as_ref().map(|(device, seed)| {
         let t = Instant::now();
         let model = device.build(*seed);
@@ -120,44 +124,23 @@ pub fn serve(
         );
         model
     });
-    let exports: Arc<Vec<ExportInfo>> = Arc::new(
-        config
-            .tenants
-            .iter()
-            .map(|t| ExportInfo {
-                name: t.spec.name.clone(),
-                size: t.size,
-                read_only: t.read_only,
-            })
-            .collect(),
-    );
-    let unix = match &config.unix {
-        Some(path) => Some(bind_unix(path)?),
-        None => None,
-    };
-    let tcp = match &config.tcp {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .map_err(|e| anyhow::anyhow!("server.tcp: cannot listen on {addr}: {e}"))?,
-        ),
-        None => None,
-    };
-    // SAFETY: installing a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
-    }
     let stats = Arc::new(LiveStats::new(
         &specs
             .iter()
             .map(|s| (s.name.clone(), s.weight))
             .collect::<Vec<_>>(),
     ));
+    let listeners = Listeners::bind(&config)?;
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
     let metrics_at = match &config.metrics {
-        Some(addr) => Some(metrics::spawn(
+        Some(addr) => Some(prometheus::spawn(
             addr,
-            metrics::MetricsSource {
+            prometheus::MetricsSource {
                 stats: stats.clone(),
                 policy: config.policy.label.clone(),
             },
@@ -177,72 +160,178 @@ pub fn serve(
                 engine::run(&config, files, policy, model, inbox, stats, clock, recorder)
             })?
     };
-    let mut listening = Vec::new();
-    if let Some(p) = &config.unix {
-        listening.push(format!("unix:{}", p.display()));
-    }
-    if let Some(l) = &tcp {
-        listening.push(format!("tcp:{}", l.local_addr()?));
-    }
     if let Some(a) = metrics_at {
         eprintln!("ioshare: metrics on http://{a}/metrics");
     }
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
-        exports.len(),
-        listening.join(", "),
+        config.tenants.len(),
+        listeners.describe(&config)?,
         config.policy.label,
         config.queue_depth
+    );
+    let registry =
+        accept_until_stopped(&mut config, source.as_deref(), &listeners, &handle, &stats);
+    eprintln!("ioshare: stopping: serving what was received, then syncing");
+    drop(listeners);
+    if let Some(p) = &config.unix {
+        let _ = std::fs::remove_file(p);
+    }
+    for s in registry.lock().expect("registry").values() {
+        s.shutdown(Shutdown::Read);
+    }
+    handle.drain();
+    drop(handle);
+    let outcome = engine_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
+    summarize(&config, &stats, outcome, out.as_deref(), clock)
+}
+
+/// The closing lines per tenant, and with `--out` the run's report.
+fn summarize(
+    config: &ServerConfig,
+    stats: &LiveStats,
+    outcome: engine::Outcome,
+    out: Option<&std::path::Path>,
+    clock: Instant,
+) -> anyhow::Result<()> {
+    for t in &stats.snapshot() {
+        eprintln!(
+            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused",
+            t.name,
+            t.completed,
+            crate::units::format_bytes(t.read_bytes),
+            crate::units::format_bytes(t.written_bytes),
+            t.errors,
+            t.refused
+        );
+    }
+    if let Some(dir) = out {
+        let result = live_result(config, outcome, clock.elapsed().as_secs_f64());
+        print!("{}", crate::report::table(&result));
+        crate::report::write_all(&result, dir)?;
+        eprintln!(
+            "ioshare: report written to {}/ (results.json, timeseries.csv, report.html)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The sockets clients connect to.
+struct Listeners {
+    unix: Option<UnixListener>,
+    tcp: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Listens where the configuration says; non-blocking, so one poll serves both.
+    fn bind(config: &ServerConfig) -> anyhow::Result<Listeners> {
+        let unix = match &config.unix {
+            Some(path) => Some(bind_unix(path)?),
+            None => None,
+        };
+        let tcp = match &config.tcp {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .map_err(|e| anyhow::anyhow!("server.tcp: cannot listen on {addr}: {e}"))?,
+            ),
+            None => None,
+        };
+        if let Some(l) = &unix {
+            l.set_nonblocking(true)?;
+        }
+        if let Some(l) = &tcp {
+            l.set_nonblocking(true)?;
+        }
+        Ok(Listeners { unix, tcp })
+    }
+
+    fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> {
+        [
+            self.unix.as_ref().map(|l| l.as_raw_fd()),
+            self.tcp.as_ref().map(|l| l.as_raw_fd()),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// `unix:PATH, tcp:ADDR` for the start-up line.
+    fn describe(&self, config: &ServerConfig) -> anyhow::Result<String> {
+        let mut listening = Vec::new();
+        if let Some(p) = &config.unix {
+            listening.push(format!("unix:{}", p.display()));
+        }
+        if let Some(l) = &self.tcp {
+            listening.push(format!("tcp:{}", l.local_addr()?));
+        }
+        Ok(listening.join(", "))
+    }
+
+    /// Waits up to `timeout_ms` for a connection, then hands every waiting one to `on`.
+    fn accept(&self, timeout_ms: i32, mut on: impl FnMut(Stream)) {
+        let mut fds: Vec<libc::pollfd> = self
+            .fds()
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if let Some(l) = &self.unix {
+            while let Ok((s, _)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                on(Stream::Unix(s));
+            }
+        }
+        if let Some(l) = &self.tcp {
+            while let Ok((s, _)) = l.accept() {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_nodelay(true);
+                on(Stream::Tcp(s));
+            }
+        }
+    }
+}
+
+/// Accepts connections (each handshakes on a thread of its own), reloads on SIGHUP and
+/// prints the per-tenant line, until SIGTERM/SIGINT. Returns the connections still
+/// handshaking.
+fn accept_until_stopped(
+    config: &mut ServerConfig,
+    source: Option<&std::path::Path>,
+    listeners: &Listeners,
+    handle: &EngineHandle,
+    stats: &LiveStats,
+) -> Registry {
+    let exports: Arc<Vec<ExportInfo>> = Arc::new(
+        config
+            .tenants
+            .iter()
+            .map(|t| ExportInfo {
+                name: t.spec.name.clone(),
+                size: t.size,
+                read_only: t.read_only,
+            })
+            .collect(),
     );
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
     let mut next_conn = 0u64;
     let mut last = (Instant::now(), stats.snapshot());
-    for l in [
-        unix.as_ref().map(|l| l.as_raw_fd()),
-        tcp.as_ref().map(|l| l.as_raw_fd()),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        // SAFETY: plain fcntl on an open descriptor.
-        unsafe { libc::fcntl(l, libc::F_SETFL, libc::O_NONBLOCK) };
-    }
     while !STOP.load(Ordering::SeqCst) {
         if RELOAD.swap(false, Ordering::SeqCst) {
-            match &source {
-                Some(path) => reload(&mut config, path, &handle),
+            match source {
+                Some(path) => reload(config, path, handle),
                 None => eprintln!("ioshare: SIGHUP: no configuration file to reload"),
             }
         }
-        let mut fds: Vec<libc::pollfd> = [
-            unix.as_ref().map(|l| l.as_raw_fd()),
-            tcp.as_ref().map(|l| l.as_raw_fd()),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
-        if let Some(l) = &unix {
-            while let Ok((s, _)) = l.accept() {
-                let _ = s.set_nonblocking(false);
-                next_conn += 1;
-                spawn_connection(Stream::Unix(s), next_conn, &exports, &handle, &registry);
-            }
-        }
-        if let Some(l) = &tcp {
-            while let Ok((s, _)) = l.accept() {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_nodelay(true);
-                next_conn += 1;
-                spawn_connection(Stream::Tcp(s), next_conn, &exports, &handle, &registry);
-            }
-        }
+        listeners.accept(200, |stream| {
+            next_conn += 1;
+            spawn_connection(stream, next_conn, &exports, handle, &registry);
+        });
         if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
             let now = stats.snapshot();
             let secs = last.0.elapsed().as_secs_f64();
@@ -258,42 +347,7 @@ pub fn serve(
             last = (Instant::now(), now);
         }
     }
-    eprintln!("ioshare: stopping: serving what was received, then syncing");
-    drop(unix);
-    drop(tcp);
-    if let Some(p) = &config.unix {
-        let _ = std::fs::remove_file(p);
-    }
-    for s in registry.lock().expect("registry").values() {
-        s.shutdown(Shutdown::Read);
-    }
-    handle.drain();
-    drop(handle);
-    let outcome = engine_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
-    let end = stats.snapshot();
-    for t in &end {
-        eprintln!(
-            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused",
-            t.name,
-            t.completed,
-            crate::units::format_bytes(t.read_bytes),
-            crate::units::format_bytes(t.written_bytes),
-            t.errors,
-            t.refused
-        );
-    }
-    if let Some(dir) = &out {
-        let result = live_result(&config, outcome, clock.elapsed().as_secs_f64());
-        print!("{}", crate::report::table(&result));
-        crate::report::write_all(&result, dir)?;
-        eprintln!(
-            "ioshare: report written to {}/ (results.json, timeseries.csv, report.html)",
-            dir.display()
-        );
-    }
-    Ok(())
+    registry
 }
 
 /// The report's interval: the terminal line's, or a second when that is off.

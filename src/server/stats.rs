@@ -29,25 +29,35 @@ pub const LATENCY_BUCKETS_NS: [Nanos; 17] = [
 ];
 
 #[derive(Debug, Clone)]
+/// What one tenant got so far on the live server.
 pub struct TenantCounters {
+    /// Export name.
     pub name: String,
+    /// Weight now (a reload may change it).
     pub weight: f64,
+    /// Requests offered to the host.
     pub arrived: u64,
+    /// Requests the backend finished (failed ones included).
     pub completed: u64,
+    /// Requests the backend failed.
     pub errors: u64,
+    /// Requests refused at admission (queue full, or the policy could not meet their `rt`).
     pub refused: u64,
     /// Requests the policy sent to the backend.
     pub dispatched: u64,
     /// Requests answered with an error at shutdown because the drain deadline passed
     /// while the policy still held them.
     pub cancelled: u64,
+    /// Bytes read by successful requests.
     pub read_bytes: u64,
+    /// Bytes written by successful requests.
     pub written_bytes: u64,
-    /// Latency of successful completions, µs.
+    /// Latency of successful completions, nanoseconds ([`crate::metrics::latency_histogram`]).
     pub latency: Histogram<u64>,
     /// The same latencies counted exactly into [`LATENCY_BUCKETS_NS`] (non-cumulative;
     /// the last slot holds what is above every bound), and their sum.
     pub latency_buckets: [u64; LATENCY_BUCKETS_NS.len() + 1],
+    /// Sum of the latencies in `latency_buckets`, nanoseconds.
     pub latency_sum_ns: u128,
 }
 
@@ -72,6 +82,7 @@ pub struct LiveStats {
 }
 
 impl LiveStats {
+    /// Counters for tenants given as (name, weight).
     pub fn new(tenants: &[(String, f64)]) -> Self {
         LiveStats {
             tenants: Mutex::new(
@@ -88,8 +99,7 @@ impl LiveStats {
                         cancelled: 0,
                         read_bytes: 0,
                         written_bytes: 0,
-                        latency: Histogram::new_with_bounds(1, 60_000_000, 2)
-                            .expect("histogram bounds"),
+                        latency: crate::metrics::latency_histogram(),
                         latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
                         latency_sum_ns: 0,
                     })
@@ -99,34 +109,42 @@ impl LiveStats {
         }
     }
 
+    /// A request of `tenant` went to the backend.
     pub fn dispatched(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].dispatched += 1;
     }
 
+    /// A request of `tenant` was answered `ESHUTDOWN` (the drain deadline passed).
     pub fn cancelled(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].cancelled += 1;
     }
 
+    /// A reload changed `tenant`'s weight.
     pub fn set_weight(&self, tenant: TenantId, weight: f64) {
         self.tenants.lock().expect("stats lock")[tenant as usize].weight = weight;
     }
 
+    /// The policy's state as of now, for `/metrics`.
     pub fn publish_policy(&self, gauges: Vec<Gauge>) {
         *self.policy.lock().expect("stats lock") = gauges;
     }
 
+    /// The policy's state as last published.
     pub fn policy_gauges(&self) -> Vec<Gauge> {
         self.policy.lock().expect("stats lock").clone()
     }
 
+    /// A request of `tenant` was offered to the host.
     pub fn arrived(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].arrived += 1;
     }
 
+    /// A request of `tenant` was refused at admission.
     pub fn refused(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].refused += 1;
     }
 
+    /// A request finished on the backend; `ok`: it succeeded (its bytes and latency count).
     pub fn completed(&self, c: &Completion, ok: bool) {
         let mut all = self.tenants.lock().expect("stats lock");
         let t = &mut all[c.request.tenant as usize];
@@ -141,7 +159,7 @@ impl LiveStats {
             Op::Flush | Op::Trim => {}
         }
         let latency = c.latency();
-        t.latency.saturating_record((latency / 1000).max(1));
+        t.latency.saturating_record(latency.max(1));
         t.latency_buckets[LATENCY_BUCKETS_NS.partition_point(|&b| b < latency)] += 1;
         t.latency_sum_ns += latency as u128;
     }
@@ -203,7 +221,7 @@ pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f
                 n.name,
                 bytes as f64 / secs / 1e6,
                 ios as f64 / secs,
-                n.latency.value_at_quantile(0.99),
+                n.latency.value_at_quantile(0.99) / 1000,
                 share,
                 ideal,
                 n.errors,

@@ -20,7 +20,9 @@ pub enum Pattern {
     Write,
     /// Sequential mixed reads and writes (`read_mix` of them reads).
     Rw,
+    /// Random reads.
     RandRead,
+    /// Random writes.
     RandWrite,
     /// Random mixed reads and writes (`read_mix` of them reads).
     RandRw,
@@ -42,6 +44,7 @@ impl Pattern {
 pub struct WorkloadTable {
     /// A named stand-in (`fileserver`, `varmail`, ...) whose mix and size become defaults.
     pub standin: Option<String>,
+    /// Access pattern (fio's `rw=`).
     pub pattern: Option<Pattern>,
     /// Fraction of reads for `rw` and `randrw` (0..=1).
     pub read_mix: Option<f64>,
@@ -70,23 +73,30 @@ pub struct WorkloadTable {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum WorkloadConfig {
+    /// A stand-in's name, with its defaults.
     Named(String),
+    /// A workload table.
     Table(WorkloadTable),
 }
 
 /// How request sizes are drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizeDist {
+    /// Every request this many bytes.
     Fixed(u32),
     /// Uniform over multiples of `align` in `[min, max]`; mean (min + max) / 2.
     Uniform {
+        /// Smallest size, bytes.
         min: u32,
+        /// Largest size, bytes.
         max: u32,
+        /// Step between sizes, bytes.
         align: u32,
     },
 }
 
 impl SizeDist {
+    /// Mean request size in bytes.
     pub fn mean(&self) -> f64 {
         match *self {
             SizeDist::Fixed(s) => s as f64,
@@ -94,6 +104,7 @@ impl SizeDist {
         }
     }
 
+    /// Largest request size in bytes.
     pub fn max(&self) -> u32 {
         match *self {
             SizeDist::Fixed(s) => s,
@@ -117,10 +128,15 @@ pub enum RateProcess {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrivals {
     /// Keep `iodepth` requests outstanding.
-    Closed { iodepth: u32 },
+    Closed {
+        /// Requests kept outstanding.
+        iodepth: u32,
+    },
     /// Arrivals at a mean rate (requests per second).
     Open {
+        /// Mean arrival rate, requests per second.
         rate_iops: f64,
+        /// How arrivals are spaced.
         process: RateProcess,
     },
     /// No I/O.
@@ -130,13 +146,19 @@ pub enum Arrivals {
 /// One resolved phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Phase {
+    /// When the phase begins, ns from the start of the run.
     pub start: Nanos,
     /// `None`: runs to the end of the run.
     pub end: Option<Nanos>,
+    /// Access pattern.
     pub pattern: Pattern,
+    /// Fraction of requests that are reads (1 for read patterns, 0 for write patterns).
     pub read_mix: f64,
+    /// How request sizes are drawn.
     pub size: SizeDist,
+    /// Alignment of offsets, bytes (a multiple of 512).
     pub align: u32,
+    /// How requests arrive.
     pub arrivals: Arrivals,
 }
 
@@ -145,6 +167,7 @@ pub struct Phase {
 pub struct Workload {
     /// Short description for reports (`fileserver (synthetic stand-in)`, `randwrite 4 KiB qd32`).
     pub label: String,
+    /// The phases in time order, back to back from time 0.
     pub phases: Vec<Phase>,
 }
 

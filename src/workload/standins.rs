@@ -5,6 +5,7 @@
 /// Statistics of one stand-in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StandIn {
+    /// Name a scenario selects it by.
     pub name: &'static str,
     /// Fraction of requests that are reads.
     pub read_mix: f64,

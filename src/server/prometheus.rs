@@ -15,7 +15,9 @@ use std::time::Duration;
 
 /// What is exported besides the counters.
 pub struct MetricsSource {
+    /// The engine's counters.
     pub stats: Arc<LiveStats>,
+    /// The policy's label (`ioshare_policy_info`).
     pub policy: String,
 }
 
@@ -88,6 +90,70 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// A per-tenant value of [`TenantCounters`].
+type Field = fn(&TenantCounters) -> f64;
+
+/// The per-tenant series: name, type, help, value.
+const SERIES: [(&str, &str, &str, Field); 10] = [
+    (
+        "ioshare_requests_arrived_total",
+        "counter",
+        "Requests received from clients",
+        |t| t.arrived as f64,
+    ),
+    (
+        "ioshare_requests_completed_total",
+        "counter",
+        "Requests the backend finished, with or without error",
+        |t| t.completed as f64,
+    ),
+    (
+        "ioshare_request_errors_total",
+        "counter",
+        "Requests the backend finished with an error",
+        |t| t.errors as f64,
+    ),
+    (
+        "ioshare_requests_refused_total",
+        "counter",
+        "Requests refused at admission: queue full, or the policy could not meet their response time (answered EIO)",
+        |t| t.refused as f64,
+    ),
+    (
+        "ioshare_requests_cancelled_total",
+        "counter",
+        "Requests still held by the policy at the drain deadline (answered ESHUTDOWN)",
+        |t| t.cancelled as f64,
+    ),
+    ("ioshare_read_bytes_total", "counter", "Bytes read", |t| {
+        t.read_bytes as f64
+    }),
+    (
+        "ioshare_written_bytes_total",
+        "counter",
+        "Bytes written",
+        |t| t.written_bytes as f64,
+    ),
+    (
+        "ioshare_tenant_weight",
+        "gauge",
+        "The tenant's proportional-share weight",
+        |t| t.weight,
+    ),
+    (
+        "ioshare_tenant_queued",
+        "gauge",
+        "Requests held by the policy",
+        |t| t.queued() as f64,
+    ),
+    (
+        "ioshare_tenant_in_flight",
+        "gauge",
+        "Requests on the backend",
+        |t| t.in_flight() as f64,
+    ),
+];
+
 /// The whole exposition: per-tenant series, then the policy's gauges.
 pub fn render(source: &MetricsSource) -> String {
     let tenants = source.stats.snapshot();
@@ -104,80 +170,27 @@ pub fn render(source: &MetricsSource) -> String {
         "ioshare_policy_info{{policy=\"{}\"}} 1",
         label(&source.policy)
     );
-    type Field = fn(&TenantCounters) -> f64;
-    let series: [(&str, &str, &str, Field); 10] = [
-        (
-            "ioshare_requests_arrived_total",
-            "counter",
-            "Requests received from clients",
-            |t| t.arrived as f64,
-        ),
-        (
-            "ioshare_requests_completed_total",
-            "counter",
-            "Requests the backend finished, with or without error",
-            |t| t.completed as f64,
-        ),
-        (
-            "ioshare_request_errors_total",
-            "counter",
-            "Requests the backend finished with an error",
-            |t| t.errors as f64,
-        ),
-        (
-            "ioshare_requests_refused_total",
-            "counter",
-            "Requests the policy refused (answered EIO)",
-            |t| t.refused as f64,
-        ),
-        (
-            "ioshare_requests_cancelled_total",
-            "counter",
-            "Requests still held by the policy at the drain deadline (answered ESHUTDOWN)",
-            |t| t.cancelled as f64,
-        ),
-        ("ioshare_read_bytes_total", "counter", "Bytes read", |t| {
-            t.read_bytes as f64
-        }),
-        (
-            "ioshare_written_bytes_total",
-            "counter",
-            "Bytes written",
-            |t| t.written_bytes as f64,
-        ),
-        (
-            "ioshare_tenant_weight",
-            "gauge",
-            "The tenant's proportional-share weight",
-            |t| t.weight,
-        ),
-        (
-            "ioshare_tenant_queued",
-            "gauge",
-            "Requests held by the policy",
-            |t| t.queued() as f64,
-        ),
-        (
-            "ioshare_tenant_in_flight",
-            "gauge",
-            "Requests on the backend",
-            |t| t.in_flight() as f64,
-        ),
-    ];
-    for (name, kind, help, field) in series {
+    for (name, kind, help, field) in SERIES {
         header(&mut out, name, kind, help);
         for (t, n) in tenants.iter().zip(&names) {
             let _ = writeln!(out, "{name}{{tenant=\"{n}\"}} {}", field(t));
         }
     }
+    render_latency(&mut out, &tenants, &names);
+    render_gauges(&mut out, &source.stats.policy_gauges(), &names);
+    out
+}
+
+/// The latency histogram of successful requests, per tenant.
+fn render_latency(out: &mut String, tenants: &[TenantCounters], names: &[String]) {
     let h = "ioshare_request_latency_seconds";
     header(
-        &mut out,
+        out,
         h,
         "histogram",
         "Time from a request's arrival to its completion, successful requests",
     );
-    for (t, n) in tenants.iter().zip(&names) {
+    for (t, n) in tenants.iter().zip(names) {
         let mut cumulative = 0;
         for (bound, count) in LATENCY_BUCKETS_NS.iter().zip(&t.latency_buckets) {
             cumulative += count;
@@ -196,8 +209,6 @@ pub fn render(source: &MetricsSource) -> String {
         );
         let _ = writeln!(out, "{h}_count{{tenant=\"{n}\"}} {cumulative}");
     }
-    render_gauges(&mut out, &source.stats.policy_gauges(), &names);
-    out
 }
 
 /// The policy's gauges, grouped by name (one HELP/TYPE per metric).

@@ -1,0 +1,551 @@
+//! The file backend's side of a request: opening the tenants' images (or regions of one
+//! shared file or block device), and each request's I/O as a small state machine —
+//! which ring entry comes next, and what a completion means (a short transfer goes
+//! again, an unsupported trim is advisory, zeroing falls back to writing zeroes, FUA
+//! adds a sync). No ring and no clock here: the engine submits what
+//! [`Transfer::entry`] builds and feeds [`Transfer::step`] what the ring returns, so the
+//! state machine is tested without I/O.
+//!
+//! With `cache = "none"` aligned requests use an `O_DIRECT` descriptor and aligned
+//! buffers; unaligned ones go through a second, buffered descriptor of the same file
+//! (Linux writes back and invalidates the page cache around direct I/O, so both views
+//! stay coherent) instead of a read-modify-write that would have to lock block ranges.
+
+use super::config::{BackendKind, Cache, ServerConfig, Storage};
+use crate::buffer::IoBuf;
+use crate::nbd::CommandKind;
+use crate::nbd::proto;
+use crate::types::Op;
+use io_uring::{opcode, types};
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+/// Alignment of `O_DIRECT` requests and buffers (covers 512 and 4096-byte sectors).
+pub const DIRECT_ALIGN: u64 = 4096;
+
+/// Where a tenant's requests go.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// The descriptor through the page cache (always there).
+    pub buffered: RawFd,
+    /// The `O_DIRECT` descriptor of the same file (`cache = "none"`).
+    pub direct: Option<RawFd>,
+    /// Where the tenant's export starts in the file.
+    pub base: u64,
+}
+
+/// The stage a request on the backend is in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    Transfer,
+    /// Zeroing by writing zeroes (the file system cannot zero a range).
+    ZeroWrite,
+    /// The `fdatasync` after a FUA trim or zeroing.
+    Sync,
+}
+
+/// One request's I/O on the backend.
+#[derive(Debug)]
+pub struct Transfer {
+    kind: CommandKind,
+    offset: u64,
+    len: u32,
+    /// A read's data, or the zeroes a zeroing write writes.
+    buf: Option<IoBuf>,
+    /// Bytes moved so far in this stage.
+    done: u32,
+    stage: Stage,
+    direct: bool,
+}
+
+/// What comes after a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Submit [`Transfer::entry`] again (the rest of a short transfer, or the next stage).
+    Again,
+    /// The request is over; the reply carries this NBD error value (0: success).
+    Done(u32),
+}
+
+/// Opens every tenant's storage as the configuration says.
+pub struct Files {
+    files: Vec<File>,
+    targets: Vec<Option<Target>>,
+}
+
+impl Files {
+    /// Where tenant `t`'s requests go (`None`: the null backend).
+    pub fn target(&self, t: usize) -> Option<Target> {
+        self.targets[t]
+    }
+
+    /// Flushes every file's data to stable storage (at shutdown); the first error.
+    pub fn sync_all(&self) -> std::io::Result<()> {
+        for f in &self.files {
+            f.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Opens (creating when missing) every file the configuration names.
+    pub fn open(config: &ServerConfig) -> anyhow::Result<Files> {
+        let mut files = Vec::new();
+        let mut targets = Vec::new();
+        let direct = config.cache == Cache::None;
+        let mut open_pair = |path: &std::path::Path,
+                             size: u64|
+         -> anyhow::Result<(RawFd, Option<RawFd>)> {
+            let f = open_sized(path, size)?;
+            let buffered = f.as_raw_fd();
+            files.push(f);
+            let d = if direct {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: cache = \"none\" needs O_DIRECT, which failed: {e} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")",
+                            path.display()
+                        )
+                    })?;
+                let fd = f.as_raw_fd();
+                files.push(f);
+                Some(fd)
+            } else {
+                None
+            };
+            Ok((buffered, d))
+        };
+        let shared = match (&config.shared, config.backend) {
+            (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
+                let need = config
+                    .tenants
+                    .iter()
+                    .filter_map(|t| match t.storage {
+                        Storage::Region { offset } => Some(offset + t.size),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(0)
+                    .max(size.unwrap_or(0));
+                Some(open_pair(path, need)?)
+            }
+            _ => None,
+        };
+        for t in &config.tenants {
+            targets.push(match &t.storage {
+                Storage::Nothing => None,
+                Storage::Own(path) => {
+                    let (buffered, direct) = open_pair(path, t.size)?;
+                    Some(Target {
+                        buffered,
+                        direct,
+                        base: 0,
+                    })
+                }
+                Storage::Region { offset } => {
+                    let (buffered, direct) = shared.expect("checked by the config");
+                    Some(Target {
+                        buffered,
+                        direct,
+                        base: *offset,
+                    })
+                }
+            });
+        }
+        Ok(Files { files, targets })
+    }
+}
+
+/// Opens (creating a sparse file when missing) and makes sure it holds `size` bytes:
+/// a regular file smaller than that is grown, a block device must be large enough.
+fn open_sized(path: &std::path::Path, size: u64) -> anyhow::Result<File> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
+    let meta = f.metadata()?;
+    let len = if meta.file_type().is_block_device() {
+        f.seek(SeekFrom::End(0))?
+    } else {
+        meta.len()
+    };
+    if len < size {
+        if meta.file_type().is_block_device() {
+            anyhow::bail!(
+                "{}: the device holds {len} bytes, fewer than the {size} configured",
+                path.display()
+            );
+        }
+        f.set_len(size)
+            .map_err(|e| anyhow::anyhow!("{}: cannot grow to {size} bytes: {e}", path.display()))?;
+    }
+    Ok(f)
+}
+
+impl Transfer {
+    /// A request's I/O, `offset` and `len` inside its export.
+    pub fn new(kind: CommandKind, offset: u64, len: u32) -> Self {
+        Transfer {
+            kind,
+            offset,
+            len,
+            buf: None,
+            done: 0,
+            stage: Stage::Transfer,
+            direct: false,
+        }
+    }
+
+    /// The operation as the policy sees it.
+    pub fn op(&self) -> Op {
+        match self.kind {
+            CommandKind::Read => Op::Read,
+            CommandKind::Write { .. } | CommandKind::WriteZeroes { .. } => Op::Write,
+            CommandKind::Flush => Op::Flush,
+            CommandKind::Trim { .. } => Op::Trim,
+        }
+    }
+
+    /// Byte offset inside the export.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the request moves no bytes (a flush).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the data goes through the `O_DIRECT` descriptor (decided by the first
+    /// [`Transfer::entry`]).
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    /// What a read brought, once it is done (`None` for other requests).
+    pub fn into_read_data(self) -> Option<IoBuf> {
+        match self.kind {
+            CommandKind::Read => self.buf,
+            _ => None,
+        }
+    }
+
+    /// The next part of the request as a ring entry (without its `user_data`). The
+    /// buffers it points to live in `self`, which must stay in place until the entry's
+    /// completion has been handed to [`Transfer::step`].
+    pub fn entry(&mut self, target: Target) -> io_uring::squeue::Entry {
+        let len = self.len;
+        if self.buf.is_none() && self.stage == Stage::Transfer {
+            let aligned = self.offset.is_multiple_of(DIRECT_ALIGN)
+                && target.base.is_multiple_of(DIRECT_ALIGN)
+                && (len as u64).is_multiple_of(DIRECT_ALIGN);
+            self.direct = target.direct.is_some() && aligned;
+            // Buffers are aligned, so a write goes out from its payload as received.
+            if matches!(self.kind, CommandKind::Read) {
+                self.buf = Some(IoBuf::for_overwrite(len as usize));
+            }
+        }
+        let fd = types::Fd(if self.direct {
+            target.direct.expect("direct")
+        } else {
+            target.buffered
+        });
+        let at = target.base + self.offset + self.done as u64;
+        let rest = len - self.done;
+        let done = self.done as usize;
+        let dsync = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
+        match (&self.stage, &self.kind) {
+            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => {
+                opcode::Fsync::new(types::Fd(target.buffered))
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+            }
+            (Stage::Transfer, CommandKind::Read) => {
+                let buf = self.buf.as_mut().expect("read buffer");
+                let ptr = buf[done..].as_mut_ptr();
+                opcode::Read::new(fd, ptr, rest).offset(at).build()
+            }
+            (Stage::Transfer, CommandKind::Write { data, fua }) => {
+                let ptr = data[done..].as_ptr();
+                opcode::Write::new(fd, ptr, rest)
+                    .offset(at)
+                    .rw_flags(dsync(*fua))
+                    .build()
+            }
+            (Stage::Transfer, CommandKind::Trim { .. }) => {
+                opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
+                    .offset(at)
+                    .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                    .build()
+            }
+            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => {
+                opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
+                    .offset(at)
+                    .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
+                    .build()
+            }
+            (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
+                let buf = self.buf.get_or_insert_with(|| IoBuf::zeroed(len as usize));
+                let ptr = buf[done..].as_ptr();
+                opcode::Write::new(types::Fd(target.buffered), ptr, rest)
+                    .offset(at)
+                    .rw_flags(dsync(*fua))
+                    .build()
+            }
+            (Stage::ZeroWrite, _) => unreachable!("only zeroing writes zeroes"),
+        }
+    }
+
+    /// What a completion (a CQE's result) means for the request: more to do, or its
+    /// reply's NBD error value (0: success).
+    pub fn step(&mut self, result: i32) -> Next {
+        let len = self.len;
+        let l = self;
+        if result < 0 {
+            let errno = -result;
+            return match (&l.stage, &l.kind) {
+                // Discarding is advisory: a file system that cannot punch holes keeps data.
+                (Stage::Transfer, CommandKind::Trim { fua }) if is_unsupported(errno) => {
+                    after_range(l, *fua)
+                }
+                (Stage::Transfer, CommandKind::WriteZeroes { .. }) if is_unsupported(errno) => {
+                    l.stage = Stage::ZeroWrite;
+                    l.done = 0;
+                    Next::Again
+                }
+                _ => Next::Done(nbd_error(errno)),
+            };
+        }
+        let n = result as u32;
+        match (&l.stage, &l.kind) {
+            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => Next::Done(0),
+            (Stage::Transfer, CommandKind::Read) => {
+                if n == 0 {
+                    // Past the end of a file: the rest reads as zeroes.
+                    let done = l.done as usize;
+                    l.buf.as_mut().expect("read buffer")[done..].fill(0);
+                    return Next::Done(0);
+                }
+                l.done += n;
+                if l.done < len {
+                    Next::Again
+                } else {
+                    Next::Done(0)
+                }
+            }
+            (Stage::Transfer, CommandKind::Write { .. }) | (Stage::ZeroWrite, _) => {
+                if n == 0 {
+                    return Next::Done(proto::EIO);
+                }
+                l.done += n;
+                if l.done < len {
+                    Next::Again
+                } else {
+                    Next::Done(0)
+                }
+            }
+            (Stage::Transfer, CommandKind::Trim { fua })
+            | (Stage::Transfer, CommandKind::WriteZeroes { fua }) => after_range(l, *fua),
+        }
+    }
+
+    /// The null backend: reads return zeroes, everything succeeds at once (the result
+    /// a completion of the whole length would carry).
+    pub fn null_result(&mut self) -> i32 {
+        match self.kind {
+            CommandKind::Read => {
+                self.buf = Some(IoBuf::zeroed(self.len as usize));
+                self.len as i32
+            }
+            CommandKind::Write { .. } => self.len as i32,
+            _ => 0,
+        }
+    }
+}
+
+/// A trim or zeroing is done; with FUA it is followed by a sync.
+fn after_range(l: &mut Transfer, fua: bool) -> Next {
+    if fua {
+        l.stage = Stage::Sync;
+        Next::Again
+    } else {
+        Next::Done(0)
+    }
+}
+
+fn is_unsupported(errno: i32) -> bool {
+    errno == libc::EOPNOTSUPP || errno == libc::EINVAL || errno == libc::ENOSYS
+}
+
+/// The NBD error value for an errno (the protocol allows a few).
+fn nbd_error(errno: i32) -> u32 {
+    match errno {
+        libc::EPERM | libc::EROFS | libc::EACCES => proto::EPERM,
+        libc::ENOMEM => proto::ENOMEM,
+        libc::EINVAL => proto::EINVAL,
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => proto::ENOSPC,
+        libc::EOVERFLOW => proto::EOVERFLOW,
+        libc::EOPNOTSUPP => proto::ENOTSUP,
+        _ => proto::EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target whose descriptors are never used: building entries makes no system call.
+    fn target(direct: bool, base: u64) -> Target {
+        Target {
+            buffered: 100,
+            direct: direct.then_some(101),
+            base,
+        }
+    }
+
+    fn write(len: u32, fua: bool) -> CommandKind {
+        CommandKind::Write {
+            data: IoBuf::zeroed(len as usize),
+            fua,
+        }
+    }
+
+    #[test]
+    fn a_short_read_goes_again_and_a_read_past_the_end_is_zeroes() {
+        let mut t = Transfer::new(CommandKind::Read, 0, 8192);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(4096), Next::Again);
+        let _ = t.entry(target(false, 0));
+        // End of file after 4 KiB: the rest reads as zeroes.
+        assert_eq!(t.step(0), Next::Done(0));
+        let data = t.into_read_data().expect("a read has data");
+        assert_eq!(data.len(), 8192);
+        assert!(data[4096..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn writes_go_again_until_done_and_a_zero_write_is_an_error() {
+        let mut t = Transfer::new(write(8192, false), 4096, 8192);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(1000), Next::Again);
+        assert_eq!(t.step(7192), Next::Done(0));
+        let mut t = Transfer::new(write(4096, false), 0, 4096);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(0), Next::Done(proto::EIO));
+        assert!(t.into_read_data().is_none(), "a write returns no data");
+    }
+
+    #[test]
+    fn errors_become_the_nbd_values_the_protocol_has() {
+        for (errno, want) in [
+            (libc::ENOSPC, proto::ENOSPC),
+            (libc::EDQUOT, proto::ENOSPC),
+            (libc::EROFS, proto::EPERM),
+            (libc::EIO, proto::EIO),
+            (libc::ENOMEM, proto::ENOMEM),
+            (libc::EOVERFLOW, proto::EOVERFLOW),
+            (libc::EBADF, proto::EIO),
+        ] {
+            let mut t = Transfer::new(write(4096, false), 0, 4096);
+            let _ = t.entry(target(false, 0));
+            assert_eq!(t.step(-errno), Next::Done(want), "errno {errno}");
+        }
+    }
+
+    #[test]
+    fn trim_is_advisory_and_fua_adds_a_sync() {
+        let mut t = Transfer::new(CommandKind::Trim { fua: false }, 0, 1 << 20);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Done(0));
+        let mut t = Transfer::new(CommandKind::Trim { fua: true }, 0, 1 << 20);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(0), Next::Again, "the sync comes next");
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(0), Next::Done(0));
+        let mut t = Transfer::new(CommandKind::Trim { fua: false }, 0, 4096);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(-libc::EIO), Next::Done(proto::EIO));
+    }
+
+    #[test]
+    fn zeroing_falls_back_to_writing_zeroes() {
+        let mut t = Transfer::new(CommandKind::WriteZeroes { fua: true }, 0, 8192);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
+        let _ = t.entry(target(false, 0));
+        // FUA rides on the write itself (RWF_DSYNC): no separate sync.
+        assert_eq!(t.step(4096), Next::Again, "a short write goes again");
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(4096), Next::Done(0));
+    }
+
+    #[test]
+    fn only_aligned_requests_go_direct() {
+        for (offset, len, base, direct, want) in [
+            (4096, 8192, 0, true, true),
+            (512, 4096, 0, true, false),
+            (0, 1000, 0, true, false),
+            (0, 4096, 512, true, false),
+            (0, 4096, 0, false, false),
+        ] {
+            let mut t = Transfer::new(CommandKind::Read, offset, len);
+            let _ = t.entry(target(direct, base));
+            assert_eq!(
+                t.direct(),
+                want,
+                "{offset}+{len} at {base}, direct fd {direct}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_null_backend_reads_zeroes_and_completes_everything() {
+        let mut t = Transfer::new(CommandKind::Read, 0, 4096);
+        assert_eq!(t.null_result(), 4096);
+        assert_eq!(t.step(4096), Next::Done(0));
+        assert!(t.into_read_data().unwrap().iter().all(|&b| b == 0));
+        let mut t = Transfer::new(CommandKind::Flush, 0, 0);
+        assert_eq!(t.null_result(), 0);
+        assert_eq!(t.step(0), Next::Done(0));
+        assert_eq!(Transfer::new(write(512, false), 0, 512).null_result(), 512);
+    }
+
+    #[test]
+    fn images_are_created_sparse_and_grown_never_shrunk() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big.img"), vec![7u8; 3 << 20]).unwrap();
+        let text = "[backend]\npath = 'shared.img'\nsize = '1m'\n\
+                    [[tenant]]\nname = 'new'\nfile = 'new.img'\nsize = '2m'\n\
+                    [[tenant]]\nname = 'big'\nfile = 'big.img'\nsize = '1m'\n\
+                    [[tenant]]\nname = 'r'\noffset = '4m'\nsize = '1m'\n";
+        let config = ServerConfig::parse(text, dir.path()).unwrap();
+        let files = Files::open(&config).unwrap();
+        let len = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
+        assert_eq!(len("new.img"), 2 << 20);
+        assert_eq!(len("big.img"), 3 << 20, "a larger image is kept whole");
+        assert_eq!(
+            len("shared.img"),
+            5 << 20,
+            "the shared file holds every region"
+        );
+        assert_eq!(files.target(2).unwrap().base, 4 << 20);
+        assert!(
+            files.target(0).unwrap().direct.is_none(),
+            "writeback: no O_DIRECT"
+        );
+        files.sync_all().unwrap();
+    }
+}
