@@ -2,9 +2,12 @@
 //! machines) decide who is served; a deterministic simulator runs them against device
 //! models, and reports say what each tenant got.
 //!
-//! Layout follows the flow of a request: [`workload`] (frontends that make requests),
-//! [`policy`] (the scheduler), [`device`] (simulated devices), [`sim`] (the event loop),
-//! [`metrics`] and [`report`] (what tenants got), [`scenario`] (experiments as data).
+//! Layout follows the flow of a request: [`workload`] (frontends that make requests) and
+//! [`nbd`] + [`server`] (the live frontend), [`host`] (admission, dispatch and drain, the
+//! one core both drivers run), [`policy`] (the scheduler inside it), [`device`]
+//! (simulated devices), [`sim`] (the event loop and its checker), [`metrics`] and
+//! [`report`] (what tenants got), [`scenario`] and [`config`] (experiments and settings
+//! as data). `docs/architecture.md` draws the flow and lists the invariants.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

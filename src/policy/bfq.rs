@@ -1,5 +1,6 @@
-//! `bfq`: budget fair queueing in the spirit of Linux BFQ — the baseline of FeedBAC
-//! (`specs/feedbac.md`, "Problem").
+//! `bfq`: budget fair queueing in the spirit of Linux BFQ — the baseline FeedBAC is
+//! measured against (P. Kwon, S. Ahn, "Dynamic Bandwidth Distribution Method for High Performance Non-volatile Memory in Cloud Computing Environment"; the
+//! problem statement: BFQ idles on an empty queue and costs NVMe throughput).
 //!
 //! One FIFO queue per tenant; one tenant at a time is *in service* and alone dispatches,
 //! until it has dispatched its budget (`max_budget × w / w_max` bytes) or held the device

@@ -1,5 +1,5 @@
-//! `cfq`: time-slice fair queueing in the manner of Linux CFQ — the baseline of MoTS
-//! (`specs/mots.md`, "Base scheduler").
+//! `cfq`: time-slice fair queueing in the manner of Linux CFQ — the base scheduler MoTS
+//! corrects (J. K. Park, "MCFQ: Manager of Time Slice on CFQ", Journal of the Korea Society of Computer and Information, 2015).
 //!
 //! One FIFO queue per tenant. Tenants with queued requests take turns, round-robin, owning
 //! the dispatch for a *time slice* `slice_i = base_slice × w_i / w_min`; while a tenant

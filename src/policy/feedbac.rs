@@ -1,4 +1,4 @@
-//! `feedbac`: feedback-based allocation of credits — FeedBAC, `specs/feedbac.md`.
+//! `feedbac`: feedback-based allocation of credits — FeedBAC (P. Kwon, S. Ahn, "Dynamic Bandwidth Distribution Method for High Performance Non-volatile Memory in Cloud Computing Environment").
 //!
 //! * **Credit allocator.** Every allocation period (`period_ms`) each *active* tenant
 //!   (requests queued or in flight, or seen within the last period: see below) receives

@@ -1,6 +1,6 @@
 //! `mclock`: reservation, weight and limit per tenant with the three tags of mClock
-//! (Gulati, Merchant, Varman, OSDI 2010), as the issue asks; design.md points to
-//! ceph/dmclock for the shape.
+//! (Gulati, Merchant, Varman, "mClock: Handling Throughput Variability for Hypervisor IO
+//! Scheduling", OSDI 2010).
 //!
 //! Each request carries three tags, in nanoseconds of virtual time:
 //! `R = max(R' + 1/r, t)`, `L = max(L' + 1/l, t)`, `P = max(P' + 1/w, t)`, where the

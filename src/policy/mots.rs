@@ -1,4 +1,4 @@
-//! `mots`: CFQ time slices plus the MoTS feedback controller — MCFQ, `specs/mots.md`.
+//! `mots`: CFQ time slices plus the MoTS feedback controller — MCFQ (J. K. Park, "MCFQ: Manager of Time Slice on CFQ", Journal of the Korea Society of Computer and Information, 2015).
 //!
 //! Once per tick (1 s) MoTS compares each tenant's measured bandwidth with the tenant of
 //! smallest weight, the TVM, whose slice it never changes. For every other tenant i (an
@@ -6,8 +6,8 @@
 //! over the last `bw_s` ticks (fewer at the start):
 //!
 //! * raw correction `f_i = IP_i / (BWR_i / BWT)`;
-//! * cumulative factor `F_i(t) = f_i(t) × mean(F_i over the last bw_s ticks)` (the spec's
-//!   reading: the measured error acts on the factor already applied), clamped to
+//! * cumulative factor `F_i(t) = f_i(t) × mean(F_i over the last bw_s ticks)` (the reading
+//!   chosen: the measured error acts on the factor already applied), clamped to
 //!   `[1 / clamp, clamp]`;
 //! * slice `TSO_i × mean(F_i over the last bw_s ticks, including t)`: averaging stops
 //!   abrupt slice changes.

@@ -1,7 +1,6 @@
 //! `sfq`: start-time fair queueing with dispatch depth D — SFQ(D) (Jin, Chase, Kaur,
 //! "Interposed proportional sharing for a storage service utility", SIGMETRICS 2004), the
-//! classic work-conserving fair-queueing scheduler for storage. Baseline in
-//! `specs/feedbac.md`.
+//! classic work-conserving fair-queueing scheduler for storage; a baseline for FeedBAC.
 //!
 //! Every request gets a start tag `S = max(v, F_prev)` and a finish tag `F = S + cost / w`
 //! where `F_prev` is the finish tag of the tenant's previous request, `w` its weight and

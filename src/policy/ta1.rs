@@ -1,4 +1,4 @@
-//! `ta1`: a token bucket per tenant, always in the path (spec: token-bucket.md, TA1).
+//! `ta1`: a token bucket per tenant, always in the path — TA1 of Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005.
 //!
 //! Each tenant with an SLO `{iops, size, rt}` has a bucket refilled `refill_hz` (τ,
 //! default 1000) times a second with `ρ = iops / τ` requests' worth and `depth_factor × ρ`

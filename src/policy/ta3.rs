@@ -1,4 +1,4 @@
-//! `ta3`: TA2 with a switch per tenant (spec: token-bucket.md, TA3).
+//! `ta3`: TA2 with a switch per tenant — TA3 of Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005.
 //!
 //! When a completion's storage response time exceeds its tenant's high water mark, the
 //! buckets of only those tenants whose arrival rate over the last `rate_window_ms`

@@ -1,4 +1,4 @@
-//! The machinery TA1, TA2 and TA3 share (spec: token-bucket.md): a token bucket and a
+//! The machinery TA1, TA2 and TA3 share (Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005): a token bucket and a
 //! queue per tenant in front of one storage queue, with a bypass switch per tenant.
 //!
 //! A request of a tenant whose switch is on waits in the tenant's queue until its
@@ -6,7 +6,7 @@
 //! the storage queue. The storage queue is served in arrival order. What differs between
 //! the three policies is who turns the switches and when ([`SwitchRule`]).
 //!
-//! Readings chosen where the spec is silent:
+//! Readings chosen where the paper is silent:
 //! * Tokens are counted in requests (one token is `size` bytes of the SLO; each request
 //!   costs one), in thousandths so refills of `iops / τ` are exact integers. The bucket
 //!   refills at ticks `k / τ` of absolute time, starts full, and is at least one request

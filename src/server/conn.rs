@@ -172,7 +172,7 @@ impl Conn {
         true
     }
 
-    /// The send of what is left of the current message (at most [`MAX_IOV`] iovecs).
+    /// The send of what is left of the current message (at most `MAX_IOV` iovecs).
     pub fn send_entry(&mut self, user_data: u64) -> squeue::Entry {
         let rest = &self.iov[self.iov_next..];
         self.msg.msg_iov = rest.as_ptr() as *mut libc::iovec;
