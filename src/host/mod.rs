@@ -181,6 +181,7 @@ impl<O: Observer> Host<O> {
     /// Whether `tenant` is below its queue limit. The live server reads a tenant's
     /// connections only then. (Once stopped, everything offered is refused at once, so a
     /// stopped host has room: what clients already sent is answered, not left unread.)
+    #[inline]
     pub fn has_room(&self, tenant: TenantId) -> bool {
         self.limits
             .queue_limit
@@ -190,6 +191,7 @@ impl<O: Observer> Host<O> {
     /// Offers a request (`request.arrival` is now). A refused request is the caller's to
     /// answer; a queued one leaves through [`Host::dispatch`] or, when stopping, comes
     /// back from [`Host::on_deadline`].
+    #[inline]
     pub fn admit(&mut self, request: Request, now: Nanos) -> Admission {
         let t = request.tenant as usize;
         assert!(t < self.tenants.len(), "tenant {t} out of range");
@@ -225,6 +227,7 @@ impl<O: Observer> Host<O> {
     /// policy has nothing now (an alarm may have been set, see [`Host::alarms`]), or the
     /// host stopped. Call until `None` once every event of an instant has been handled.
     #[must_use = "a dispatched request must go to the device, or it is lost"]
+    #[inline]
     pub fn dispatch(&mut self, now: Nanos) -> Option<Request> {
         if self.stopped || self.in_flight >= self.limits.queue_depth {
             return None;
@@ -252,6 +255,7 @@ impl<O: Observer> Host<O> {
 
     /// The alarms asked for since the last call (the policy's wait from
     /// [`Host::dispatch`], and its timer). Call after a round of dispatches.
+    #[inline]
     pub fn alarms(&mut self, now: Nanos) -> Alarms {
         let mut alarms = Alarms {
             wake: self.new_wake.take(),
@@ -285,6 +289,7 @@ impl<O: Observer> Host<O> {
     }
 
     /// A request on the device finished at `now`.
+    #[inline]
     pub fn complete(&mut self, completion: &Completion, status: Status, now: Nanos) {
         let t = completion.request.tenant as usize;
         let count = &mut self.tenants[t].in_flight;
@@ -473,6 +478,7 @@ impl<O: Observer> Host<O> {
         Ok(())
     }
 
+    #[inline]
     fn release_held(&mut self, tenant: TenantId) {
         let count = &mut self.tenants[tenant as usize].held;
         *count = count

@@ -641,16 +641,20 @@ impl Recorder {
 }
 
 impl Observer for Recorder {
+    #[inline]
     fn arrived(&mut self, request: &Request) {
         self.arrive(request.tenant, request.arrival);
     }
 
+    #[inline]
     fn refused(&mut self, request: &Request, _reason: Refusal, now: Nanos) {
         self.not_served(request, now);
     }
 
+    #[inline]
     fn dispatched(&mut self, _request: &Request, _now: Nanos) {}
 
+    #[inline]
     fn completed(&mut self, completion: &Completion, status: Status) {
         match status {
             Status::Ok => self.served(completion),
