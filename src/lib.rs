@@ -14,6 +14,7 @@
 
 pub mod buffer;
 pub mod config;
+pub mod conformance;
 pub mod device;
 pub mod host;
 pub mod metrics;

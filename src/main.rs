@@ -62,6 +62,18 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Run the conformance suite: every proportional-share policy through a matrix of
+    /// properties (work conservation, weight accuracy with 8 and 64 tenants, a deep
+    /// device queue, return from idle, a tenant leaving, Poisson overload) on SSD models,
+    /// and print the figures with their targets as a Markdown table.
+    Conformance {
+        /// Only this device: sata-aged, nvme-clean or nvme-aged (repeatable; default all).
+        #[arg(long = "device", value_name = "D")]
+        devices: Vec<String>,
+        /// Seed of every run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// List policies, device presets and workload stand-ins.
     List,
     /// Build and precondition an SSD model and report how long it took (aging speed).
@@ -116,6 +128,7 @@ fn run(cli: Cli) -> Result<()> {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             ioshare::server::serve(loaded, Some(config), out)
         }
+        Command::Conformance { devices, seed } => conformance(&devices, seed),
         Command::List => {
             println!("policies:");
             for p in policy::registry() {
@@ -171,6 +184,48 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs the conformance matrix and prints it.
+fn conformance(devices: &[String], seed: u64) -> Result<()> {
+    use ioshare::conformance::{self, Device, Property};
+    let devices: Vec<Device> = if devices.is_empty() {
+        Device::ALL.to_vec()
+    } else {
+        devices
+            .iter()
+            .map(|d| match d.as_str() {
+                "sata-aged" => Ok(Device::SataAged),
+                "nvme-clean" => Ok(Device::NvmeClean),
+                "nvme-aged" => Ok(Device::NvmeAged),
+                other => bail!(
+                    "--device: unknown device '{other}' (known: sata-aged, nvme-clean, nvme-aged)"
+                ),
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut rows = Vec::new();
+    let (mut passed, mut total) = (0, 0);
+    for device in devices {
+        for property in Property::ALL {
+            let t = Instant::now();
+            let (_, verdicts) = conformance::check(property, device, seed);
+            passed += verdicts.iter().filter(|v| v.pass()).count();
+            total += verdicts.len();
+            eprintln!(
+                "{} on {}: {} of {} policies pass ({:.1} s)",
+                property.name(),
+                device.name(),
+                verdicts.iter().filter(|v| v.pass()).count(),
+                verdicts.len(),
+                t.elapsed().as_secs_f64()
+            );
+            rows.push((property, device, verdicts));
+        }
+    }
+    print!("{}", conformance::markdown(&rows));
+    eprintln!("{passed} of {total} pass");
+    Ok(())
 }
 
 /// Applies the command line's overrides to one scenario.

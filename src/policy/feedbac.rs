@@ -35,8 +35,27 @@
 //!   (share error 60–70 %). So allocation and early refill count a tenant whose last
 //!   arrival or completion is less than one period old; one gone longer gets nothing and
 //!   keeps nothing.
-//! * **Early refill.** When every active tenant has exhausted its credits, the next
-//!   period starts at once, so a low forecast never leaves the device idle.
+//! * **Early refill.** When the tenants that could spend have exhausted their credits,
+//!   the next period starts at once, so a low forecast never leaves the device idle.
+//!   **Reading: who "could spend"** — two, and a choice between them (`backlog_refill`).
+//!   The source refills when every active tenant is out. Read literally (the default), a
+//!   tenant that asks for less than its share — a light reader beside a backlogged
+//!   writer — always has credits left, so no early refill comes; the writer waits for
+//!   every period's end, the device idles, and the forecast learns the throttled rate:
+//!   total throughput 0.19–0.20× `none` on aged SATA and NVMe drives (the conformance
+//!   suite's work-conservation property). With `backlog_refill = true` a tenant's
+//!   credits hold the refill back only while it is not *satisfied* — it ended the last
+//!   period with half its allocation or more unspent — or has requests waiting, and a
+//!   tenant gone quiet holds it back for at most `period_ms`. That conserves work
+//!   (0.97–1.00× `none`), and keeps 8 mixed tenants on a queue of 32 or 128 within
+//!   0.1–2.3 % share error; but a closed-loop tenant whose requests all sit in a deep
+//!   device queue looks satisfied too (it cannot spend while the others' requests are
+//!   ahead of its own), the others refill around it, and it never gets its share: the
+//!   FeedBAC paper's own setting (weights 100:50:25:10, iodepth 32 each, device queue
+//!   128, random 50/50) went from 0.2 % to 35.8 % share error. Telling a tenant that
+//!   asks for little from one that is held back by the device's queue needs the host to
+//!   keep that queue short, which it does not yet do; until then the literal rule stays
+//!   the default, and the trade-off is in `docs/conformance.md`.
 //! * **Carry-over.** Credits left when a period ends are kept, up to `carry` × the
 //!   tenant's allocation (default 1: one period's worth), so a tenant that could not spend
 //!   in time keeps its share but cannot hoard a burst.
@@ -75,7 +94,8 @@
 //! (at most one period) unless an early refill comes first.
 //!
 //! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
-//! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]),
+//! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `backlog_refill`
+//! (false),
 //! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
 //! forecast before the first observation; early refill covers a low guess), `cost` is
 //! fixed to bytes unless `cost_per_io = true`. Weight changes apply from the next
@@ -107,6 +127,9 @@ struct Tenant {
     forfeited: f64,
     /// Last arrival or completion.
     last_seen: Option<Nanos>,
+    /// It ended the last period with half its allocation or more unspent: it asks for
+    /// less than its share, and its credits do not hold back an early refill.
+    satisfied: bool,
 }
 
 impl Tenant {
@@ -224,6 +247,9 @@ pub struct FeedBac {
     spread: bool,
     /// Fraction of the forecast handed out per period.
     headroom: f64,
+    /// Early refill when every tenant with requests waiting is out of credits (true), or
+    /// every present tenant (false).
+    backlog_refill: bool,
     history: VecDeque<ForecastRecord>,
     /// Moving mean of a request's cost (credits), for the allocation floor.
     mean_cost: f64,
@@ -255,6 +281,7 @@ impl FeedBac {
                     allocation: 0.0,
                     forfeited: 0.0,
                     last_seen: None,
+                    satisfied: false,
                 })
                 .collect(),
             period: period.max(1),
@@ -276,6 +303,7 @@ impl FeedBac {
             early_refills: 0,
             spread: true,
             headroom: DEFAULT_HEADROOM,
+            backlog_refill: false,
             history: VecDeque::new(),
             // A 4 KiB request (or one request) until requests are seen.
             mean_cost: if cost_per_io { 1.0 } else { 4096.0 },
@@ -297,6 +325,7 @@ impl FeedBac {
         let latency_periods = params.f64_or("latency_periods", 32.0)?;
         let spread = params.bool_or("spread", true)?;
         let headroom = params.f64_or("headroom", DEFAULT_HEADROOM)?;
+        let backlog_refill = params.bool_or("backlog_refill", false)?;
         if !(headroom > 0.0 && headroom <= 1.0) {
             return Err(params.invalid("headroom", "must be in (0, 1]"));
         }
@@ -329,7 +358,8 @@ impl FeedBac {
             )
             .with_latency_periods(latency_periods)
             .with_spread(spread)
-            .with_headroom(headroom),
+            .with_headroom(headroom)
+            .with_backlog_refill(backlog_refill),
         ))
     }
 
@@ -343,6 +373,13 @@ impl FeedBac {
     /// Hands out `h` × the forecast per period.
     pub fn with_headroom(mut self, h: f64) -> Self {
         self.headroom = h;
+        self
+    }
+
+    /// Early refill when every tenant with requests waiting is out of credits (true), or
+    /// only when every present tenant is (false).
+    pub fn with_backlog_refill(mut self, on: bool) -> Self {
+        self.backlog_refill = on;
         self
     }
 
@@ -413,6 +450,7 @@ impl FeedBac {
         let total =
             (self.headroom * self.rate * self.period as f64 / NANOS_PER_SEC as f64).max(floor);
         for t in &mut self.tenants {
+            t.satisfied = t.allocation > 0.0 && t.credits >= 0.5 * t.allocation;
             if t.present(now, grace) && active_w > 0.0 {
                 let alloc = total * t.weight / active_w;
                 let kept = t.credits.min(self.carry * t.allocation);
@@ -534,13 +572,23 @@ impl Policy for FeedBac {
             if self.queued == 0 {
                 return Dispatch::Idle;
             }
-            // Requests wait for credits. Early refill when no active tenant has any left.
-            let grace = self.period;
-            let exhausted = self
-                .tenants
-                .iter()
-                .filter(|t| t.present(now, grace))
-                .all(|t| t.credits <= 0.0);
+            // Requests wait for credits; early refill when the tenants that could spend
+            // are out (two readings, see the module doc).
+            let exhausted = if self.backlog_refill {
+                // A tenant gone quiet holds it back no longer than the shortest period,
+                // however long the period has stretched.
+                let grace = self.min_period;
+                self.tenants
+                    .iter()
+                    .filter(|t| !t.requests.is_empty() || t.present(now, grace) && !t.satisfied)
+                    .all(|t| t.credits <= 0.0)
+            } else {
+                let grace = self.period;
+                self.tenants
+                    .iter()
+                    .filter(|t| t.present(now, grace))
+                    .all(|t| t.credits <= 0.0)
+            };
             if exhausted && attempt == 0 {
                 self.early_refills += 1;
                 self.new_period(now);

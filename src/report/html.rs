@@ -178,14 +178,21 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
             escape(&run.variant)
         );
     }
+    let fairness = if run.tenants.iter().any(|t| t.backlogged) {
+        format!(
+            "share error {:.2}% (per interval {:.2}%) · ratio error {:.2}% · Jain {:.3}",
+            run.share_error * 100.0,
+            run.interval_share_error * 100.0,
+            run.ratio_error * 100.0,
+            run.jain
+        )
+    } else {
+        "share error n/a (no tenant backlogged)".to_string()
+    };
     let _ = writeln!(
         out,
-        "<p>total {:.1} MB/s · share error {:.2}% (per interval {:.2}%) · ratio error {:.2}% · Jain {:.3} · write amplification {:.2} · GC runs {} · pages moved {}</p>",
+        "<p>total {:.1} MB/s · {fairness} · write amplification {:.2} · GC runs {} · pages moved {}</p>",
         run.total_bandwidth_bytes_per_s / 1e6,
-        run.share_error * 100.0,
-        run.interval_share_error * 100.0,
-        run.ratio_error * 100.0,
-        run.jain,
         run.device.write_amplification,
         run.device.gc_runs,
         run.device.pages_moved

@@ -78,16 +78,25 @@ pub fn table(result: &ScenarioResult) -> String {
             .filter(|&n| n > 0.0)
             .map(|n| format!(" ({:.2}x none)", run.total_bandwidth_bytes_per_s / n))
             .unwrap_or_default();
+        // Fairness figures mean nothing when no tenant was backlogged (nobody asked for
+        // more than it got): say so instead of printing a perfect 0.0 %.
+        let fairness = if run.tenants.iter().any(|t| t.backlogged) {
+            format!(
+                "share error {} (per interval {}), ratio error {}, Jain {:.3}",
+                pct(run.share_error),
+                pct(run.interval_share_error),
+                pct(run.ratio_error),
+                run.jain
+            )
+        } else {
+            "share error n/a (no tenant backlogged)".to_string()
+        };
         let _ = writeln!(
             out,
-            "{:<12} {:<10} total {:.1} MB/s{rel}, share error {} (per interval {}), ratio error {}, Jain {:.3}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
+            "{:<12} {:<10} total {:.1} MB/s{rel}, {fairness}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
             run.policy,
             "= summary",
             mb(run.total_bandwidth_bytes_per_s),
-            pct(run.share_error),
-            pct(run.interval_share_error),
-            pct(run.ratio_error),
-            run.jain,
             run.device.write_amplification,
             run.device.gc_runs,
             run.sim.requests,
@@ -174,4 +183,42 @@ pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<
     let mut inner = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
     inner.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+
+    fn summary(text: &str) -> String {
+        let s = Scenario::parse(text, "t.toml", "t").unwrap();
+        let table = super::table(&crate::sim::run_scenario(&s, false).unwrap());
+        table
+            .lines()
+            .find(|l| l.contains("= summary"))
+            .unwrap()
+            .to_string()
+    }
+
+    /// With nobody backlogged there is no share to get wrong: the summary says so
+    /// rather than printing a perfect 0.0 %.
+    #[test]
+    fn share_error_is_not_applicable_without_a_backlogged_tenant() {
+        let light = r#"
+            duration_s = 1
+            [device]
+            model = "fixed"
+            latency_us = 100.0
+            [[tenant]]
+            name = "a"
+            workload = { pattern = "randread", size = "4k", rate_iops = 100.0 }
+        "#;
+        let line = summary(light);
+        assert!(
+            line.contains("share error n/a (no tenant backlogged)"),
+            "{line}"
+        );
+        let busy = light.replace("rate_iops = 100.0", "iodepth = 4");
+        let line = summary(&busy);
+        assert!(line.contains("share error 0.0%"), "{line}");
+    }
 }

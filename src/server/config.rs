@@ -124,7 +124,7 @@ pub struct ServerConfig {
     pub tcp: Option<String>,
     /// Requests on the device at once, over all tenants.
     pub queue_depth: u32,
-    /// Requests a tenant may have in the engine (queued + in flight) before its
+    /// Requests a tenant may have waiting in the host (held by the policy) before its
     /// connections stop being read.
     pub queue_limit: u32,
     /// The scheduler.

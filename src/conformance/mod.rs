@@ -1,0 +1,555 @@
+//! The conformance suite: every proportional-share policy run through a matrix of
+//! *properties* on several devices — not the papers' scenarios, but what a user meets
+//! on day one: a light tenant beside a heavy one (work conservation), many tenants with
+//! mixed workloads (weight accuracy whole-run and per second), a tenant coming back
+//! from idle, a tenant leaving, a deep device queue, open-loop Poisson arrivals.
+//!
+//! Each property is a scenario built here (so it reads like any scenario file), run on
+//! the simulator under `none` and the policies, and judged from the results: one
+//! figure per policy with the target it must meet. Deterministic: the same property,
+//! device and seed give the same figures. `ioshare conformance` prints the matrix;
+//! `tests/conformance.rs` asserts the targets that hold; `docs/conformance.md` has the
+//! full table.
+
+use crate::metrics::{RunResult, ScenarioResult, share_error};
+use crate::scenario::Scenario;
+use crate::sim::run_scenario;
+use std::fmt::Write as _;
+
+/// The policies a property judges (proportional share; `none` is the baseline), as a
+/// scenario's `policies` entries name them; `feedbac-wc` is FeedBAC with its
+/// work-conserving early refill (`backlog_refill = true`).
+pub const POLICIES: [&str; 7] = [
+    "\"cfq\"",
+    "\"mots\"",
+    "\"bfq\"",
+    "\"feedbac\"",
+    "{ name = \"feedbac\", label = \"feedbac-wc\", backlog_refill = true }",
+    "\"sfq\"",
+    "\"mclock\"",
+];
+
+/// A device the suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// `sata-840pro`, aged (garbage collection active), 4 GiB.
+    SataAged,
+    /// `nvme-p4500`, clean, 4 GiB.
+    NvmeClean,
+    /// `nvme-p4500`, aged, 4 GiB.
+    NvmeAged,
+}
+
+impl Device {
+    /// Every device.
+    pub const ALL: [Device; 3] = [Device::SataAged, Device::NvmeClean, Device::NvmeAged];
+
+    /// Its `[device]` table.
+    fn toml(self) -> &'static str {
+        match self {
+            Device::SataAged => {
+                "model = \"ssd\"\npreset = \"sata-840pro\"\nprecondition = \"aged\"\ncapacity_gib = 4"
+            }
+            Device::NvmeClean => {
+                "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"clean\"\ncapacity_gib = 4"
+            }
+            Device::NvmeAged => {
+                "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"aged\"\ncapacity_gib = 4"
+            }
+        }
+    }
+
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::SataAged => "sata-840pro aged",
+            Device::NvmeClean => "nvme-p4500 clean",
+            Device::NvmeAged => "nvme-p4500 aged",
+        }
+    }
+
+    /// A rate a light 4 KiB reader keeps to, well under any share it would get.
+    fn light_rate(self) -> f64 {
+        match self {
+            Device::SataAged => 2000.0,
+            Device::NvmeClean | Device::NvmeAged => 5000.0,
+        }
+    }
+}
+
+/// What is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Property {
+    /// A weight-4 open-loop reader that uses less than its share beside a backlogged
+    /// weight-1 writer: the writer must get the rest (total ≥ 0.95× `none`).
+    WorkConservation,
+    /// The same with the weights swapped.
+    WorkConservationSwapped,
+    /// `n` backlogged tenants, weights 1…8, mixed workloads: share error whole-run and
+    /// per second.
+    Weights(usize),
+    /// 8 tenants as in [`Property::Weights`] on a device queue of 128.
+    DeepQueue,
+    /// A weight-4 tenant (others 2:1:1) idle for the first 1.5 s: how long until it
+    /// gets its share, and by how much it overshoots.
+    ReturnFromIdle,
+    /// Weights 4:2:1:1; the weight-4 tenant stops at 1.5 s: the others must share its
+    /// part by their weights and keep the device busy.
+    Leaving,
+    /// Three open-loop tenants, weights 1:2:4, Poisson arrivals, each offering more than
+    /// the device serves (queue limit 64).
+    PoissonOverload,
+    /// Four closed loops, weights 100:50:25:10, 4 KiB random 50/50 at iodepth 32 each,
+    /// device queue 128: every request sits in the device (the FeedBAC paper's setting).
+    DeepClosedLoops,
+}
+
+impl Property {
+    /// Every property, in table order.
+    pub const ALL: [Property; 9] = [
+        Property::WorkConservation,
+        Property::WorkConservationSwapped,
+        Property::Weights(8),
+        Property::Weights(64),
+        Property::DeepQueue,
+        Property::ReturnFromIdle,
+        Property::Leaving,
+        Property::PoissonOverload,
+        Property::DeepClosedLoops,
+    ];
+
+    /// Its name in tables.
+    pub fn name(self) -> String {
+        match self {
+            Property::WorkConservation => "work conservation".into(),
+            Property::WorkConservationSwapped => "work conservation, weights swapped".into(),
+            Property::Weights(n) => format!("weights, {n} mixed tenants"),
+            Property::DeepQueue => "weights, device queue 128".into(),
+            Property::ReturnFromIdle => "return from idle".into(),
+            Property::Leaving => "a tenant leaves".into(),
+            Property::PoissonOverload => "Poisson overload".into(),
+            Property::DeepClosedLoops => "closed loops in a queue of 128".into(),
+        }
+    }
+}
+
+/// Simulated seconds of every property's run.
+const DURATION_S: f64 = 4.0;
+/// When the returning tenant starts, and when the leaving one stops.
+const CHANGE_S: f64 = 1.5;
+/// The bin the per-interval figures use.
+const INTERVAL_S: f64 = 0.1;
+
+/// Closed-loop workloads tenants cycle through in the weight properties: random reads
+/// and writes of several sizes, a sequential writer, a file-server mix.
+const MIXED: [&str; 6] = [
+    "{ pattern = \"randread\", size = \"4k\", iodepth = 8 }",
+    "{ pattern = \"randwrite\", size = \"16k\", iodepth = 8 }",
+    "{ pattern = \"randrw\", read_mix = 0.5, size = \"8k\", iodepth = 8 }",
+    "{ pattern = \"write\", size = \"128k\", iodepth = 4 }",
+    "{ standin = \"fileserver\", iodepth = 8 }",
+    "{ pattern = \"randread\", size = \"64k\", iodepth = 4 }",
+];
+
+/// The scenario of `property` on `device`.
+pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
+    let mut s = String::new();
+    let policies: Vec<&str> = std::iter::once("\"none\"").chain(POLICIES).collect();
+    let queue_depth = match property {
+        Property::DeepQueue | Property::DeepClosedLoops => 128,
+        _ => 32,
+    };
+    let _ = writeln!(
+        s,
+        "name = \"conformance\"\nseed = {seed}\nduration_s = {DURATION_S}\ninterval_s = {INTERVAL_S}\nqueue_depth = {queue_depth}\npartition = true\npolicies = [{}]",
+        policies.join(", ")
+    );
+    if property == Property::PoissonOverload {
+        s.push_str("queue_limit = 64\n");
+    }
+    let _ = writeln!(s, "[device]\n{}", device.toml());
+    let mut tenant = |name: String, weight: f64, workload: &str| {
+        let _ = writeln!(
+            s,
+            "[[tenant]]\nname = \"{name}\"\nweight = {weight}\nworkload = {workload}"
+        );
+    };
+    match property {
+        Property::WorkConservation | Property::WorkConservationSwapped => {
+            let (light, heavy) = match property {
+                Property::WorkConservation => (4.0, 1.0),
+                _ => (1.0, 4.0),
+            };
+            let reader = format!(
+                "{{ pattern = \"randread\", size = \"4k\", rate_iops = {} }}",
+                device.light_rate()
+            );
+            tenant("light".into(), light, &reader);
+            tenant(
+                "heavy".into(),
+                heavy,
+                "{ pattern = \"randwrite\", size = \"64k\", iodepth = 32 }",
+            );
+        }
+        Property::Weights(_) | Property::DeepQueue => {
+            let n = match property {
+                Property::Weights(n) => n,
+                _ => 8,
+            };
+            for i in 0..n {
+                let workload = if property == Property::DeepQueue {
+                    MIXED[i % MIXED.len()].replace("iodepth = 8", "iodepth = 16")
+                } else {
+                    MIXED[i % MIXED.len()].to_string()
+                };
+                tenant(format!("t{i}"), (i % 8 + 1) as f64, &workload);
+            }
+        }
+        Property::ReturnFromIdle | Property::Leaving => {
+            let first = if property == Property::ReturnFromIdle {
+                format!(
+                    "{{ pattern = \"randread\", size = \"16k\", phases = [{{ idle = true, duration_s = {CHANGE_S} }}, {{ iodepth = 16 }}] }}"
+                )
+            } else {
+                format!(
+                    "{{ pattern = \"randread\", size = \"16k\", phases = [{{ iodepth = 16, duration_s = {CHANGE_S} }}] }}"
+                )
+            };
+            tenant("t0".into(), 4.0, &first);
+            tenant(
+                "t1".into(),
+                2.0,
+                "{ pattern = \"randwrite\", size = \"16k\", iodepth = 16 }",
+            );
+            tenant(
+                "t2".into(),
+                1.0,
+                "{ pattern = \"randread\", size = \"16k\", iodepth = 16 }",
+            );
+            tenant(
+                "t3".into(),
+                1.0,
+                "{ pattern = \"randrw\", read_mix = 0.5, size = \"16k\", iodepth = 16 }",
+            );
+        }
+        Property::DeepClosedLoops => {
+            for (i, w) in [100.0, 50.0, 25.0, 10.0].into_iter().enumerate() {
+                tenant(
+                    format!("c{i}"),
+                    w,
+                    "{ pattern = \"randrw\", read_mix = 0.5, size = \"4k\", iodepth = 32 }",
+                );
+            }
+        }
+        Property::PoissonOverload => {
+            for (i, w) in [1.0, 2.0, 4.0].into_iter().enumerate() {
+                tenant(
+                    format!("t{i}"),
+                    w,
+                    "{ pattern = \"randread\", size = \"16k\", rate_iops = 200000.0 }",
+                );
+            }
+        }
+    }
+    Scenario::parse(&s, "conformance scenario", "conformance")
+        .expect("conformance scenarios are valid")
+}
+
+/// How a policy did on one property.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The policy.
+    pub policy: String,
+    /// Total bandwidth ÷ `none`'s in the same scenario.
+    pub vs_none: f64,
+    /// The property's figures, in table order.
+    pub figures: Vec<Figure>,
+}
+
+impl Verdict {
+    /// Whether every figure with a target met it.
+    pub fn pass(&self) -> bool {
+        self.figures.iter().all(Figure::met)
+    }
+}
+
+/// One judged number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// What it is.
+    pub name: &'static str,
+    /// Its value (a fraction for errors and ratios, seconds for times).
+    pub value: f64,
+    /// The bound it must stay on the right side of; `None`: reported, not held (CFQ is
+    /// the baseline whose weaknesses the others fix).
+    pub target: Option<f64>,
+    /// `true`: the value must be at least the target; `false`: at most.
+    pub at_least: bool,
+}
+
+impl Figure {
+    /// Whether the value is on the right side of the target (always, without one).
+    pub fn met(&self) -> bool {
+        match self.target {
+            None => true,
+            Some(t) if self.at_least => self.value >= t,
+            Some(t) => self.value <= t,
+        }
+    }
+}
+
+/// What a policy promises to share: bytes (time-slice and byte-fair policies) or
+/// requests (mClock's tags count requests).
+fn shares_requests(policy: &str) -> bool {
+    policy == "mclock"
+}
+
+/// The targets a policy is held to (`None`: reported only).
+struct Targets {
+    total: Option<f64>,
+    whole_run: Option<f64>,
+    per_second: Option<f64>,
+    time_to_share: Option<f64>,
+    overshoot: Option<f64>,
+}
+
+fn targets(policy: &str) -> Targets {
+    match policy {
+        "cfq" => Targets {
+            total: None,
+            whole_run: None,
+            per_second: None,
+            time_to_share: None,
+            overshoot: None,
+        },
+        "feedbac" | "feedbac-wc" | "sfq" => Targets {
+            total: Some(0.95),
+            whole_run: Some(0.02),
+            per_second: Some(0.05),
+            time_to_share: Some(0.5),
+            overshoot: Some(0.10),
+        },
+        _ => Targets {
+            total: Some(0.95),
+            whole_run: Some(0.02),
+            per_second: Some(0.10),
+            time_to_share: Some(0.5),
+            overshoot: Some(0.10),
+        },
+    }
+}
+
+/// Runs `property` on `device` and judges every policy.
+pub fn check(property: Property, device: Device, seed: u64) -> (ScenarioResult, Vec<Verdict>) {
+    let s = scenario(property, device, seed);
+    let result = run_scenario(&s, false).expect("every policy builds");
+    let verdicts = judge(property, &result);
+    (result, verdicts)
+}
+
+/// Judges the runs of one property's scenario.
+pub fn judge(property: Property, result: &ScenarioResult) -> Vec<Verdict> {
+    let none = result
+        .runs
+        .iter()
+        .find(|r| r.policy == "none")
+        .expect("the baseline ran");
+    let none_total = none.total_bandwidth_bytes_per_s;
+    result
+        .runs
+        .iter()
+        .filter(|r| r.policy != "none")
+        .map(|r| {
+            let t = targets(&r.policy);
+            let vs_none = if none_total > 0.0 {
+                r.total_bandwidth_bytes_per_s / none_total
+            } else {
+                0.0
+            };
+            let figure = |name, value, target, at_least| Figure {
+                name,
+                value,
+                target,
+                at_least,
+            };
+            let mut figures = vec![figure("total vs none", vs_none, t.total, true)];
+            let series = if shares_requests(&r.policy) {
+                &r.timeseries.ios
+            } else {
+                &r.timeseries.bytes
+            };
+            match property {
+                Property::WorkConservation => {
+                    figures.push(figure(
+                        "light tenant served",
+                        light_served(r),
+                        t.total,
+                        true,
+                    ));
+                }
+                Property::WorkConservationSwapped => {}
+                Property::Weights(_)
+                | Property::DeepQueue
+                | Property::PoissonOverload
+                | Property::DeepClosedLoops => {
+                    let (whole, per_second) = share_errors(r, series);
+                    figures.push(figure("share error", whole, t.whole_run, false));
+                    figures.push(figure(
+                        "share error per second",
+                        per_second,
+                        t.per_second,
+                        false,
+                    ));
+                }
+                Property::ReturnFromIdle => {
+                    let (time, overshoot) = return_figures(r, series);
+                    figures.push(figure("time to share (s)", time, t.time_to_share, false));
+                    figures.push(figure("overshoot (points)", overshoot, t.overshoot, false));
+                }
+                Property::Leaving => figures.push(figure(
+                    "share error after",
+                    after_leaving_error(r, series),
+                    t.per_second,
+                    false,
+                )),
+            }
+            Verdict {
+                policy: r.policy.clone(),
+                vs_none,
+                figures,
+            }
+        })
+        .collect()
+}
+
+/// The light tenant got what it asked for: IOPS ÷ offered rate.
+fn light_served(r: &RunResult) -> f64 {
+    let light = &r.tenants[0];
+    let offered = if light.workload.contains("5000") {
+        5000.0
+    } else {
+        2000.0
+    };
+    light.iops / offered
+}
+
+/// Share error of the tenants backlogged in the run, over the whole run and per second
+/// (the 0.1 s intervals summed into seconds), of `series` (bytes or requests).
+fn share_errors(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
+    let per = (1.0 / INTERVAL_S).round() as usize;
+    let weights: Vec<f64> = r.tenants.iter().map(|t| t.weight).collect();
+    let backlogged: Vec<bool> = r.tenants.iter().map(|t| t.backlogged).collect();
+    let bins = series.first().map_or(0, Vec::len);
+    let sum = |from: usize, to: usize| -> Vec<f64> {
+        series
+            .iter()
+            .map(|s| s[from..to].iter().sum::<u64>() as f64)
+            .collect()
+    };
+    let whole = share_error(&sum(0, bins), &weights, &backlogged);
+    let errors: Vec<f64> = (0..bins)
+        .step_by(per)
+        .map(|start| share_error(&sum(start, (start + per).min(bins)), &weights, &backlogged))
+        .collect();
+    (whole, mean(&errors))
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        0.0
+    } else {
+        xs.iter().sum::<f64>() / xs.len() as f64
+    }
+}
+
+/// The returning tenant (0): seconds from its return until an interval in which it got
+/// at least 90 % of its ideal share, and the most it got above its ideal share in any
+/// interval after that (in share points).
+fn return_figures(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
+    let weights: Vec<f64> = r.tenants.iter().map(|t| t.weight).collect();
+    let ideal = weights[0] / weights.iter().sum::<f64>();
+    let first = (CHANGE_S / INTERVAL_S).round() as usize;
+    let bins = series[0].len();
+    let share = |b: usize| {
+        let total: u64 = series.iter().map(|s| s[b]).sum();
+        if total == 0 {
+            0.0
+        } else {
+            series[0][b] as f64 / total as f64
+        }
+    };
+    let reached = (first..bins).find(|&b| share(b) >= 0.9 * ideal);
+    let time = reached.map_or(f64::INFINITY, |b| (b + 1 - first) as f64 * INTERVAL_S);
+    let overshoot = (first..bins)
+        .map(|b| share(b) - ideal)
+        .fold(0.0_f64, f64::max);
+    (time, overshoot)
+}
+
+/// After the first tenant left (from 0.5 s after it stopped): the others' share error
+/// per second against their weights.
+fn after_leaving_error(r: &RunResult, series: &[Vec<u64>]) -> f64 {
+    let weights: Vec<f64> = r.tenants.iter().map(|t| t.weight).collect();
+    let stayed: Vec<bool> = (0..weights.len()).map(|i| i != 0).collect();
+    let first = ((CHANGE_S + 0.5) / INTERVAL_S).round() as usize;
+    let per = (1.0 / INTERVAL_S).round() as usize;
+    let bins = series[0].len();
+    let mut errors = Vec::new();
+    let mut start = first;
+    while start < bins {
+        let end = (start + per).min(bins);
+        let bw: Vec<f64> = series
+            .iter()
+            .map(|s| s[start..end].iter().sum::<u64>() as f64)
+            .collect();
+        errors.push(share_error(&bw, &weights, &stayed));
+        start = end;
+    }
+    mean(&errors)
+}
+
+/// The matrix as a Markdown table: one row per property × device × policy.
+pub fn markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| property | device | policy | figures | pass |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for (property, device, verdicts) in rows {
+        for v in verdicts {
+            let figures: Vec<String> = v
+                .figures
+                .iter()
+                .map(|f| {
+                    let value = if f.value.is_infinite() {
+                        "never".to_string()
+                    } else if f.name.ends_with("(s)") {
+                        format!("{:.1}", f.value)
+                    } else {
+                        format!("{:.1} %", f.value * 100.0)
+                    };
+                    let op = if f.at_least { "≥" } else { "≤" };
+                    let target = match f.target {
+                        None => String::new(),
+                        Some(t) if f.name.ends_with("(s)") => format!(" ({op} {t:.1})"),
+                        Some(t) => format!(" ({op} {:.0} %)", t * 100.0),
+                    };
+                    let mark = if f.met() { "" } else { " ✗" };
+                    format!("{} {value}{target}{mark}", f.name)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                property.name(),
+                device.name(),
+                v.policy,
+                figures.join("; "),
+                match (v.figures.iter().all(|f| f.target.is_none()), v.pass()) {
+                    (true, _) => "baseline",
+                    (false, true) => "yes",
+                    (false, false) => "no",
+                }
+            );
+        }
+    }
+    out
+}
