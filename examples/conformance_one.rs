@@ -41,6 +41,14 @@ fn main() {
                 })
                 .collect();
             println!("{:<10} {}", run.policy, totals.join(" "));
+            let first: Vec<String> = (0..bins)
+                .map(|b| {
+                    let sum: u64 = run.timeseries.bytes.iter().map(|s| s[b]).sum();
+                    let share = run.timeseries.bytes[0][b] as f64 / sum.max(1) as f64;
+                    format!("{:.0}", share * 100.0)
+                })
+                .collect();
+            println!("{:<10} first tenant's share, %: {}", "", first.join(" "));
         }
     }
 }

@@ -15,6 +15,12 @@
 //! counted: `keep_queue` (dispatch from, or idle for, the tenant in service) and
 //! `new_queue` (select another tenant), as in the paper's Table 2.
 //!
+//! A turn that ends by the budget timeout with budget left is charged for the time the
+//! tenant held the device (`max_budget` per `timeout`) when that is more than the bytes
+//! it moved, as Linux BFQ charges slow queues by time: a tenant whose I/O moves few bytes
+//! per turn (random, small, or slowed by the device) is not served turn after turn at
+//! the price of those few bytes.
+//!
 //! Parameters: `max_budget_kib` (default 1024), `slice_idle_ms` (default 8, BFQ's
 //! default), `timeout_ms` (default 125, BFQ's `timeout_sync`). Weight changes apply from
 //! the tenant's next budget.
@@ -51,6 +57,8 @@ pub struct Bfq {
     queued: usize,
     keep_queue: u64,
     new_queue: u64,
+    /// Turns charged by time (budget timeouts of slow tenants).
+    charged_by_time: u64,
 }
 
 impl Bfq {
@@ -74,6 +82,7 @@ impl Bfq {
             queued: 0,
             keep_queue: 0,
             new_queue: 0,
+            charged_by_time: 0,
         }
     }
 
@@ -108,10 +117,25 @@ impl Bfq {
         (self.keep_queue, self.new_queue)
     }
 
-    fn expire(&mut self) {
+    /// Ends the tenant in service's turn at `now`. A tenant whose budget timer ran out
+    /// is charged for the time it held the device (`max_budget` per `timeout`) when that
+    /// is more than the bytes it moved: Linux BFQ's budget timeout, which keeps a slow
+    /// tenant (random I/O that moves few bytes in its turn) from holding the device for
+    /// many turns at the price of a few bytes each.
+    fn expire(&mut self, now: Nanos, timed_out: bool) {
         if let Some(s) = self.service.take() {
+            let by_time = if timed_out {
+                let used = now.saturating_sub(s.since) as f64;
+                (used / self.timeout as f64 * self.max_budget as f64) as u64
+            } else {
+                0
+            };
+            let charged = s.served.max(by_time);
+            if charged > s.served {
+                self.charged_by_time += 1;
+            }
             let q = &mut self.queues[s.tenant as usize];
-            q.finish = s.start + s.served as f64 / q.weight;
+            q.finish = s.start + charged as f64 / q.weight;
         }
     }
 
@@ -168,8 +192,9 @@ impl Policy for Bfq {
                 }
                 continue;
             };
-            if s.served >= s.budget || now.saturating_sub(s.since) >= self.timeout {
-                self.expire();
+            let timed_out = now.saturating_sub(s.since) >= self.timeout;
+            if s.served >= s.budget || timed_out {
+                self.expire(now, timed_out && s.served < s.budget);
                 continue;
             }
             if let Some(r) = self.queues[s.tenant as usize].requests.pop_front() {
@@ -183,7 +208,7 @@ impl Policy for Bfq {
                 return Dispatch::Request(r);
             }
             if self.slice_idle == 0 {
-                self.expire();
+                self.expire(now, false);
                 continue;
             }
             let until = match s.idle_until {
@@ -200,7 +225,7 @@ impl Policy for Bfq {
             if now < until {
                 return Dispatch::Wait(until);
             }
-            self.expire();
+            self.expire(now, false);
         }
     }
 
@@ -250,12 +275,21 @@ impl Bfq {
                 "Budgets given to a newly selected tenant",
                 self.new_queue as f64,
             ),
+            Gauge::policy(
+                "charged_by_time_total",
+                "Turns that ended by the budget timeout and were charged for the time held",
+                self.charged_by_time as f64,
+            ),
         ]
     }
 
     /// The report part of [`Policy::observe`].
     fn report(&self) -> serde_json::Value {
-        serde_json::json!({ "keep_queue": self.keep_queue, "new_queue": self.new_queue })
+        serde_json::json!({
+            "keep_queue": self.keep_queue,
+            "new_queue": self.new_queue,
+            "charged_by_time": self.charged_by_time,
+        })
     }
 }
 
@@ -325,5 +359,29 @@ mod tests {
         assert_eq!(p.budget_of(1), 8192);
         p.update_tenant(1, &TenantSpec::weighted("b", 2.0), 0);
         assert_eq!(p.budget_of(1), 16384);
+    }
+
+    /// A tenant whose turn ends by the timeout with most of its budget unspent is charged
+    /// for the time it held the device, not for the few bytes it moved.
+    #[test]
+    fn a_slow_turn_is_charged_by_time() {
+        let tenants = [
+            TenantSpec::weighted("slow", 1.0),
+            TenantSpec::weighted("fast", 1.0),
+        ];
+        let mut p = Bfq::new(&tenants, 1 << 20, 0, 100_000_000);
+        p.put(req(1, 0), 0);
+        p.put(req(2, 0), 0);
+        p.put(req(3, 1), 0);
+        assert!(matches!(p.dispatch(0), Dispatch::Request(r) if r.tenant == 0));
+        // 150 ms later the slow tenant still holds its turn: it times out, charged
+        // 1.5 budgets' worth, not 4 KiB.
+        assert!(matches!(p.dispatch(150_000_000), Dispatch::Request(r) if r.tenant == 1));
+        assert!(
+            p.queues[0].finish >= 1.5 * (1 << 20) as f64,
+            "{}",
+            p.queues[0].finish
+        );
+        assert_eq!(p.report_json()["charged_by_time"], 1);
     }
 }

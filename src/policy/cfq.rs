@@ -54,6 +54,12 @@ pub struct Cfq {
     cursor: usize,
     queued: usize,
     slices: u64,
+    /// Idle for an owner with an empty queue at most `slice_idle`, requests in flight or
+    /// not (MoTS's reading; CFQ waits for them to the slice's end).
+    bounded_idle: bool,
+    /// Scale slices down so one round over the backlogged tenants lasts at most this
+    /// (MoTS's reading; CFQ's rounds grow with the number of tenants).
+    max_round: Option<Nanos>,
 }
 
 impl Cfq {
@@ -76,7 +82,23 @@ impl Cfq {
             cursor: 0,
             queued: 0,
             slices: 0,
+            bounded_idle: false,
+            max_round: None,
         }
+    }
+
+    /// An owner whose queue is empty is idled for at most `slice_idle`, even with
+    /// requests in flight.
+    pub fn with_bounded_idle(mut self) -> Self {
+        self.bounded_idle = true;
+        self
+    }
+
+    /// Slices are scaled down (in proportion) so that a round over the tenants with
+    /// requests waiting lasts at most `round`.
+    pub fn with_max_round(mut self, round: Nanos) -> Self {
+        self.max_round = Some(round);
+        self
     }
 
     /// Reads `base_slice_ms` and `slice_idle_ms`.
@@ -130,6 +152,24 @@ impl Cfq {
         self.queues[tenant as usize].factor
     }
 
+    /// The slice `tenant` gets when its turn starts: [`Cfq::slice_of`], scaled down when
+    /// a round over the tenants with requests waiting would be longer than the bound.
+    fn turn_of(&self, tenant: TenantId) -> Nanos {
+        let slice = self.slice_of(tenant);
+        let Some(round) = self.max_round else {
+            return slice;
+        };
+        let total: Nanos = (0..self.queues.len())
+            .filter(|&i| i == tenant as usize || !self.queues[i].requests.is_empty())
+            .map(|i| self.slice_of(i as TenantId))
+            .sum();
+        if total <= round {
+            slice
+        } else {
+            ((slice as f64 * round as f64 / total as f64).round() as Nanos).max(1)
+        }
+    }
+
     /// Starts the next backlogged tenant's slice (round-robin after the current owner).
     fn next_slice(&mut self, now: Nanos) -> bool {
         let n = self.queues.len();
@@ -139,7 +179,7 @@ impl Cfq {
                 self.cursor = (t + 1) % n;
                 self.service = Service::Slice {
                     tenant: t as TenantId,
-                    slice_end: now + self.slice_of(t as TenantId),
+                    slice_end: now + self.turn_of(t as TenantId),
                     idle_until: None,
                 };
                 self.slices += 1;
@@ -200,7 +240,7 @@ impl Policy for Cfq {
                     }
                     // The owner's queue is empty: wait for its requests in flight, then
                     // idle for its next one, or yield.
-                    if self.slice_idle > 0 && q.in_flight > 0 {
+                    if self.slice_idle > 0 && q.in_flight > 0 && !self.bounded_idle {
                         return Dispatch::Wait(slice_end);
                     }
                     let deadline = match idle_until {
