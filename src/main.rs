@@ -73,6 +73,10 @@ enum Command {
         /// Seed of every run.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Run the matrix for this many seeds (from --seed on) and print pass counts per
+        /// property and policy instead of every figure.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
     },
     /// List policies, device presets and workload stand-ins.
     List,
@@ -128,7 +132,11 @@ fn run(cli: Cli) -> Result<()> {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             ioshare::server::serve(loaded, Some(config), out)
         }
-        Command::Conformance { devices, seed } => conformance(&devices, seed),
+        Command::Conformance {
+            devices,
+            seed,
+            seeds,
+        } => conformance(&devices, seed, seeds),
         Command::List => {
             println!("policies:");
             for p in policy::registry() {
@@ -187,7 +195,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// Runs the conformance matrix and prints it.
-fn conformance(devices: &[String], seed: u64) -> Result<()> {
+fn conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
     use ioshare::conformance::{self, Device, Property};
     let devices: Vec<Device> = if devices.is_empty() {
         Device::ALL.to_vec()
@@ -204,26 +212,35 @@ fn conformance(devices: &[String], seed: u64) -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
+    if seeds == 0 {
+        bail!("--seeds must be ≥ 1");
+    }
     let mut rows = Vec::new();
     let (mut passed, mut total) = (0, 0);
-    for device in devices {
-        for property in Property::ALL {
-            let t = Instant::now();
-            let (_, verdicts) = conformance::check(property, device, seed);
-            passed += verdicts.iter().filter(|v| v.pass()).count();
-            total += verdicts.len();
-            eprintln!(
-                "{} on {}: {} of {} policies pass ({:.1} s)",
-                property.name(),
-                device.name(),
-                verdicts.iter().filter(|v| v.pass()).count(),
-                verdicts.len(),
-                t.elapsed().as_secs_f64()
-            );
-            rows.push((property, device, verdicts));
+    for seed in first_seed..first_seed.saturating_add(seeds) {
+        for &device in &devices {
+            for property in Property::ALL {
+                let t = Instant::now();
+                let (_, verdicts) = conformance::check(property, device, seed);
+                passed += verdicts.iter().filter(|v| v.pass()).count();
+                total += verdicts.len();
+                eprintln!(
+                    "seed {seed}, {} on {}: {} of {} policies pass ({:.1} s)",
+                    property.name(),
+                    device.name(),
+                    verdicts.iter().filter(|v| v.pass()).count(),
+                    verdicts.len(),
+                    t.elapsed().as_secs_f64()
+                );
+                rows.push((property, device, verdicts));
+            }
         }
     }
-    print!("{}", conformance::markdown(&rows));
+    if seeds > 1 {
+        print!("{}", conformance::sweep_markdown(&rows));
+    } else {
+        print!("{}", conformance::markdown(&rows));
+    }
     eprintln!("{passed} of {total} pass");
     Ok(())
 }

@@ -556,3 +556,42 @@ pub fn markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
     }
     out
 }
+
+/// Pass counts over many runs of the matrix (seeds × devices): one row per property,
+/// one column per policy, `passed/runs` in each cell.
+pub fn sweep_markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
+    let mut policies: Vec<String> = Vec::new();
+    for (_, _, verdicts) in rows {
+        for v in verdicts {
+            if !policies.contains(&v.policy) {
+                policies.push(v.policy.clone());
+            }
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "| property | {} |", policies.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---|".repeat(policies.len()));
+    for property in Property::ALL {
+        let cells: Vec<String> = policies
+            .iter()
+            .map(|p| {
+                let verdicts: Vec<&Verdict> = rows
+                    .iter()
+                    .filter(|(q, _, _)| *q == property)
+                    .flat_map(|(_, _, v)| v.iter().filter(|v| &v.policy == p))
+                    .collect();
+                let passed = verdicts.iter().filter(|v| v.pass()).count();
+                if verdicts
+                    .iter()
+                    .all(|v| v.figures.iter().all(|f| f.target.is_none()))
+                {
+                    "baseline".to_string()
+                } else {
+                    format!("{passed}/{}", verdicts.len())
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", property.name(), cells.join(" | "));
+    }
+    out
+}

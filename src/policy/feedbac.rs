@@ -90,8 +90,13 @@
 //!   `max(period_ms, latency_periods × mean device time)`, the mean taken over the last
 //!   prediction period and applied from the next one.
 //!
-//! A tenant that becomes active in the middle of a period waits for the next allocation
-//! (at most one period) unless an early refill comes first.
+//! **Reading: a returning tenant starts a period.** A tenant that becomes active (it was
+//! not present: no request queued, in flight or seen within a period) in the middle of
+//! a stretched period starts a new one at once, so it is served within the shortest
+//! period rather than waiting for the end of one that has stretched to most of a second
+//! on a slow device (a returning tenant's first request had waited over a second on an
+//! aged SATA drive, as the project's issue on proportional share reported). Within unstretched periods it waits for the next allocation (at most
+//! `period_ms`) unless an early refill comes first.
 //!
 //! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
 //! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `backlog_refill`
@@ -243,6 +248,8 @@ pub struct FeedBac {
     queued: usize,
     periods: u64,
     early_refills: u64,
+    /// Periods started early because a tenant came back.
+    joins: u64,
     /// Dispatch order: most credits left per weight first (true) or oldest first.
     spread: bool,
     /// Fraction of the forecast handed out per period.
@@ -301,6 +308,7 @@ impl FeedBac {
             queued: 0,
             periods: 0,
             early_refills: 0,
+            joins: 0,
             spread: true,
             headroom: DEFAULT_HEADROOM,
             backlog_refill: false,
@@ -528,10 +536,18 @@ impl Policy for FeedBac {
         if self.periods > 0 {
             self.advance(now);
         }
+        let grace = self.period;
         let t = &mut self.tenants[request.tenant as usize];
+        let newcomer = !t.present(now, grace);
         t.last_seen = Some(now);
         t.requests.push_back(request);
         self.queued += 1;
+        // A tenant that was away gets its credits now, not at the end of a period that
+        // may have stretched to most of a second (see the module doc).
+        if newcomer && self.periods > 0 && self.period > self.min_period {
+            self.joins += 1;
+            self.new_period(now);
+        }
         Admission::Queued
     }
 
@@ -671,6 +687,11 @@ impl FeedBac {
                 self.device_time / NANOS_PER_SEC as f64,
             ),
             Gauge::policy("periods_total", "Allocation periods", self.periods as f64),
+            Gauge::policy(
+                "joins_total",
+                "Periods started early because a tenant came back",
+                self.joins as f64,
+            ),
             Gauge::policy(
                 "early_refills_total",
                 "Periods ended early because every active tenant ran out of credits",
