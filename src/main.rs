@@ -277,7 +277,8 @@ fn override_scenario(
             })
             .collect();
         for p in &s.policies {
-            policy::build(&p.name, p.params.clone(), &s.specs())?;
+            let cost = Some(s.device.cost_model());
+            policy::build_for(&p.name, p.params.clone(), &s.specs(), cost)?;
         }
     }
     Ok(())

@@ -67,6 +67,19 @@ fn the_matrix_is_the_documented_one() {
     for d in [Device::SataAged, Device::NvmeAged] {
         assert!(pass(Property::Weights(8), d, "bfq"));
     }
+    // Charging device time keeps the device busy beside 512 B writers where charging
+    // bytes does not.
+    let total = |p: Property, d: Device, policy: &str| {
+        rows.iter()
+            .find(|(q, e, _)| *q == p && *e == d)
+            .and_then(|(_, _, v)| v.iter().find(|v| v.policy == policy))
+            .map(|v| v.vs_none)
+            .expect("ran")
+    };
+    for d in Device::ALL {
+        assert!(total(Property::MixedCost, d, "feedbac-dev") > 0.75);
+        assert!(total(Property::MixedCost, d, "feedbac") < 0.4);
+    }
 }
 
 /// The scenarios say what the properties claim: the light tenant offers less than its

@@ -16,8 +16,8 @@ use crate::scenario::Scenario;
 use crate::sim::run_scenario;
 use std::fmt::Write as _;
 
-/// The policies a property judges (proportional share; `none` is the baseline), as a
-/// scenario's `policies` entries name them; `feedbac-wc` is FeedBAC with its
+/// The policies every property judges (proportional share; `none` is the baseline), as
+/// a scenario's `policies` entries name them; `feedbac-wc` is FeedBAC with its
 /// work-conserving early refill (`backlog_refill = true`).
 pub const POLICIES: [&str; 7] = [
     "\"cfq\"",
@@ -27,6 +27,13 @@ pub const POLICIES: [&str; 7] = [
     "{ name = \"feedbac\", label = \"feedbac-wc\", backlog_refill = true }",
     "\"sfq\"",
     "\"mclock\"",
+];
+
+/// Judged on the mixed-cost property only (the one whose shares can be read in device
+/// time): FeedBAC and SFQ charging requests their device time (`cost = "device"`).
+pub const DEVICE_COST_POLICIES: [&str; 2] = [
+    "{ name = \"feedbac\", label = \"feedbac-dev\", cost = \"device\" }",
+    "{ name = \"sfq\", label = \"sfq-dev\", cost = \"device\" }",
 ];
 
 /// A device the suite runs on.
@@ -102,11 +109,14 @@ pub enum Property {
     /// Four closed loops, weights 100:50:25:10, 4 KiB random 50/50 at iodepth 32 each,
     /// device queue 128: every request sits in the device (the FeedBAC paper's setting).
     DeepClosedLoops,
+    /// Equal weights, requests of very different cost: 512 B random writes, 4 KiB
+    /// random reads, 4 MiB sequential writes.
+    MixedCost,
 }
 
 impl Property {
     /// Every property, in table order.
-    pub const ALL: [Property; 9] = [
+    pub const ALL: [Property; 10] = [
         Property::WorkConservation,
         Property::WorkConservationSwapped,
         Property::Weights(8),
@@ -116,6 +126,7 @@ impl Property {
         Property::Leaving,
         Property::PoissonOverload,
         Property::DeepClosedLoops,
+        Property::MixedCost,
     ];
 
     /// Its name in tables.
@@ -129,6 +140,7 @@ impl Property {
             Property::Leaving => "a tenant leaves".into(),
             Property::PoissonOverload => "Poisson overload".into(),
             Property::DeepClosedLoops => "closed loops in a queue of 128".into(),
+            Property::MixedCost => "512 B, 4 KiB and 4 MiB requests".into(),
         }
     }
 }
@@ -154,7 +166,15 @@ const MIXED: [&str; 6] = [
 /// The scenario of `property` on `device`.
 pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
     let mut s = String::new();
-    let policies: Vec<&str> = std::iter::once("\"none\"").chain(POLICIES).collect();
+    let extra: &[&str] = if property == Property::MixedCost {
+        &DEVICE_COST_POLICIES
+    } else {
+        &[]
+    };
+    let policies: Vec<&str> = std::iter::once("\"none\"")
+        .chain(POLICIES)
+        .chain(extra.iter().copied())
+        .collect();
     let queue_depth = match property {
         Property::DeepQueue | Property::DeepClosedLoops => 128,
         _ => 32,
@@ -241,6 +261,23 @@ pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
                 );
             }
         }
+        Property::MixedCost => {
+            tenant(
+                "small".into(),
+                1.0,
+                "{ pattern = \"randwrite\", size = 512, align = 512, iodepth = 16 }",
+            );
+            tenant(
+                "reads".into(),
+                1.0,
+                "{ pattern = \"randread\", size = \"4k\", iodepth = 16 }",
+            );
+            tenant(
+                "large".into(),
+                1.0,
+                "{ pattern = \"write\", size = \"4m\", iodepth = 4 }",
+            );
+        }
         Property::PoissonOverload => {
             for (i, w) in [1.0, 2.0, 4.0].into_iter().enumerate() {
                 tenant(
@@ -322,7 +359,7 @@ fn targets(policy: &str) -> Targets {
             time_to_share: None,
             overshoot: None,
         },
-        "feedbac" | "feedbac-wc" | "sfq" => Targets {
+        "feedbac" | "feedbac-wc" | "feedbac-dev" | "sfq" | "sfq-dev" => Targets {
             total: Some(0.95),
             whole_run: Some(0.02),
             per_second: Some(0.05),
@@ -343,12 +380,12 @@ fn targets(policy: &str) -> Targets {
 pub fn check(property: Property, device: Device, seed: u64) -> (ScenarioResult, Vec<Verdict>) {
     let s = scenario(property, device, seed);
     let result = run_scenario(&s, false).expect("every policy builds");
-    let verdicts = judge(property, &result);
+    let verdicts = judge(property, &result, &s);
     (result, verdicts)
 }
 
-/// Judges the runs of one property's scenario.
-pub fn judge(property: Property, result: &ScenarioResult) -> Vec<Verdict> {
+/// Judges the runs of one property's `scenario`.
+pub fn judge(property: Property, result: &ScenarioResult, scenario: &Scenario) -> Vec<Verdict> {
     let none = result
         .runs
         .iter()
@@ -388,6 +425,17 @@ pub fn judge(property: Property, result: &ScenarioResult) -> Vec<Verdict> {
                     ));
                 }
                 Property::WorkConservationSwapped => {}
+                Property::MixedCost => {
+                    let time = device_time(r, scenario);
+                    let (whole, per_second) = share_errors(r, &time);
+                    figures.push(figure("device-time share error", whole, t.whole_run, false));
+                    figures.push(figure(
+                        "device-time share error per second",
+                        per_second,
+                        t.per_second,
+                        false,
+                    ));
+                }
                 Property::Weights(_)
                 | Property::DeepQueue
                 | Property::PoissonOverload
@@ -418,6 +466,35 @@ pub fn judge(property: Property, result: &ScenarioResult) -> Vec<Verdict> {
                 vs_none,
                 figures,
             }
+        })
+        .collect()
+}
+
+/// Each tenant's device time per interval by the device's cost model, for tenants that
+/// send one kind of request of one size (the mixed-cost property), in ns.
+fn device_time(r: &RunResult, scenario: &Scenario) -> Vec<Vec<u64>> {
+    let model = scenario.device.cost_model();
+    scenario
+        .tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let phase = &t.workload.phases[0];
+            let op = match phase.pattern {
+                crate::workload::Pattern::Read | crate::workload::Pattern::RandRead => {
+                    crate::types::Op::Read
+                }
+                _ => crate::types::Op::Write,
+            };
+            let random = !matches!(
+                phase.pattern,
+                crate::workload::Pattern::Read | crate::workload::Pattern::Write
+            );
+            let each = model.cost(op, phase.size.max(), random);
+            r.timeseries.ios[i]
+                .iter()
+                .map(|&n| (n as f64 * each) as u64)
+                .collect()
         })
         .collect()
 }

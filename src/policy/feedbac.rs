@@ -4,7 +4,10 @@
 //!   (requests queued or in flight, or seen within the last period: see below) receives
 //!   `C × w_i / Σ_active w` credits, where `C` is `headroom` × the forecast of what the
 //!   device will consume in one period. A request costs its size in bytes (default) or
-//!   one credit per request (`cost_per_io = true`). Any tenant with credits left and a
+//!   one credit per request (`cost = "requests"`, or `cost_per_io = true`), or its device
+//!   time from the device's cost model (`cost = "device"`, [`super::cost`]: a 512 B write
+//!   costs a page, so byte-fair sharing does not let small writes wreck the device's
+//!   throughput). Any tenant with credits left and a
 //!   queued request may dispatch — no idling. The last request may overdraw; the debt is
 //!   paid from the next allocation. Inactive tenants get nothing and keep nothing.
 //! * **Reading: credits are spent evenly through the period.** Among the tenants that
@@ -103,10 +106,11 @@
 //! (false),
 //! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
 //! forecast before the first observation; early refill covers a low guess), `cost` is
-//! fixed to bytes unless `cost_per_io = true`. Weight changes apply from the next
+//! `cost` (`"bytes"`; `"requests"`, `"device"`). Weight changes apply from the next
 //! allocation. `stats()` records predicted vs consumed credits per prediction period
 //! (the paper's Fig. 5).
 
+use super::cost::Charge;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
@@ -238,7 +242,8 @@ pub struct FeedBac {
     device_time: f64,
     prediction_periods: u32,
     carry: f64,
-    cost_per_io: bool,
+    /// What a request costs in credits.
+    charge: Charge,
     /// Forecast consumption rate, credits per second.
     rate: f64,
     holt: Holt,
@@ -299,7 +304,11 @@ impl FeedBac {
             device_time: 0.0,
             prediction_periods: prediction_periods.max(1),
             carry,
-            cost_per_io,
+            charge: if cost_per_io {
+                Charge::Requests
+            } else {
+                Charge::Bytes
+            },
             rate: initial_rate,
             holt: Holt::new(beta),
             period_end: 0,
@@ -330,6 +339,14 @@ impl FeedBac {
         let beta = params.f64_or("beta", 0.3)?;
         let initial = params.f64_or("initial_mb_s", 64.0)?;
         let per_io = params.bool_or("cost_per_io", false)?;
+        let charge = params.charge(
+            "cost",
+            if per_io { "requests" } else { "bytes" },
+            tenants.len(),
+        )?;
+        if per_io && !matches!(charge, Charge::Requests) {
+            return Err(params.invalid("cost_per_io", "contradicts `cost`; give one of them"));
+        }
         let latency_periods = params.f64_or("latency_periods", 32.0)?;
         let spread = params.bool_or("spread", true)?;
         let headroom = params.f64_or("headroom", DEFAULT_HEADROOM)?;
@@ -352,8 +369,13 @@ impl FeedBac {
         if initial <= 0.0 {
             return Err(params.invalid("initial_mb_s", "must be > 0"));
         }
-        // With per-I/O cost the initial guess is read as thousands of IOPS.
-        let initial_rate = if per_io { initial * 1e3 } else { initial * 1e6 };
+        // With per-I/O cost the initial guess is read as thousands of IOPS; with device
+        // cost it is one second of device time per second (a busy device).
+        let initial_rate = match charge {
+            Charge::Bytes => initial * 1e6,
+            Charge::Requests => initial * 1e3,
+            Charge::Device(..) => NANOS_PER_SEC as f64,
+        };
         Ok(Box::new(
             FeedBac::new(
                 tenants,
@@ -367,7 +389,8 @@ impl FeedBac {
             .with_latency_periods(latency_periods)
             .with_spread(spread)
             .with_headroom(headroom)
-            .with_backlog_refill(backlog_refill),
+            .with_backlog_refill(backlog_refill)
+            .with_charge(charge),
         ))
     }
 
@@ -407,12 +430,15 @@ impl FeedBac {
         self.period
     }
 
-    fn cost(&self, r: &Request) -> f64 {
-        if self.cost_per_io {
-            1.0
-        } else {
-            r.len.max(1) as f64
-        }
+    /// Charges requests by `charge` (bytes, requests or device time).
+    pub fn with_charge(mut self, charge: Charge) -> Self {
+        self.mean_cost = charge.typical();
+        self.charge = charge;
+        self
+    }
+
+    fn cost(&mut self, r: &Request) -> f64 {
+        self.charge.charge(r)
     }
 
     /// Credits a tenant holds now.

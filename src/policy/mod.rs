@@ -6,6 +6,7 @@
 
 mod bfq;
 mod cfq;
+pub mod cost;
 mod feedbac;
 mod mclock;
 mod mots;
@@ -273,6 +274,8 @@ pub struct PolicyParams {
     policy: String,
     table: Params,
     used: BTreeSet<String>,
+    /// What requests cost the device the policy schedules, when known.
+    device_cost: Option<cost::CostModel>,
 }
 
 impl PolicyParams {
@@ -282,6 +285,49 @@ impl PolicyParams {
             policy: policy.to_string(),
             table,
             used: BTreeSet::new(),
+            device_cost: None,
+        }
+    }
+
+    /// The device's cost model, for `cost = "device"`.
+    pub fn with_device_cost(mut self, model: Option<cost::CostModel>) -> Self {
+        self.device_cost = model;
+        self
+    }
+
+    /// Text, or `default` when absent.
+    pub fn str_or(&mut self, key: &str, default: &str) -> Result<String, PolicyError> {
+        self.used.insert(key.to_string());
+        match self.table.get(key) {
+            None => Ok(default.to_string()),
+            Some(ParamValue::Text(v)) => Ok(v.clone()),
+            Some(other) => Err(self.invalid(key, format!("expected text, got {other}"))),
+        }
+    }
+
+    /// What the policy charges a request (`key`, default `default`): `"bytes"`,
+    /// `"requests"` or `"device"` (the device's cost model; an error where there is
+    /// none).
+    pub fn charge(
+        &mut self,
+        key: &str,
+        default: &str,
+        tenants: usize,
+    ) -> Result<cost::Charge, PolicyError> {
+        match self.str_or(key, default)?.as_str() {
+            "bytes" => Ok(cost::Charge::Bytes),
+            "requests" => Ok(cost::Charge::Requests),
+            "device" => match self.device_cost {
+                Some(model) => Ok(cost::Charge::Device(model, cost::Sequence::new(tenants))),
+                None => Err(self.invalid(
+                    key,
+                    "\"device\" needs a device model (the simulator's, or the emulated backend's)",
+                )),
+            },
+            other => Err(self.invalid(
+                key,
+                format!("'{other}' is not one of bytes, requests, device"),
+            )),
         }
     }
 
@@ -482,6 +528,16 @@ pub fn build(
     params: Params,
     tenants: &[TenantSpec],
 ) -> Result<Box<dyn Policy>, PolicyError> {
+    build_for(name, params, tenants, None)
+}
+
+/// [`build`] for a device whose cost model is known (policies may charge by it).
+pub fn build_for(
+    name: &str,
+    params: Params,
+    tenants: &[TenantSpec],
+    device_cost: Option<cost::CostModel>,
+) -> Result<Box<dyn Policy>, PolicyError> {
     let info = registry()
         .iter()
         .find(|p| p.name == name)
@@ -489,7 +545,7 @@ pub fn build(
             name: name.to_string(),
             known: names().join(", "),
         })?;
-    let mut params = PolicyParams::new(name, params);
+    let mut params = PolicyParams::new(name, params).with_device_cost(device_cost);
     let policy = (info.build)(&mut params, tenants)?;
     params.finish()?;
     Ok(policy)

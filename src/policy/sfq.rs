@@ -11,9 +11,11 @@
 //! virtual time and cannot claim service for the time it did not use.
 //!
 //! Parameters: `depth` (default 0 = no limit of its own; the engine's device queue depth
-//! applies), `min_cost` bytes (default 4096).
+//! applies), `min_cost` bytes (default 4096), `cost` (`"bytes"`, the default; `"requests"`;
+//! `"device"`: the device's cost model, [`super::cost`], instead of bytes).
 //! Weight changes apply to requests tagged after the change.
 
+use super::cost::Charge;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::{BinaryHeap, VecDeque};
@@ -37,6 +39,8 @@ pub struct Sfq {
     outstanding: u32,
     min_cost: u64,
     queued: usize,
+    /// What a request costs; `None`: its bytes, at least `min_cost`.
+    charge: Option<Charge>,
 }
 
 impl Sfq {
@@ -58,7 +62,18 @@ impl Sfq {
             outstanding: 0,
             min_cost,
             queued: 0,
+            charge: None,
         }
+    }
+
+    /// Tags requests by `charge` instead of their bytes (`cost = "requests"` or
+    /// `"device"`).
+    pub fn with_charge(mut self, charge: Charge) -> Self {
+        self.charge = match charge {
+            Charge::Bytes => None,
+            other => Some(other),
+        };
+        self
     }
 
     /// Builds SFQ(D) from `depth` and `min_cost`.
@@ -68,14 +83,20 @@ impl Sfq {
     ) -> Result<Box<dyn Policy>, PolicyError> {
         let depth = params.u64_or("depth", 0)? as u32;
         let min_cost = params.u64_or("min_cost", 4096)?;
-        Ok(Box::new(Sfq::new(tenants, depth, min_cost)))
+        let charge = params.charge("cost", "bytes", tenants.len())?;
+        Ok(Box::new(
+            Sfq::new(tenants, depth, min_cost).with_charge(charge),
+        ))
     }
 
-    /// Start tag a new request of `len` bytes from `tenant` would get, and its finish tag.
-    fn tags(&self, tenant: TenantId, len: u32) -> (u64, u64) {
-        let f = &self.flows[tenant as usize];
+    /// Start and finish tags of a new request.
+    fn tags(&mut self, request: &Request) -> (u64, u64) {
+        let cost = match self.charge.as_mut() {
+            None => (request.len as u64).max(self.min_cost) as f64,
+            Some(c) => c.charge(request),
+        };
+        let f = &self.flows[request.tenant as usize];
         let start = self.virtual_time.max(f.last_finish);
-        let cost = (len as u64).max(self.min_cost) as f64;
         (
             start,
             start + (cost * SCALE / f.weight).round().max(1.0) as u64,
@@ -89,7 +110,7 @@ impl Policy for Sfq {
     }
 
     fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
-        let (start, finish) = self.tags(request.tenant, request.len);
+        let (start, finish) = self.tags(&request);
         let f = &mut self.flows[request.tenant as usize];
         f.last_finish = finish;
         if f.queue.is_empty() {

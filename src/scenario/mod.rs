@@ -241,7 +241,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         tenants.push(setup);
     }
     let specs: Vec<TenantSpec> = tenants.iter().map(|t| t.spec.clone()).collect();
-    let policies = policies(file.policies, &specs)?;
+    let policies = policies(file.policies, &specs, &device)?;
     Ok(Scenario {
         name: file.name.unwrap_or_else(|| default_name.to_string()),
         variant: String::new(),
@@ -347,6 +347,7 @@ fn tenant_setup(
 fn policies(
     entries: Option<Vec<PolicyEntry>>,
     specs: &[TenantSpec],
+    device: &DeviceSpec,
 ) -> Result<Vec<PolicyChoice>, Invalid> {
     let list = match entries {
         None => return Ok(vec![PolicyChoice::named("none")]),
@@ -363,7 +364,7 @@ fn policies(
                 format!("label '{}' used twice (give one a `label`)", p.label),
             ));
         }
-        policy::build(&p.name, p.params.clone(), specs)
+        policy::build_for(&p.name, p.params.clone(), specs, Some(device.cost_model()))
             .map_err(|e| Invalid::new(&at, e.to_string()))?;
         policies.push(p);
     }

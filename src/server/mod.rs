@@ -111,8 +111,17 @@ pub fn serve(
             .map_err(|e| anyhow::anyhow!("--out: cannot create {}: {e}", dir.display()))?;
     }
     let specs = config.specs();
-    let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
-        .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    let cost = config
+        .emulated
+        .as_ref()
+        .map(|(device, _)| device.cost_model());
+    let policy = crate::policy::build_for(
+        &config.policy.name,
+        config.policy.params.clone(),
+        &specs,
+        cost,
+    )
+    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
     let files = backend::Files::open(&config)?;
     let model = config.emulated.as_ref().map(|(device, seed)| {
         let t = Instant::now();

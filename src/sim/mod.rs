@@ -295,7 +295,8 @@ pub fn run_policy_with(
     options: RunOptions,
 ) -> Result<RunResult, PolicyError> {
     let specs = scenario.specs();
-    let policy = policy::build(&choice.name, choice.params.clone(), &specs)?;
+    let cost = Some(scenario.device.cost_model());
+    let policy = policy::build_for(&choice.name, choice.params.clone(), &specs, cost)?;
     let recorder = Recorder::new(
         &specs,
         scenario.warmup,
@@ -342,7 +343,8 @@ pub fn run_observed<O: Observer>(
     observer: O,
     options: RunOptions,
 ) -> Result<O, PolicyError> {
-    let policy = policy::build(&choice.name, choice.params.clone(), &scenario.specs())?;
+    let cost = Some(scenario.device.cost_model());
+    let policy = policy::build_for(&choice.name, choice.params.clone(), &scenario.specs(), cost)?;
     let device = scenario.device.build(scenario.seed);
     Ok(if options.check || cfg!(debug_assertions) {
         let checker = Checker::new(observer);
