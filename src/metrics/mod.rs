@@ -4,6 +4,7 @@
 
 use crate::device::DeviceStats;
 use crate::host::{Observer, Status};
+use crate::policy::cost::{CostModel, Sequence};
 use crate::policy::{Observation, Refusal, SwitchLog};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_secs};
 use hdrhistogram::Histogram;
@@ -200,12 +201,20 @@ pub struct Timeseries {
     pub ios: Vec<Vec<u64>>,
     /// Sum of the completed requests' latencies in ns, indexed `[tenant][interval]`.
     pub latency_sum_ns: Vec<Vec<u64>>,
+    /// Device time of the completed requests by the device's cost model, ns, indexed
+    /// `[tenant][interval]`; empty when the recorder had no model.
+    pub device_ns: Vec<Vec<u64>>,
 }
 
 impl Timeseries {
     /// Makes every tenant's series `bins` intervals long (new intervals empty).
     fn resize(&mut self, bins: usize) {
-        for series in [&mut self.bytes, &mut self.ios, &mut self.latency_sum_ns] {
+        for series in [
+            &mut self.bytes,
+            &mut self.ios,
+            &mut self.latency_sum_ns,
+            &mut self.device_ns,
+        ] {
             for tenant in series.iter_mut() {
                 tenant.resize(bins, 0);
             }
@@ -342,6 +351,8 @@ pub struct Recorder {
     completed: u64,
     /// Start times of the phases, ascending, the first 0.
     phase_starts: Vec<Nanos>,
+    /// The device's cost model, to count each tenant's device time.
+    cost: Option<(CostModel, Sequence)>,
 }
 
 impl Recorder {
@@ -363,6 +374,7 @@ impl Recorder {
                 bytes: vec![vec![0; bins]; n],
                 ios: vec![vec![0; bins]; n],
                 latency_sum_ns: vec![vec![0; bins]; n],
+                device_ns: Vec::new(),
             },
             tenants: tenants
                 .iter()
@@ -381,6 +393,7 @@ impl Recorder {
                 .collect(),
             completed: 0,
             phase_starts: vec![0],
+            cost: None,
         }
         .with_phases(&[0])
     }
@@ -397,6 +410,15 @@ impl Recorder {
         self.end = end.max(self.start);
         let bins = (self.end - self.start).div_ceil(self.series.interval) as usize;
         self.series.resize(bins);
+    }
+
+    /// Also counts each tenant's device time by `model` (`Timeseries::device_ns`).
+    pub fn with_cost(mut self, model: CostModel) -> Self {
+        let n = self.tenants.len();
+        let bins = self.series.bytes.first().map_or(0, Vec::len);
+        self.series.device_ns = vec![vec![0; bins]; n];
+        self.cost = Some((model, Sequence::new(n)));
+        self
     }
 
     /// Splits the run into phases starting at these times (0 is always the first).
@@ -504,6 +526,11 @@ impl Recorder {
         self.series.bytes[tid][bin] += bytes;
         self.series.ios[tid][bin] += 1;
         self.series.latency_sum_ns[tid][bin] += lat;
+        if let Some((model, seq)) = self.cost.as_mut() {
+            let random = seq.random(c.request.tenant, c.request.offset, c.request.len);
+            self.series.device_ns[tid][bin] +=
+                model.cost(c.request.op, c.request.len, random) as u64;
+        }
     }
 
     /// Summarises the run.

@@ -303,7 +303,8 @@ pub fn run_policy_with(
         scenario.duration,
         scenario.interval,
     )
-    .with_phases(&scenario.phase_starts());
+    .with_phases(&scenario.phase_starts())
+    .with_cost(scenario.device.cost_model());
     let wall = Instant::now();
     let (recorder, observation, device) = if options.check || cfg!(debug_assertions) {
         let (checker, observation, device) = drive(
