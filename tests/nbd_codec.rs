@@ -16,6 +16,27 @@ fn option(option: u32, data: &[u8]) -> Vec<u8> {
     b
 }
 
+/// A request header: magic, flags, type, handle, offset, length.
+fn header(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+    let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&kind.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// A valid request: its header, and for a write (type 1) a payload of `len` bytes with
+/// a pattern the check recognizes.
+fn valid_bytes(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+    let mut b = header(kind, flags, handle, offset, len);
+    if kind == 1 {
+        b.extend((0..len).map(|i| (i % 251) as u8));
+    }
+    b
+}
+
 /// Options a client may send before GO: LIST, INFO, STRUCTURED_REPLY, unknown ones,
 /// GO/INFO with names that exist, do not, or try a path.
 fn any_option() -> impl Strategy<Value = Vec<u8>> {
@@ -83,12 +104,7 @@ fn any_request() -> impl Strategy<Value = Vec<u8>> {
         any::<u8>(),
     )
         .prop_map(|(kind, flags, handle, offset, len, payload)| {
-            let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
-            b.extend_from_slice(&(flags & 0x1f).to_be_bytes());
-            b.extend_from_slice(&kind.to_be_bytes());
-            b.extend_from_slice(&handle.to_be_bytes());
-            b.extend_from_slice(&offset.to_be_bytes());
-            b.extend_from_slice(&len.to_be_bytes());
+            let mut b = header(kind, flags & 0x1f, handle, offset, len);
             if kind == 1 && len <= 8192 {
                 let n = if payload < 200 {
                     len as usize
@@ -179,15 +195,7 @@ fn valid_request() -> impl Strategy<Value = Valid> {
             };
             let fua = fua && kind != 0 && kind != 3;
             let flags: u16 = if fua { 1 } else { 0 };
-            let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
-            b.extend_from_slice(&flags.to_be_bytes());
-            b.extend_from_slice(&kind.to_be_bytes());
-            b.extend_from_slice(&handle.to_be_bytes());
-            b.extend_from_slice(&offset.to_be_bytes());
-            b.extend_from_slice(&len.to_be_bytes());
-            if kind == 1 {
-                b.extend((0..len).map(|i| (i % 251) as u8));
-            }
+            let b = valid_bytes(kind, flags, handle, offset, len);
             (b, (kind, handle, offset, len, fua))
         })
 }
@@ -261,15 +269,7 @@ fn a_request_ending_exactly_at_the_export_end_is_accepted() {
     .enumerate()
     {
         let offset = (1u64 << 20) - len as u64;
-        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
-        b.extend_from_slice(&0u16.to_be_bytes());
-        b.extend_from_slice(&kind.to_be_bytes());
-        b.extend_from_slice(&(handle as u64).to_be_bytes());
-        b.extend_from_slice(&offset.to_be_bytes());
-        b.extend_from_slice(&len.to_be_bytes());
-        if kind == 1 {
-            b.extend((0..len).map(|i| (i % 251) as u8));
-        }
+        let b = valid_bytes(kind, 0, handle as u64, offset, len);
         requests.push((b, (kind, handle as u64, offset, len, false)));
     }
     accepts_every_valid_request(&requests, &[]);

@@ -412,7 +412,10 @@ fn trace(text: &str, policy: &str) -> Trace {
         .find(|p| p.label == policy)
         .unwrap_or_else(|| panic!("{policy} is not in the scenario"))
         .clone();
-    let options = ioshare::sim::RunOptions { check: true };
+    let options = ioshare::sim::RunOptions {
+        check: true,
+        ..Default::default()
+    };
     ioshare::sim::run_observed(&s, &choice, Trace::default(), options).unwrap()
 }
 

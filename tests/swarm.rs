@@ -161,7 +161,10 @@ fn run_seed(seed: u64) {
                 &choice,
                 device.clone_box(),
                 None,
-                RunOptions { check: true },
+                RunOptions {
+                    check: true,
+                    ..Default::default()
+                },
             )
             .expect("every policy builds with defaults")
         }));

@@ -13,7 +13,7 @@
 
 use crate::metrics::{RunResult, ScenarioResult, share_error};
 use crate::scenario::Scenario;
-use crate::sim::run_scenario;
+use crate::sim::{RunOptions, run_scenarios_with};
 use std::fmt::Write as _;
 
 /// The policies every property judges (proportional share; `none` is the baseline), as
@@ -382,7 +382,12 @@ fn targets(policy: &str) -> Targets {
 /// Runs `property` on `device` and judges every policy.
 pub fn check(property: Property, device: Device, seed: u64) -> (ScenarioResult, Vec<Verdict>) {
     let s = scenario(property, device, seed);
-    let result = run_scenario(&s, false).expect("every policy builds");
+    let options = RunOptions {
+        device_time: true,
+        ..RunOptions::default()
+    };
+    let result =
+        run_scenarios_with(std::slice::from_ref(&s), false, options).expect("every policy builds");
     let verdicts = judge(property, &result);
     (result, verdicts)
 }

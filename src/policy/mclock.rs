@@ -222,14 +222,7 @@ impl Policy for MClock {
     }
 
     fn observe(&self, detail: Detail) -> Observation {
-        Observation {
-            gauges: self.gauges(),
-            switches: None,
-            report: match detail {
-                Detail::Full => self.report(),
-                Detail::Gauges => serde_json::Value::Null,
-            },
-        }
+        Observation::of(detail, self.gauges(), || self.report())
     }
 }
 

@@ -164,6 +164,25 @@ pub struct Observation {
     pub report: serde_json::Value,
 }
 
+impl Observation {
+    /// The gauges, and with [`Detail::Full`] the report `report` builds (only then);
+    /// no switch log.
+    pub fn of(
+        detail: Detail,
+        gauges: Vec<Gauge>,
+        report: impl FnOnce() -> serde_json::Value,
+    ) -> Self {
+        Observation {
+            gauges,
+            switches: None,
+            report: match detail {
+                Detail::Full => report(),
+                Detail::Gauges => serde_json::Value::Null,
+            },
+        }
+    }
+}
+
 /// A scheduler. See the module docs for the contract.
 pub trait Policy: Send {
     /// Registry name of the policy (`none`, `cfq`, ...).

@@ -307,14 +307,7 @@ impl Policy for Mots {
     }
 
     fn observe(&self, detail: Detail) -> Observation {
-        Observation {
-            gauges: self.gauges(),
-            switches: None,
-            report: match detail {
-                Detail::Full => self.report(),
-                Detail::Gauges => serde_json::Value::Null,
-            },
-        }
+        Observation::of(detail, self.gauges(), || self.report())
     }
 }
 
@@ -368,29 +361,26 @@ mod tests {
     /// Feeds one tick in which each tenant was busy throughout and completed `bytes[i]`
     /// (a tenant with 0 sends nothing: it is idle in the tick).
     fn feed(p: &mut Mots, bytes: &[u64], now: Nanos) {
-        for (i, &b) in bytes.iter().enumerate().filter(|(_, b)| **b > 0) {
-            let r = Request {
+        let requests: Vec<Request> = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b > 0)
+            .map(|(i, &b)| Request {
                 id: i as u64,
                 tenant: i as TenantId,
                 op: Op::Read,
                 offset: 0,
                 len: b as u32,
                 arrival: now,
-            };
+            })
+            .collect();
+        for &r in &requests {
             p.put(r, now);
             while let Dispatch::Request(_) = p.dispatch(now) {}
         }
         // Busy for the whole tick: each request completes just before it ends.
-        for (i, &b) in bytes.iter().enumerate().filter(|(_, b)| **b > 0) {
-            let request = Request {
-                id: i as u64,
-                tenant: i as TenantId,
-                op: Op::Read,
-                offset: 0,
-                len: b as u32,
-                arrival: now,
-            };
-            let end = now + S - 1;
+        let end = now + S - 1;
+        for request in requests {
             let c = Completion {
                 request,
                 start: now,

@@ -168,11 +168,8 @@ impl Policy for Sfq {
         all
     }
 
-    fn observe(&self, _detail: Detail) -> Observation {
-        Observation {
-            gauges: self.gauges(),
-            ..Observation::default()
-        }
+    fn observe(&self, detail: Detail) -> Observation {
+        Observation::of(detail, self.gauges(), || serde_json::Value::Null)
     }
 }
 

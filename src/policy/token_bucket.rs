@@ -594,16 +594,9 @@ impl Policy for SwitchedBuckets {
     }
 
     fn observe(&self, detail: Detail) -> Observation {
-        match detail {
-            Detail::Gauges => Observation {
-                gauges: self.gauges(),
-                ..Observation::default()
-            },
-            Detail::Full => Observation {
-                gauges: self.gauges(),
-                switches: Some(self.switch_log()),
-                report: self.report(),
-            },
+        Observation {
+            switches: (detail == Detail::Full).then(|| self.switch_log()),
+            ..Observation::of(detail, self.gauges(), || self.report())
         }
     }
 }

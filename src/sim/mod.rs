@@ -274,6 +274,9 @@ pub struct RunOptions {
     /// Check the host's and the device model's invariants after every event (see
     /// [`checker`]); always on in debug builds.
     pub check: bool,
+    /// Count each tenant's device time by the device's cost model
+    /// (`Timeseries::device_ns`; the conformance suite reads it).
+    pub device_time: bool,
 }
 
 /// Runs one policy on a copy of `device` (already preconditioned).
@@ -295,16 +298,18 @@ pub fn run_policy_with(
     options: RunOptions,
 ) -> Result<RunResult, PolicyError> {
     let specs = scenario.specs();
-    let cost = Some(scenario.device.cost_model());
-    let policy = policy::build_for(&choice.name, choice.params.clone(), &specs, cost)?;
-    let recorder = Recorder::new(
+    let cost = scenario.device.cost_model();
+    let policy = policy::build_for(&choice.name, choice.params.clone(), &specs, Some(cost))?;
+    let mut recorder = Recorder::new(
         &specs,
         scenario.warmup,
         scenario.duration,
         scenario.interval,
     )
-    .with_phases(&scenario.phase_starts())
-    .with_cost(scenario.device.cost_model());
+    .with_phases(&scenario.phase_starts());
+    if options.device_time {
+        recorder = recorder.with_cost(cost);
+    }
     let wall = Instant::now();
     let (recorder, observation, device) = if options.check || cfg!(debug_assertions) {
         let (checker, observation, device) = drive(
@@ -416,6 +421,15 @@ pub fn run_scenarios(
     scenarios: &[Scenario],
     show_progress: bool,
 ) -> Result<ScenarioResult, PolicyError> {
+    run_scenarios_with(scenarios, show_progress, RunOptions::default())
+}
+
+/// [`run_scenarios`] with options for every run.
+pub fn run_scenarios_with(
+    scenarios: &[Scenario],
+    show_progress: bool,
+    options: RunOptions,
+) -> Result<ScenarioResult, PolicyError> {
     let first = scenarios.first().expect("at least one scenario");
     let mut devices: Vec<(&crate::device::spec::DeviceSpec, u64, Box<dyn DeviceModel>)> =
         Vec::new();
@@ -442,8 +456,8 @@ pub fn run_scenarios(
                 format!("{} [{}]", choice.label, scenario.variant)
             };
             let bar = show_progress.then(|| progress_bar(scenario, &label));
-            let mut result =
-                run_policy(scenario, choice, devices[idx].2.clone_box(), bar.as_ref())?;
+            let device = devices[idx].2.clone_box();
+            let mut result = run_policy_with(scenario, choice, device, bar.as_ref(), options)?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
