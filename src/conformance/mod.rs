@@ -18,8 +18,9 @@ use std::fmt::Write as _;
 
 /// The policies every property judges (proportional share; `none` is the baseline), as
 /// a scenario's `policies` entries name them; `feedbac-wc` is FeedBAC with its
-/// work-conserving early refill (`backlog_refill = true`).
-pub const POLICIES: [&str; 7] = [
+/// work-conserving early refill (`backlog_refill = true`), `mclock-auto` mClock with
+/// the adaptive dispatch depth (`depth = "auto"`).
+pub const POLICIES: [&str; 8] = [
     "\"cfq\"",
     "\"mots\"",
     "\"bfq\"",
@@ -27,6 +28,7 @@ pub const POLICIES: [&str; 7] = [
     "{ name = \"feedbac\", label = \"feedbac-wc\", backlog_refill = true }",
     "\"sfq\"",
     "\"mclock\"",
+    "{ name = \"mclock\", label = \"mclock-auto\", depth = \"auto\" }",
 ];
 
 /// FeedBAC and SFQ charging requests their device time (`cost = "device"`): judged on
@@ -336,7 +338,7 @@ impl Figure {
 /// count requests), device time (policies charging it), or bytes (the others).
 fn shared(r: &RunResult) -> &[Vec<u64>] {
     match r.policy.as_str() {
-        "mclock" => &r.timeseries.ios,
+        "mclock" | "mclock-auto" => &r.timeseries.ios,
         p if p.ends_with("-dev") => &r.timeseries.device_ns,
         _ => &r.timeseries.bytes,
     }

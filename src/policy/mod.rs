@@ -7,6 +7,7 @@
 mod bfq;
 mod cfq;
 pub mod cost;
+pub mod depth;
 mod feedbac;
 mod mclock;
 mod mots;
@@ -382,6 +383,32 @@ impl PolicyParams {
                 Err(self.invalid(key, format!("expected a non-negative integer, got {other}")))
             }
         }
+    }
+
+    /// A depth: a non-negative integer, or `"auto"` (`None`); when absent, `"auto"` if
+    /// `auto_by_default`, else `0`.
+    pub fn depth_or_auto(
+        &mut self,
+        key: &str,
+        auto_by_default: bool,
+    ) -> Result<Option<u32>, PolicyError> {
+        self.used.insert(key.to_string());
+        match self.table.get(key) {
+            None => Ok((!auto_by_default).then_some(0)),
+            Some(ParamValue::Text(v)) if v == "auto" => Ok(None),
+            Some(ParamValue::Int(v)) if (0..=i64::from(u32::MAX)).contains(v) => {
+                Ok(Some(*v as u32))
+            }
+            Some(other) => Err(self.invalid(
+                key,
+                format!("expected \"auto\" or a non-negative integer, got {other}"),
+            )),
+        }
+    }
+
+    /// Whether `key` was given (it is not marked as read).
+    pub fn is_set(&self, key: &str) -> bool {
+        self.table.contains_key(key)
     }
 
     /// A boolean, or `default` when absent.

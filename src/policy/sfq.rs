@@ -10,12 +10,22 @@
 //! dispatched (SFQ(D)'s reading), so a tenant that was idle restarts at the current
 //! virtual time and cannot claim service for the time it did not use.
 //!
-//! Parameters: `depth` (default 0 = no limit of its own; the engine's device queue depth
-//! applies), `min_cost` bytes (default 4096), `cost` (`"bytes"`, the default; `"requests"`;
-//! `"device"`: the device's cost model, [`super::cost`], instead of bytes).
-//! Weight changes apply to requests tagged after the change.
+//! The depth is [`super::depth::DispatchDepth`]: SFQ(D) is fair only among requests it
+//! still holds, so in a deep device queue a fixed `D` either controls nothing or costs
+//! throughput; the default here, `depth = "auto"`, moves `D` by what the tenants lose in
+//! the device's queue (that module's doc says how and why). A tenant counts as *behind*
+//! when its last finish tag is below virtual time: others were dispatched past it while
+//! all its requests were in the device.
+//!
+//! Parameters: `depth` (`"auto"`, the default; `0` = no limit of its own, classic SFQ
+//! with the engine's device queue depth; a positive integer = a fixed SFQ(D)),
+//! `min_depth` and `window_ms` (for `"auto"`), `min_cost` bytes (default 4096), `cost`
+//! (`"bytes"`, the default; `"requests"`; `"device"`: the device's cost model,
+//! [`super::cost`], instead of bytes). Weight changes apply to requests tagged after the
+//! change.
 
 use super::cost::Charge;
+use super::depth::DispatchDepth;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::collections::{BinaryHeap, VecDeque};
@@ -35,8 +45,7 @@ pub struct Sfq {
     /// Tenants with queued requests, by (start tag of their head, tenant) ascending.
     heads: BinaryHeap<std::cmp::Reverse<(u64, TenantId)>>,
     virtual_time: u64,
-    depth: u32,
-    outstanding: u32,
+    depth: DispatchDepth,
     min_cost: u64,
     queued: usize,
     /// What a request costs; `None`: its bytes, at least `min_cost`.
@@ -47,6 +56,15 @@ impl Sfq {
     /// SFQ(D) over `tenants` with dispatch depth `depth` (0: no limit of its own) and
     /// a request cost of at least `min_cost` bytes.
     pub fn new(tenants: &[TenantSpec], depth: u32, min_cost: u64) -> Self {
+        Self::with_depth(
+            tenants,
+            DispatchDepth::fixed(tenants.len(), depth),
+            min_cost,
+        )
+    }
+
+    /// SFQ over `tenants` with the dispatch depth `depth`.
+    pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth, min_cost: u64) -> Self {
         Sfq {
             flows: tenants
                 .iter()
@@ -59,7 +77,6 @@ impl Sfq {
             heads: BinaryHeap::new(),
             virtual_time: 0,
             depth,
-            outstanding: 0,
             min_cost,
             queued: 0,
             charge: None,
@@ -81,11 +98,11 @@ impl Sfq {
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
     ) -> Result<Box<dyn Policy>, PolicyError> {
-        let depth = params.u64_or("depth", 0)? as u32;
+        let depth = DispatchDepth::from_params(params, tenants.len(), true)?;
         let min_cost = params.u64_or("min_cost", 4096)?;
         let charge = params.charge("cost", "bytes", tenants.len())?;
         Ok(Box::new(
-            Sfq::new(tenants, depth, min_cost).with_charge(charge),
+            Sfq::with_depth(tenants, depth, min_cost).with_charge(charge),
         ))
     }
 
@@ -109,11 +126,15 @@ impl Policy for Sfq {
         "sfq"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
+        let v = self.virtual_time;
         let (start, finish) = self.tags(&request);
         let f = &mut self.flows[request.tenant as usize];
+        let held = !f.queue.is_empty();
+        self.depth
+            .arrival(request.tenant, now, held, f.last_finish < v);
         f.last_finish = finish;
-        if f.queue.is_empty() {
+        if !held {
             self.heads.push(std::cmp::Reverse((start, request.tenant)));
         }
         f.queue.push_back((start, request));
@@ -121,8 +142,8 @@ impl Policy for Sfq {
         Admission::Queued
     }
 
-    fn dispatch(&mut self, _now: Nanos) -> Dispatch {
-        if self.depth > 0 && self.outstanding >= self.depth {
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        if !self.depth.may_dispatch(now, self.queued) {
             return Dispatch::Idle;
         }
         let Some(std::cmp::Reverse((start, tenant))) = self.heads.pop() else {
@@ -137,16 +158,15 @@ impl Policy for Sfq {
             self.heads.push(std::cmp::Reverse((next, tenant)));
         }
         self.virtual_time = self.virtual_time.max(start);
-        self.outstanding += 1;
+        self.depth.dispatched(tenant);
         self.queued -= 1;
         Dispatch::Request(request)
     }
 
-    fn complete(&mut self, _completion: &Completion, _now: Nanos) {
-        self.outstanding = self
-            .outstanding
-            .checked_sub(1)
-            .expect("a completion of a request this policy dispatched");
+    fn complete(&mut self, completion: &Completion, now: Nanos) {
+        let tenant = completion.request.tenant;
+        let held = !self.flows[tenant as usize].queue.is_empty();
+        self.depth.completed(tenant, now, held);
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
@@ -169,25 +189,24 @@ impl Policy for Sfq {
     }
 
     fn observe(&self, detail: Detail) -> Observation {
-        Observation::of(detail, self.gauges(), || serde_json::Value::Null)
+        Observation::of(
+            detail,
+            self.gauges(),
+            || serde_json::json!({ "depth": self.depth.report() }),
+        )
     }
 }
 
 impl Sfq {
     /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
-        vec![
-            Gauge::policy(
-                "virtual_time",
-                "Start tag of the last dispatched request",
-                self.virtual_time as f64,
-            ),
-            Gauge::policy(
-                "outstanding",
-                "Requests dispatched and not yet completed",
-                self.outstanding as f64,
-            ),
-        ]
+        let mut gauges = vec![Gauge::policy(
+            "virtual_time",
+            "Start tag of the last dispatched request",
+            self.virtual_time as f64,
+        )];
+        gauges.extend(self.depth.gauges());
+        gauges
     }
 }
 
@@ -281,5 +300,92 @@ mod tests {
         p.update_tenant(0, &TenantSpec::weighted("a", 4.0), 0);
         p.put(req(1, 0, 4096), 0);
         assert_eq!(p.flows[0].last_finish, 4_194_304 + 1_048_576);
+    }
+
+    /// Tenant a has one request in the device while b's twenty are dispatched past it;
+    /// a's next request arrives with a's tags behind virtual time.
+    fn starve_a(p: &mut Sfq, at: Nanos) {
+        p.put(req(at, 0, 4096), at);
+        for i in 0..20 {
+            p.put(req(at + 1 + i, 1, 4096), at);
+        }
+        while let Dispatch::Request(_) = p.dispatch(at) {}
+        p.put(req(at + 100, 0, 4096), at + 1);
+    }
+
+    fn completion(request: Request) -> Completion {
+        Completion {
+            request,
+            start: 0,
+            finish: 1,
+        }
+    }
+
+    fn two() -> [TenantSpec; 2] {
+        [
+            TenantSpec::weighted("a", 1.0),
+            TenantSpec::weighted("b", 1.0),
+        ]
+    }
+
+    #[test]
+    fn auto_depth_shrinks_when_a_tenant_falls_behind_in_the_device() {
+        const W: Nanos = 10_000_000;
+        let mut p = Sfq::with_depth(&two(), DispatchDepth::auto(2, 4, W), 4096);
+        starve_a(&mut p, 0);
+        assert_eq!(p.dispatch(W), Dispatch::Request(req(100, 0, 4096)));
+        assert_eq!(
+            p.depth.limit(),
+            0,
+            "the first window saw tenants coming from idle"
+        );
+        starve_a(&mut p, W + 1);
+        assert_eq!(p.depth.outstanding(), 43);
+        // The window's end shrinks the depth under what is outstanding: a's request
+        // waits until completions bring the count below the new limit.
+        assert_eq!(p.dispatch(2 * W + 1), Dispatch::Idle);
+        assert_eq!(p.depth.limit(), 43 - 43 / 8);
+        for id in 0..5 {
+            p.complete(&completion(req(id, 1, 4096)), 2 * W + 2);
+            assert_eq!(p.dispatch(2 * W + 2), Dispatch::Idle, "{id}");
+        }
+        p.complete(&completion(req(5, 1, 4096)), 2 * W + 3);
+        assert_eq!(
+            p.dispatch(2 * W + 3),
+            Dispatch::Request(req(W + 101, 0, 4096))
+        );
+    }
+
+    #[test]
+    fn depth_parameter_is_auto_by_default_an_integer_or_an_error() {
+        let tenants = two();
+        let build = |t: toml::Table| {
+            let mut params = crate::policy::test_params("sfq", t);
+            let p = Sfq::build(&mut params, &tenants);
+            p.and_then(|p| params.finish().map(|()| p))
+        };
+        let depth = |p: &dyn Policy| {
+            p.observe(Detail::Gauges)
+                .gauges
+                .iter()
+                .find(|g| g.name == "depth")
+                .map(|g| g.value)
+        };
+        let auto = build(toml::Table::new()).expect("defaults");
+        assert_eq!(depth(auto.as_ref()), Some(0.0));
+        let fixed = build(toml::toml! { depth = 8 }).expect("a fixed depth");
+        assert_eq!(depth(fixed.as_ref()), Some(8.0));
+        build(toml::toml! { depth = "auto" min_depth = 4 window_ms = 2.5 }).expect("auto");
+        for bad in [
+            toml::toml! { depth = "deep" },
+            toml::toml! { depth = -1 },
+            toml::toml! { depth = 8 min_depth = 4 },
+            toml::toml! { min_depth = 0 },
+            toml::toml! { window_ms = 0.0 },
+            toml::toml! { window_ms = "fast" },
+        ] {
+            let text = bad.to_string();
+            assert!(build(bad).is_err(), "accepted {text}");
+        }
     }
 }

@@ -1,0 +1,435 @@
+//! Dispatch depth: how many requests a policy lets into the device at once, fixed or
+//! adapted to what the tenants lose in the device's queue (`depth = "auto"`).
+//!
+//! An ordering policy (SFQ(D) of Jin, Chase, Kaur, "Interposed proportional sharing for a
+//! storage service utility", SIGMETRICS 2004; mClock of Gulati, Merchant, Varman, OSDI
+//! 2010) is fair only among the requests it still holds: once `D` requests are in the
+//! device, the device serves them in its own order, and a tenant whose few requests all
+//! sit in a deep device queue behind another tenant's many loses its share. SFQ(D)'s §4
+//! trades fairness against `D` for that reason and advises the smallest `D` that keeps
+//! the device busy, but which `D` that is depends on the device and on the mix: with a
+//! closed-loop tenant of 32 beside others in a 128-deep queue, a fixed depth of 32–48
+//! restores weights but costs up to a quarter of a SATA SSD's throughput, and 96 costs
+//! nothing but keeps half the error (docs/conformance.md, "Adaptive depth").
+//!
+//! `depth = "auto"` makes the paper's advice a feedback loop on the policy's own
+//! fairness, not on device latency or throughput (both of which garbage collection
+//! moves more than depth does; three such host-wide controllers were measured and
+//! dropped, see docs/conformance.md). Every `window` the depth is judged on what
+//! happened in it:
+//! * a tenant *starved in the device* — a request of its arrived while none of its
+//!   others were held by the policy, some were in the device, and the policy says the
+//!   tenant is behind (SFQ: its last finish tag is below virtual time, others were
+//!   dispatched past it) — and the tenant never ran out of work in the window (an idle
+//!   or light tenant falls behind because it sends little, not because it waits):
+//!   the depth shrinks by an eighth (from the most requests outstanding in the window
+//!   when there was no limit yet), never below `min_depth`;
+//! * otherwise, when the depth held back a request the policy had queued, it grows by a
+//!   sixteenth.
+//!
+//! Shrinking fast and growing slowly keeps share error low; `min_depth` bounds what a
+//! tenant that looks starved but is not (a light tenant sending exactly as fast as it is
+//! served) can cost. The depth never grows much past what the engine's device queue lets
+//! out: a depth the engine never reaches never binds.
+//!
+//! The controller is sans-I/O like the policies: it is told arrivals, dispatches and
+//! completions with their times and keeps per-tenant counts, which it asserts never go
+//! negative.
+
+use super::{Gauge, PolicyError, PolicyParams};
+use crate::types::{Nanos, TenantId};
+
+/// What a tenant lost in the device's queue in the current window.
+#[derive(Debug, Clone)]
+struct TenantLoss {
+    /// Requests dispatched and not yet completed.
+    in_flight: u32,
+    /// When the tenant last ran out of work (nothing held, nothing in flight).
+    idle_since: Option<Nanos>,
+    /// Whether the tenant had nothing outstanding at some time in this window.
+    idle_in_window: bool,
+    /// Whether a request arrived in this window while the tenant's others were all in
+    /// the device and it was behind.
+    starved_in_window: bool,
+}
+
+/// Depth changes kept for the report; later ones are counted, not kept.
+const HISTORY: usize = 1024;
+
+/// The adaptive part of [`DispatchDepth`].
+#[derive(Debug, Clone)]
+struct Auto {
+    /// Windows that shortened / lengthened the depth.
+    shrinks: u64,
+    grows: u64,
+    /// The first [`HISTORY`] changes: (ms since start, new depth).
+    history: Vec<(u64, u32)>,
+    /// Smallest and largest limit set so far (`None` before the first).
+    range: Option<(u32, u32)>,
+    min_depth: u32,
+    window: Nanos,
+    window_start: Nanos,
+    /// Whether the depth held back a queued request this window.
+    binding: bool,
+    /// Most requests outstanding at once this window.
+    peak: u32,
+}
+
+/// A policy's dispatch depth: `0` = no limit of its own (the engine's device queue
+/// applies), a fixed limit, or an adaptive one.
+#[derive(Debug, Clone)]
+pub struct DispatchDepth {
+    limit: u32,
+    outstanding: u32,
+    tenants: Vec<TenantLoss>,
+    auto: Option<Auto>,
+}
+
+impl DispatchDepth {
+    /// A fixed depth (`0`: no limit of its own) over `tenants` tenants.
+    pub fn fixed(tenants: usize, limit: u32) -> Self {
+        DispatchDepth {
+            limit,
+            outstanding: 0,
+            tenants: vec![
+                TenantLoss {
+                    in_flight: 0,
+                    idle_since: Some(0),
+                    idle_in_window: true,
+                    starved_in_window: false,
+                };
+                tenants
+            ],
+            auto: None,
+        }
+    }
+
+    /// An adaptive depth, unlimited until the first tenant starves, never below
+    /// `min_depth`, judged every `window` ns.
+    pub fn auto(tenants: usize, min_depth: u32, window: Nanos) -> Self {
+        DispatchDepth {
+            auto: Some(Auto {
+                shrinks: 0,
+                grows: 0,
+                history: Vec::new(),
+                range: None,
+                min_depth: min_depth.max(1),
+                window: window.max(1),
+                window_start: 0,
+                binding: false,
+                peak: 0,
+            }),
+            ..Self::fixed(tenants, 0)
+        }
+    }
+
+    /// Reads `depth` (`"auto"` or absent: `auto_by_default` decides; a non-negative
+    /// integer: fixed, `0` = none), `min_depth` (default 16) and `window_ms` (default
+    /// 10), the last two only with `"auto"`.
+    pub fn from_params(
+        params: &mut PolicyParams,
+        tenants: usize,
+        auto_by_default: bool,
+    ) -> Result<Self, PolicyError> {
+        let depth = params.depth_or_auto("depth", auto_by_default)?;
+        if depth.is_some() {
+            for key in ["min_depth", "window_ms"] {
+                if params.is_set(key) {
+                    return Err(params.invalid(key, "applies only with depth = \"auto\""));
+                }
+            }
+        }
+        let min_depth = params.u64_or("min_depth", 16)?;
+        if !(1..=4096).contains(&min_depth) {
+            return Err(
+                params.invalid("min_depth", format!("must be in 1..=4096, got {min_depth}"))
+            );
+        }
+        let window_ms = params.f64_or("window_ms", 10.0)?;
+        if !(window_ms > 0.0 && window_ms <= 60_000.0) {
+            return Err(params.invalid(
+                "window_ms",
+                format!("must be in (0, 60000], got {window_ms}"),
+            ));
+        }
+        Ok(match depth {
+            Some(limit) => Self::fixed(tenants, limit),
+            None => Self::auto(tenants, min_depth as u32, (window_ms * 1e6) as Nanos),
+        })
+    }
+
+    /// The limit now (`0`: none of its own).
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Requests dispatched and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// Ends the window when `now` is past it and moves the depth (module doc).
+    fn roll(&mut self, now: Nanos) {
+        let Some(a) = self.auto.as_mut() else {
+            return;
+        };
+        if now < a.window_start + a.window {
+            return;
+        }
+        let starved = self
+            .tenants
+            .iter()
+            .any(|t| t.starved_in_window && !t.idle_in_window);
+        let before = self.limit;
+        if starved {
+            let base = if self.limit == 0 { a.peak } else { self.limit };
+            self.limit = base.saturating_sub((base / 8).max(1)).max(a.min_depth);
+        } else if a.binding && self.limit > 0 {
+            self.limit += (self.limit / 16).max(1);
+        }
+        if self.limit != before {
+            if self.limit < before || before == 0 {
+                a.shrinks += 1;
+            } else {
+                a.grows += 1;
+            }
+            if a.history.len() < HISTORY {
+                a.history.push((now / 1_000_000, self.limit));
+            }
+            let (lo, hi) = a.range.unwrap_or((self.limit, self.limit));
+            a.range = Some((lo.min(self.limit), hi.max(self.limit)));
+        }
+        a.window_start = now;
+        a.binding = false;
+        a.peak = self.outstanding;
+        for t in &mut self.tenants {
+            t.starved_in_window = false;
+            t.idle_in_window = t.idle_since.is_some();
+        }
+    }
+
+    /// A request of `tenant` arrived at `now`; `held`: the policy holds others of the
+    /// tenant's; `behind`: the policy's tags say the tenant has fallen behind the others.
+    pub fn arrival(&mut self, tenant: TenantId, now: Nanos, held: bool, behind: bool) {
+        self.roll(now);
+        let t = &mut self.tenants[tenant as usize];
+        if !held && t.in_flight > 0 && behind {
+            t.starved_in_window = true;
+        }
+        if t.idle_since.take().is_some_and(|since| now > since) {
+            t.idle_in_window = true;
+        }
+    }
+
+    /// Whether one more request may go to the device now; `queued`: requests the policy
+    /// holds (a refusal with requests waiting counts as the depth binding).
+    #[must_use]
+    pub fn may_dispatch(&mut self, now: Nanos, queued: usize) -> bool {
+        self.roll(now);
+        if self.limit > 0 && self.outstanding >= self.limit {
+            if let Some(a) = self.auto.as_mut() {
+                a.binding |= queued > 0;
+            }
+            return false;
+        }
+        true
+    }
+
+    /// A request of `tenant` went to the device.
+    pub fn dispatched(&mut self, tenant: TenantId) {
+        self.tenants[tenant as usize].in_flight += 1;
+        self.outstanding += 1;
+        if let Some(a) = self.auto.as_mut() {
+            a.peak = a.peak.max(self.outstanding);
+        }
+    }
+
+    /// A request of `tenant` completed at `now`; `held`: the policy still holds others
+    /// of the tenant's.
+    pub fn completed(&mut self, tenant: TenantId, now: Nanos, held: bool) {
+        self.roll(now);
+        self.outstanding = self
+            .outstanding
+            .checked_sub(1)
+            .expect("a completion of a request the policy dispatched");
+        let t = &mut self.tenants[tenant as usize];
+        t.in_flight = t
+            .in_flight
+            .checked_sub(1)
+            .expect("a completion of a tenant's dispatched request");
+        if t.in_flight == 0 && !held {
+            t.idle_since = Some(now);
+        }
+    }
+
+    /// What results.json's `policy_stats.depth` shows: the mode, the limit now and, for
+    /// `"auto"`, its range, how often it moved and the first changes (ms, depth).
+    pub fn report(&self) -> serde_json::Value {
+        match &self.auto {
+            None => serde_json::json!({ "mode": "fixed", "limit": self.limit }),
+            Some(a) => serde_json::json!({
+                "mode": "auto",
+                "limit": self.limit,
+                "min_depth": a.min_depth,
+                "window_ms": a.window as f64 / 1e6,
+                "lowest": a.range.map(|r| r.0),
+                "highest": a.range.map(|r| r.1),
+                "shrinks": a.shrinks,
+                "grows": a.grows,
+                "history_ms_depth": a.history,
+                "history_complete": a.shrinks + a.grows <= HISTORY as u64,
+            }),
+        }
+    }
+
+    /// The policy's `depth` and `outstanding` gauges.
+    pub fn gauges(&self) -> [Gauge; 2] {
+        [
+            Gauge::policy(
+                "outstanding",
+                "Requests dispatched and not yet completed",
+                f64::from(self.outstanding),
+            ),
+            Gauge::policy(
+                "depth",
+                "Most requests the policy lets out at once (0 = no limit of its own)",
+                f64::from(self.limit),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Nanos = 10_000_000;
+
+    /// Tenant 0 has one request in the device and sends another while behind; tenant 1
+    /// has `others` in the device.
+    fn starve(d: &mut DispatchDepth, at: Nanos, others: u32) {
+        d.arrival(0, at, false, false);
+        assert!(d.may_dispatch(at, 1));
+        d.dispatched(0);
+        for _ in 0..others {
+            d.arrival(1, at, true, false);
+            assert!(d.may_dispatch(at, 1));
+            d.dispatched(1);
+        }
+        d.arrival(0, at + 1, false, true);
+    }
+
+    #[test]
+    fn shrinks_by_an_eighth_of_the_peak_when_a_busy_tenant_starves() {
+        let mut d = DispatchDepth::auto(2, 4, W);
+        starve(&mut d, 0, 20);
+        assert!(d.may_dispatch(W, 1));
+        assert_eq!(
+            d.limit(),
+            0,
+            "the first window saw only tenants coming from idle"
+        );
+        d.dispatched(0);
+        starve(&mut d, W + 1, 20);
+        assert_eq!(d.outstanding(), 43);
+        assert!(
+            !d.may_dispatch(2 * W + 1, 1),
+            "the window's end moves the depth first"
+        );
+        assert_eq!(d.limit(), 43 - 43 / 8);
+        // And again by an eighth of the limit, down to min_depth.
+        let mut last = d.limit();
+        for k in 3..40 {
+            d.arrival(0, k * W, false, true);
+            let _ = d.may_dispatch(k * W + 1, 1);
+            assert!(
+                d.limit() < last || d.limit() == 4,
+                "window {k}: {}",
+                d.limit()
+            );
+            last = d.limit();
+        }
+        assert_eq!(last, 4);
+    }
+
+    #[test]
+    fn grows_by_a_sixteenth_while_it_binds_and_nobody_starves() {
+        let mut d = DispatchDepth::auto(1, 4, W);
+        d.limit = 16;
+        for _ in 0..16 {
+            d.arrival(0, 0, true, false);
+            assert!(d.may_dispatch(0, 10));
+            d.dispatched(0);
+        }
+        assert!(!d.may_dispatch(0, 10), "the depth holds the rest back");
+        assert!(d.may_dispatch(W, 10), "17 at the window's end");
+        assert_eq!(d.limit(), 17);
+        d.dispatched(0);
+        // A window in which nothing was held back leaves the depth alone.
+        assert!(!d.may_dispatch(W + 1, 0));
+        d.completed(0, 2 * W, true);
+        assert_eq!(d.limit(), 17);
+    }
+
+    #[test]
+    fn a_tenant_that_ran_out_of_work_in_the_window_does_not_count() {
+        let mut d = DispatchDepth::auto(2, 4, W);
+        starve(&mut d, 0, 20);
+        let _ = d.may_dispatch(W, 1);
+        d.dispatched(0);
+        // Both of tenant 0's requests complete: it runs out of work, then sends again.
+        d.completed(0, W + 2, false);
+        d.completed(0, W + 3, false);
+        starve(&mut d, W + 5, 20);
+        let _ = d.may_dispatch(2 * W + 5, 1);
+        assert_eq!(
+            d.limit(),
+            0,
+            "a light tenant's lag is not the device's doing"
+        );
+    }
+
+    #[test]
+    fn the_report_counts_every_move_and_keeps_a_bounded_history() {
+        let mut d = DispatchDepth::auto(2, 4, W);
+        starve(&mut d, 0, 20);
+        // Windows alternate: tenant 0 behind (shrink), then the depth binding with
+        // nobody behind (grow), so the depth moves at every window's end.
+        for i in 0..(HISTORY as u64 + 200) {
+            let t = (i + 1) * W;
+            let _ = d.may_dispatch(t, 1);
+            if i % 2 == 0 {
+                d.arrival(0, t, false, true);
+            }
+        }
+        let r = d.report();
+        assert_eq!(r["mode"], "auto");
+        // 21 outstanding: 19, 20, 18, 19, 17, ... 15, 14, 15, 14: once an eighth of the
+        // depth rounds to one request, a shrink and a grow cancel out.
+        assert_eq!(r["lowest"], 14);
+        assert_eq!(r["highest"], 20);
+        let moves = r["shrinks"].as_u64().unwrap() + r["grows"].as_u64().unwrap();
+        assert_eq!(moves, HISTORY as u64 + 199, "every window but the first");
+        assert_eq!(r["history_ms_depth"].as_array().unwrap().len(), HISTORY);
+        assert_eq!(r["history_complete"], false);
+        assert_eq!(DispatchDepth::fixed(1, 8).report()["limit"], 8);
+    }
+
+    #[test]
+    fn a_fixed_depth_never_moves() {
+        let mut d = DispatchDepth::fixed(2, 2);
+        starve(&mut d, 0, 1);
+        assert!(!d.may_dispatch(5 * W, 1));
+        assert_eq!(d.limit(), 2);
+        d.completed(1, 5 * W, false);
+        assert!(d.may_dispatch(5 * W, 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "a completion of a tenant's dispatched request")]
+    fn a_completion_without_a_dispatch_is_a_bug() {
+        let mut d = DispatchDepth::fixed(2, 0);
+        d.dispatched(0);
+        d.completed(1, 1, false);
+    }
+}
