@@ -59,6 +59,7 @@ fn the_matrix_is_the_documented_one() {
             .is_some_and(Verdict::pass)
     };
     for d in Device::ALL {
+        assert!(pass(Property::WorkConservation, d, "feedbac"));
         assert!(pass(Property::WorkConservation, d, "feedbac-wc"));
         assert!(pass(Property::WorkConservation, d, "sfq"));
         assert!(pass(Property::PoissonOverload, d, "feedbac"));
@@ -66,6 +67,23 @@ fn the_matrix_is_the_documented_one() {
     }
     for d in [Device::SataAged, Device::NvmeAged] {
         assert!(pass(Property::Weights(8), d, "bfq"));
+    }
+    // The adaptive depth lets the ordering policies, and FeedBAC's early refill by
+    // backlog, keep weights in a deep device queue (without it: ≈ 127 % and 36 %).
+    let share_error = |p: Property, d: Device, policy: &str| {
+        rows.iter()
+            .find(|(q, e, _)| *q == p && *e == d)
+            .and_then(|(_, _, v)| v.iter().find(|v| v.policy == policy))
+            .and_then(|v| v.figures.iter().find(|f| f.name == "share error"))
+            .map(|f| f.value)
+            .expect("ran, with a share error")
+    };
+    for d in Device::ALL {
+        for policy in ["feedbac", "sfq", "mclock-auto"] {
+            assert!(share_error(Property::DeepClosedLoops, d, policy) < 0.025);
+            assert!(share_error(Property::DeepQueue, d, policy) < 0.05);
+        }
+        assert!(share_error(Property::DeepClosedLoops, d, "mclock") > 1.0);
     }
     // Charging device time keeps the device busy beside 512 B writers where charging
     // bytes does not.
@@ -77,7 +95,7 @@ fn the_matrix_is_the_documented_one() {
             .expect("ran")
     };
     for d in Device::ALL {
-        assert!(total(Property::MixedCost, d, "feedbac-dev") > 0.75);
+        assert!(total(Property::MixedCost, d, "feedbac-dev") > 0.7);
         assert!(total(Property::MixedCost, d, "feedbac") < 0.4);
     }
 }

@@ -17,15 +17,17 @@ use crate::sim::{RunOptions, run_scenarios_with};
 use std::fmt::Write as _;
 
 /// The policies every property judges (proportional share; `none` is the baseline), as
-/// a scenario's `policies` entries name them; `feedbac-wc` is FeedBAC with its
-/// work-conserving early refill (`backlog_refill = true`), `mclock-auto` mClock with
-/// the adaptive dispatch depth (`depth = "auto"`).
-pub const POLICIES: [&str; 8] = [
+/// a scenario's `policies` entries name them: `feedbac` with its defaults (early refill
+/// by backlog, adaptive depth), `feedbac-paper` the literal FeedBAC (`backlog_refill =
+/// false, depth = 0`), `feedbac-wc` the early refill by backlog without a depth of its
+/// own, `mclock-auto` mClock with the adaptive dispatch depth (`depth = "auto"`).
+pub const POLICIES: [&str; 9] = [
     "\"cfq\"",
     "\"mots\"",
     "\"bfq\"",
     "\"feedbac\"",
-    "{ name = \"feedbac\", label = \"feedbac-wc\", backlog_refill = true }",
+    "{ name = \"feedbac\", label = \"feedbac-paper\", backlog_refill = false, depth = 0 }",
+    "{ name = \"feedbac\", label = \"feedbac-wc\", depth = 0 }",
     "\"sfq\"",
     "\"mclock\"",
     "{ name = \"mclock\", label = \"mclock-auto\", depth = \"auto\" }",
@@ -34,9 +36,8 @@ pub const POLICIES: [&str; 8] = [
 /// FeedBAC and SFQ charging requests their device time (`cost = "device"`): judged on
 /// device-time shares (each tenant's completed requests × their cost in the device's
 /// model), what they promise.
-pub const DEVICE_COST_POLICIES: [&str; 3] = [
+pub const DEVICE_COST_POLICIES: [&str; 2] = [
     "{ name = \"feedbac\", label = \"feedbac-dev\", cost = \"device\" }",
-    "{ name = \"feedbac\", label = \"feedbac-wc-dev\", cost = \"device\", backlog_refill = true }",
     "{ name = \"sfq\", label = \"sfq-dev\", cost = \"device\" }",
 ];
 
@@ -362,15 +363,13 @@ fn targets(policy: &str) -> Targets {
             time_to_share: None,
             overshoot: None,
         },
-        "feedbac" | "feedbac-wc" | "feedbac-dev" | "feedbac-wc-dev" | "sfq" | "sfq-dev" => {
-            Targets {
-                total: Some(0.95),
-                whole_run: Some(0.02),
-                per_second: Some(0.05),
-                time_to_share: Some(0.5),
-                overshoot: Some(0.10),
-            }
-        }
+        "feedbac" | "feedbac-paper" | "feedbac-wc" | "feedbac-dev" | "sfq" | "sfq-dev" => Targets {
+            total: Some(0.95),
+            whole_run: Some(0.02),
+            per_second: Some(0.05),
+            time_to_share: Some(0.5),
+            overshoot: Some(0.10),
+        },
         _ => Targets {
             total: Some(0.95),
             whole_run: Some(0.02),

@@ -41,24 +41,31 @@
 //! * **Early refill.** When the tenants that could spend have exhausted their credits,
 //!   the next period starts at once, so a low forecast never leaves the device idle.
 //!   **Reading: who "could spend"** — two, and a choice between them (`backlog_refill`).
-//!   The source refills when every active tenant is out. Read literally (the default), a
-//!   tenant that asks for less than its share — a light reader beside a backlogged
-//!   writer — always has credits left, so no early refill comes; the writer waits for
-//!   every period's end, the device idles, and the forecast learns the throttled rate:
-//!   total throughput 0.19–0.20× `none` on aged SATA and NVMe drives (the conformance
-//!   suite's work-conservation property). With `backlog_refill = true` a tenant's
-//!   credits hold the refill back only while it is not *satisfied* — it ended the last
-//!   period with half its allocation or more unspent — or has requests waiting, and a
-//!   tenant gone quiet holds it back for at most `period_ms`. That conserves work
-//!   (0.97–1.00× `none`), and keeps 8 mixed tenants on a queue of 32 or 128 within
-//!   0.1–2.3 % share error; but a closed-loop tenant whose requests all sit in a deep
+//!   The source refills when every active tenant is out. Read literally
+//!   (`backlog_refill = false`), a tenant that asks for less than its share — a light
+//!   reader beside a backlogged writer — always has credits left, so no early refill
+//!   comes; the writer waits for every period's end, the device idles, and the forecast
+//!   learns the throttled rate: total throughput 0.04–0.20× `none` on aged SATA and NVMe
+//!   drives (the conformance suite's work-conservation property). So by default
+//!   (`backlog_refill = true`) a tenant's credits hold the refill back only while it is
+//!   not *satisfied* — it ended the last period with half its allocation or more unspent
+//!   — or has requests waiting, and a tenant gone quiet holds it back for at most
+//!   `period_ms`. That conserves work (0.97–1.00× `none`).
+//! * **Reading: a satisfied tenant that never runs out of work is stuck in the device.**
+//!   With `backlog_refill` alone, a closed-loop tenant whose requests all sit in a deep
 //!   device queue looks satisfied too (it cannot spend while the others' requests are
 //!   ahead of its own), the others refill around it, and it never gets its share: the
-//!   FeedBAC paper's own setting (weights 100:50:25:10, iodepth 32 each, device queue
-//!   128, random 50/50) went from 0.2 % to 35.8 % share error. Telling a tenant that
-//!   asks for little from one that is held back by the device's queue needs the host to
-//!   keep that queue short, which it does not yet do; until then the literal rule stays
-//!   the default, and the trade-off is in `docs/conformance.md`.
+//!   FeedBAC paper's own setting (weights 100:50:25:10, iodepth 32 each, device queue 128,
+//!   random 50/50) went from 0.2 % to 35.8 % share error. Telling it from a tenant that
+//!   asks for little needs its requests to wait where the policy sees them, so FeedBAC
+//!   keeps its own dispatch depth ([`super::depth::DispatchDepth`], `depth = "auto"` by
+//!   default): a tenant that is satisfied and yet had requests in the device all through
+//!   the depth controller's window counts as behind, and the depth shrinks until its
+//!   requests wait in the host, where they hold back the early refill. That brings the
+//!   paper's setting back to 0.0 % at the literal rule's throughput (0.97×). The cost is
+//!   the light tenant that always has a request in flight (docs/conformance.md,
+//!   "Adaptive depth"). `backlog_refill = false, depth = 0` is the paper's literal
+//!   FeedBAC.
 //! * **Carry-over.** Credits left when a period ends are kept, up to `carry` × the
 //!   tenant's allocation (default 1: one period's worth), so a tenant that could not spend
 //!   in time keeps its share but cannot hoard a burst.
@@ -103,7 +110,7 @@
 //!
 //! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
 //! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `backlog_refill`
-//! (false),
+//! (true), `depth` (`"auto"`, `min_depth`, `window_ms`: [`super::depth`]),
 //! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
 //! forecast before the first observation; early refill covers a low guess), `cost` is
 //! `cost` (`"bytes"`; `"requests"`, `"device"`). Weight changes apply from the next
@@ -111,6 +118,7 @@
 //! (the paper's Fig. 5).
 
 use super::cost::Charge;
+use super::depth::DispatchDepth;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
@@ -265,6 +273,8 @@ pub struct FeedBac {
     history: VecDeque<ForecastRecord>,
     /// Moving mean of a request's cost (credits), for the allocation floor.
     mean_cost: f64,
+    /// How many requests may be in the device at once (`depth`).
+    depth: DispatchDepth,
 }
 
 impl FeedBac {
@@ -324,6 +334,7 @@ impl FeedBac {
             history: VecDeque::new(),
             // A 4 KiB request (or one request) until requests are seen.
             mean_cost: if cost_per_io { 1.0 } else { 4096.0 },
+            depth: DispatchDepth::fixed(tenants.len(), 0),
         }
     }
 
@@ -350,7 +361,8 @@ impl FeedBac {
         let latency_periods = params.f64_or("latency_periods", 32.0)?;
         let spread = params.bool_or("spread", true)?;
         let headroom = params.f64_or("headroom", DEFAULT_HEADROOM)?;
-        let backlog_refill = params.bool_or("backlog_refill", false)?;
+        let backlog_refill = params.bool_or("backlog_refill", true)?;
+        let depth = DispatchDepth::from_params(params, tenants.len(), true)?;
         if !(headroom > 0.0 && headroom <= 1.0) {
             return Err(params.invalid("headroom", "must be in (0, 1]"));
         }
@@ -390,7 +402,8 @@ impl FeedBac {
             .with_spread(spread)
             .with_headroom(headroom)
             .with_backlog_refill(backlog_refill)
-            .with_charge(charge),
+            .with_charge(charge)
+            .with_depth(depth),
         ))
     }
 
@@ -411,6 +424,12 @@ impl FeedBac {
     /// only when every present tenant is (false).
     pub fn with_backlog_refill(mut self, on: bool) -> Self {
         self.backlog_refill = on;
+        self
+    }
+
+    /// The dispatch depth (`depth`: fixed, `0` = none of its own, or `"auto"`).
+    pub fn with_depth(mut self, depth: DispatchDepth) -> Self {
+        self.depth = depth;
         self
     }
 
@@ -563,6 +582,12 @@ impl Policy for FeedBac {
             self.advance(now);
         }
         let grace = self.period;
+        // Behind: it left half its allocation or more unspent last period (it looks
+        // satisfied) while it never ran out of work (the depth controller checks that).
+        let me = &self.tenants[request.tenant as usize];
+        let behind = me.satisfied;
+        self.depth
+            .arrival(request.tenant, now, !me.requests.is_empty(), behind);
         let t = &mut self.tenants[request.tenant as usize];
         let newcomer = !t.present(now, grace);
         t.last_seen = Some(now);
@@ -579,6 +604,9 @@ impl Policy for FeedBac {
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
         self.advance(now);
+        if !self.depth.may_dispatch(now, self.queued) {
+            return Dispatch::Idle;
+        }
         for attempt in 0..2 {
             let mut best: Option<(f64, Nanos, u64, usize)> = None;
             for (i, t) in self.tenants.iter().enumerate() {
@@ -607,6 +635,7 @@ impl Policy for FeedBac {
                 let t = &mut self.tenants[i];
                 t.credits -= cost;
                 t.in_flight += 1;
+                self.depth.dispatched(i as TenantId);
                 self.consumed_in_prediction += cost;
                 self.queued -= 1;
                 return Dispatch::Request(r);
@@ -651,6 +680,8 @@ impl Policy for FeedBac {
             .checked_sub(1)
             .expect("a completion of a request this policy dispatched");
         t.last_seen = Some(now);
+        let held = !t.requests.is_empty();
+        self.depth.completed(completion.request.tenant, now, held);
         self.device_time_sum += completion.finish.saturating_sub(completion.start) as f64;
         self.device_time_count += 1;
     }
@@ -689,7 +720,8 @@ impl Policy for FeedBac {
 impl FeedBac {
     /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
-        let mut g = vec![
+        let mut g = Vec::from(self.depth.gauges());
+        g.extend([
             Gauge::policy(
                 "forecast_rate",
                 "Forecast device capacity, credits per second",
@@ -716,7 +748,7 @@ impl FeedBac {
                 "Periods ended early because every active tenant ran out of credits",
                 self.early_refills as f64,
             ),
-        ];
+        ]);
         for (i, t) in self.tenants.iter().enumerate() {
             g.push(Gauge::tenant(
                 "credits",
@@ -762,6 +794,7 @@ impl FeedBac {
             "forfeited": self.tenants.iter().map(|t| t.forfeited).collect::<Vec<_>>(),
             "forecast_mean_abs_error": mean_error,
             "forecast": self.history,
+            "depth": self.depth.report(),
         })
     }
 }
@@ -977,6 +1010,70 @@ mod tests {
         }
         assert_eq!(take(&mut p, 22 * MS), Some(106));
         assert_eq!(p.early_refills, 1);
+    }
+
+    /// Tenant a's one request stays in the device for two periods; b is backlogged. a
+    /// ends the first period satisfied (two thirds of its allocation unspent) and sends
+    /// again while its first request is still out: with the early refill by backlog
+    /// that is a tenant stuck in the device, and the adaptive depth shortens the queue.
+    /// If a's request had come back (a ran out of work), nothing moves.
+    #[test]
+    fn a_satisfied_tenant_stuck_in_the_device_shortens_the_depth() {
+        fn run(a_completes: bool) -> (u32, u64) {
+            let mut p = fb()
+                .with_backlog_refill(true)
+                .with_depth(DispatchDepth::auto(2, 1, 10 * MS));
+            p.put(req(0, 0, 0), 0);
+            for i in 0..8 {
+                p.put(req(100 + i, 1, 0), 0);
+            }
+            p.on_timer(0);
+            assert_eq!(take(&mut p, 0), Some(0));
+            assert_eq!(take(&mut p, 0), Some(100));
+            p.on_timer(10 * MS);
+            assert!(p.tenants[0].satisfied);
+            if a_completes {
+                let c = Completion {
+                    request: req(0, 0, 0),
+                    start: 0,
+                    finish: 10 * MS + 500_000,
+                };
+                p.complete(&c, 10 * MS + 500_000);
+            }
+            p.put(req(1, 0, 11 * MS), 11 * MS);
+            while take(&mut p, 11 * MS).is_some() {}
+            // The window that a's arrival opened (at 11 ms) ends at 21 ms.
+            let _ = p.dispatch(22 * MS);
+            (
+                p.depth.limit(),
+                p.report()["depth"]["shrinks"].as_u64().unwrap(),
+            )
+        }
+        let (limit, shrinks) = run(false);
+        assert_eq!(shrinks, 1);
+        // Ten in the device in that window (a's two, b's eight): an eighth off.
+        assert_eq!(limit, 9);
+        assert_eq!(
+            run(true),
+            (0, 0),
+            "a tenant that ran out of work is not stuck"
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_work_conserving_reading_and_the_paper_is_one_setting_away() {
+        let tenants = [TenantSpec::weighted("a", 1.0)];
+        let build = |t: toml::Table| {
+            let mut params = crate::policy::test_params("feedbac", t);
+            let p = FeedBac::build(&mut params, &tenants);
+            p.and_then(|p| params.finish().map(|()| p))
+        };
+        let stats = |p: &dyn Policy| p.observe(Detail::Full).report;
+        let default = build(toml::Table::new()).expect("defaults");
+        assert_eq!(stats(default.as_ref())["depth"]["mode"], "auto");
+        let paper = build(toml::toml! { backlog_refill = false depth = 0 }).expect("literal");
+        assert_eq!(stats(paper.as_ref())["depth"]["mode"], "fixed");
+        assert!(build(toml::toml! { depth = 0 window_ms = 5.0 }).is_err());
     }
 
     #[test]
