@@ -26,6 +26,7 @@ fn disk_cost(p: &HddParams, disks: f64) -> CostModel {
         read: op,
         write: op,
         unit: 512,
+        partial_write_ns: 0.0,
     }
 }
 
@@ -124,6 +125,7 @@ impl DeviceSpec {
                         random_ns: 0.0,
                     },
                     unit: 4096,
+                    partial_write_ns: 0.0,
                 }
             }
             DeviceSpec::Ssd {
@@ -140,10 +142,11 @@ impl DeviceSpec {
                     Precondition::Aged => (1.0 + p.op_ratio) / (2.0 * p.op_ratio),
                     Precondition::Clean => 1.0,
                 };
+                let read_page = us((p.read_us / dies).max(links));
                 CostModel {
                     read: OpCost {
                         per_request_ns: us(p.command_us),
-                        per_unit_ns: us((p.read_us / dies).max(links)),
+                        per_unit_ns: read_page,
                         random_ns: 0.0,
                     },
                     write: OpCost {
@@ -152,6 +155,7 @@ impl DeviceSpec {
                         random_ns: 0.0,
                     },
                     unit: 4096,
+                    partial_write_ns: read_page,
                 }
             }
             DeviceSpec::Hdd { params, .. } => disk_cost(params, 1.0),
@@ -404,10 +408,10 @@ mod tests {
         assert_eq!(clean.read.per_request_ns, 10_000.0);
         // Writes on a clean drive: 250 µs / 32 dies = 7.8 µs a page.
         assert!((clean.write.per_unit_ns - 7812.5).abs() < 1e-6);
-        // 512 B costs a page, like 4 KiB.
+        // 512 B costs a page, like 4 KiB, and the read of the page it merges into.
         assert_eq!(
-            clean.cost(Op::Write, 512, true),
-            clean.cost(Op::Write, 4096, true)
+            clean.cost(Op::Write, 0, 512, true),
+            clean.cost(Op::Write, 0, 4096, true) + clean.read.per_unit_ns
         );
         let aged =
             spec("model = 'ssd'\npreset = 'sata-840pro'\nprecondition = 'aged'\ncapacity_gib = 1")
@@ -421,7 +425,7 @@ mod tests {
     #[test]
     fn a_disk_charges_a_seek_to_random_requests_only() {
         let d = spec("model = 'hdd'").cost_model();
-        assert!(d.cost(Op::Read, 4096, true) > 10.0 * d.cost(Op::Read, 4096, false));
+        assert!(d.cost(Op::Read, 0, 4096, true) > 10.0 * d.cost(Op::Read, 0, 4096, false));
         let raid = spec("model = 'raid0'").cost_model();
         assert!(
             raid.read.random_ns < d.read.random_ns,

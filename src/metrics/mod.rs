@@ -529,7 +529,7 @@ impl Recorder {
         if let Some((model, seq)) = self.cost.as_mut() {
             let random = seq.random(c.request.tenant, c.request.offset, c.request.len);
             self.series.device_ns[tid][bin] +=
-                model.cost(c.request.op, c.request.len, random) as u64;
+                model.cost(c.request.op, c.request.offset, c.request.len, random) as u64;
         }
     }
 

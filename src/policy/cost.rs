@@ -7,7 +7,10 @@
 //!
 //! **Reading** — a linear model, the shape Linux's blk-iocost uses: per operation (read,
 //! write) a fixed part per request, a part per *unit* of data (the device's smallest
-//! transfer: a 4 KiB page on an SSD, so sub-page requests cost a page), and for disks an
+//! transfer: a 4 KiB page on an SSD, so sub-page requests cost a page, and a write that
+//! covers a page only in part also costs reading it, as the SSD model's read-modify-write
+//! does; the model charges that read whether or not the page holds data yet, which only
+//! the FTL knows), and for disks an
 //! extra part for a request that does not continue where the tenant's last one ended
 //! (a seek). Costs are in nanoseconds of device time at full load: what one more such
 //! request takes away from everyone else. The defaults come from the device's preset
@@ -41,20 +44,39 @@ pub struct CostModel {
     pub write: OpCost,
     /// The unit data is charged in, bytes (≥ 1).
     pub unit: u32,
+    /// Extra for each unit a write covers only in part, ns: an SSD reads the page
+    /// before it programs the merged one (read-modify-write).
+    pub partial_write_ns: f64,
 }
 
 impl CostModel {
-    /// The cost of `op` of `len` bytes; `random`: it did not continue the tenant's last.
-    pub fn cost(&self, op: Op, len: u32, random: bool) -> f64 {
+    /// The cost of `op` of `len` bytes at `offset`; `random`: it did not continue the
+    /// tenant's last.
+    pub fn cost(&self, op: Op, offset: u64, len: u32, random: bool) -> f64 {
         let c = match op {
             Op::Read => &self.read,
             Op::Write | Op::Trim | Op::Flush => &self.write,
         };
-        let units = match op {
-            Op::Read | Op::Write => u64::from(len).div_ceil(u64::from(self.unit.max(1))),
-            Op::Trim | Op::Flush => 0,
+        let unit = u64::from(self.unit.max(1));
+        let end = offset + u64::from(len.max(1));
+        let (units, partial) = match op {
+            Op::Read | Op::Write => {
+                let units = end.div_ceil(unit) - offset / unit;
+                let head = !offset.is_multiple_of(unit);
+                let tail = !end.is_multiple_of(unit);
+                let partial = match op {
+                    Op::Write if units == 1 => u64::from(head || tail),
+                    Op::Write => u64::from(head) + u64::from(tail),
+                    _ => 0,
+                };
+                (units, partial)
+            }
+            Op::Trim | Op::Flush => (0, 0),
         };
-        c.per_request_ns + c.per_unit_ns * units as f64 + if random { c.random_ns } else { 0.0 }
+        c.per_request_ns
+            + c.per_unit_ns * units as f64
+            + self.partial_write_ns * partial as f64
+            + if random { c.random_ns } else { 0.0 }
     }
 }
 
@@ -103,7 +125,7 @@ impl Charge {
             Charge::Requests => 1.0,
             Charge::Device(model, seq) => {
                 let random = seq.random(request.tenant, request.offset, request.len);
-                model.cost(request.op, request.len, random)
+                model.cost(request.op, request.offset, request.len, random)
             }
         }
     }
@@ -113,7 +135,7 @@ impl Charge {
         match self {
             Charge::Bytes => 4096.0,
             Charge::Requests => 1.0,
-            Charge::Device(model, _) => model.cost(Op::Read, 4096, true),
+            Charge::Device(model, _) => model.cost(Op::Read, 0, 4096, true),
         }
     }
 
@@ -145,12 +167,19 @@ mod tests {
                 random_ns: 100.0,
             },
             unit: 4096,
+            partial_write_ns: 3.0,
         };
-        assert_eq!(m.cost(Op::Write, 512, false), 18.0);
-        assert_eq!(m.cost(Op::Write, 4096, false), 18.0);
-        assert_eq!(m.cost(Op::Write, 4097, true), 10.0 + 16.0 + 100.0);
-        assert_eq!(m.cost(Op::Read, 8192, true), 20.0);
-        assert_eq!(m.cost(Op::Flush, 0, true), 110.0);
+        // A sub-page write costs a page, and the read that merges it.
+        assert_eq!(m.cost(Op::Write, 0, 512, false), 18.0 + 3.0);
+        assert_eq!(m.cost(Op::Write, 0, 4096, false), 18.0);
+        // 4097 B from 0: two pages, the second written in part.
+        assert_eq!(m.cost(Op::Write, 0, 4097, true), 10.0 + 16.0 + 3.0 + 100.0);
+        // 4 KiB at 2 KiB: two pages, both in part.
+        assert_eq!(m.cost(Op::Write, 2048, 4096, false), 10.0 + 16.0 + 6.0);
+        // Reads merge nothing; an unaligned read still touches every page it spans.
+        assert_eq!(m.cost(Op::Read, 0, 8192, true), 20.0);
+        assert_eq!(m.cost(Op::Read, 512, 4096, true), 20.0);
+        assert_eq!(m.cost(Op::Flush, 0, 0, true), 110.0);
         let mut s = Sequence::new(2);
         assert!(s.random(0, 0, 4096));
         assert!(!s.random(0, 4096, 4096));
