@@ -261,10 +261,15 @@ fn token_bucket_shape_of_ws_a() {
     // violation (the bucket refuses what could no longer meet rt instead of queueing
     // it). Where the array carries the full agreed 5,000 IOPS (phase 5, and 6, 8, 9
     // under TA1) it is at its calibration point, so a few requests in a thousand may
-    // pass 41 ms in a run this short.
+    // pass 41 ms in a run this short. In phase 7 W1 starts to violate: TA3's rate test
+    // (a conformance bucket 100 requests deep, so that Poisson bunching is not taken
+    // for violation) needs about 30 ms of W1 at twice its rate to flag it, and in a 2 s
+    // phase those 30 ms cost W2 about one request in a thousand (10 s phases: 99.91 %).
     let bar = |p: usize| {
         if [5, 6, 8, 9].contains(&p) {
             0.995
+        } else if p == 7 {
+            0.998
         } else {
             0.999
         }

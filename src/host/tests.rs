@@ -149,8 +149,8 @@ fn dispatch_fills_the_device_to_its_depth_and_refills_on_completion() {
 
 #[test]
 fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
-    // TA1, 1,000 IOPS, rt 10 ms: a burst of 8 at t = 0 holds 6 (one passes at once, 5
-    // wait within half the rt) and refuses 2, as the policy's own test shows.
+    // TA1, 1,000 IOPS, rt 10 ms: a burst of 17 at t = 0 holds 15 (10 pass at once, the
+    // bucket being one rt deep, 5 wait within half the rt) and refuses 2.
     let tenants = [TenantSpec {
         slo: Some(Slo {
             iops: 1000.0,
@@ -160,7 +160,7 @@ fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
         ..TenantSpec::weighted("a", 1.0)
     }];
     let mut h = host("ta1", &tenants, 4, None);
-    let refused: Vec<u64> = (1..=8)
+    let refused: Vec<u64> = (1..=17)
         .filter_map(|id| match h.admit(request(id, 0, 0), 0) {
             Admission::Queued => None,
             Admission::Refused(r, reason) => {
@@ -169,8 +169,8 @@ fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
             }
         })
         .collect();
-    assert_eq!(refused, vec![7, 8]);
-    assert_eq!(h.queued(), 6);
+    assert_eq!(refused, vec![16, 17]);
+    assert_eq!(h.queued(), 15);
     h.check().unwrap();
 }
 

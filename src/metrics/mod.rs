@@ -75,8 +75,9 @@ pub struct TenantResult {
     pub backlogged: bool,
     /// Latency of its completed requests (arrival to completion).
     pub latency_us: LatencySummary,
-    /// Fraction of its completed requests that finished within the SLO's response
-    /// time; absent without an SLO.
+    /// Of its requests in the measured window (completed ones and refused ones), the
+    /// fraction that completed within the SLO's response time: a refused request is a
+    /// miss, as in the per-phase figures. 1 when it sent nothing; absent without an SLO.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_satisfaction: Option<f64>,
     /// Requests not served: refused at admission (the tenant's queue was full, the
@@ -590,10 +591,11 @@ impl Recorder {
                 backlogged: backlogged[i],
                 latency_us: LatencySummary::from_histogram(&t.hist),
                 slo_satisfaction: t.slo_rt.map(|_| {
-                    if t.ios == 0 {
+                    let judged = t.ios + t.refused;
+                    if judged == 0 {
                         1.0
                     } else {
-                        t.slo_met as f64 / t.ios as f64
+                        t.slo_met as f64 / judged as f64
                     }
                 }),
                 refused: t.refused,
@@ -887,6 +889,9 @@ mod tests {
         assert_eq!(p2.tenants[0].slo_satisfaction, Some(0.5));
         assert_eq!(p2.tenants[0].refused, 1);
         assert_eq!(res.tenants[0].refused, 1);
+        // The run's figure counts the refused request as a miss too: two in time of
+        // three completed and one refused.
+        assert_eq!(res.tenants[0].slo_satisfaction, Some(0.5));
         // On from 0.25 s to 1.25 s and from 1.5 s on.
         assert_eq!(p1.tenants[0].switch_on, Some(1.0));
         assert_eq!(p2.tenants[0].switch_on, Some(0.75));

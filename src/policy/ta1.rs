@@ -28,6 +28,11 @@ mod tests {
     use crate::policy::TestPolicy;
     use crate::policy::{Admission, Dispatch, Refusal, test_request, test_slo_tenant};
 
+    /// The paper's bucket: `depth_factor` (1.5) × ρ deep, refilled at exactly the rate.
+    fn paper() -> PolicyParams {
+        crate::policy::test_params("ta1", toml::toml! { depth_rt = 0.0 })
+    }
+
     fn ids(p: &mut Box<dyn Policy>, now: u64) -> (Vec<u64>, Dispatch) {
         let mut got = Vec::new();
         loop {
@@ -46,7 +51,7 @@ mod tests {
             test_slo_tenant("a", 2000.0, 10_000),
             TenantSpec::weighted("b", 1.0),
         ];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = build(&mut paper(), &tenants).unwrap();
         for id in 1..=6 {
             p.put(test_request(id, 0, 4096, 0), 0);
         }
@@ -66,7 +71,7 @@ mod tests {
     #[test]
     fn idle_time_refills_only_to_the_depth() {
         let tenants = [test_slo_tenant("a", 2000.0, 10_000)];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = build(&mut paper(), &tenants).unwrap();
         // After a long idle spell the bucket holds 3, not 2 × the idle milliseconds.
         for id in 1..=5 {
             p.put(test_request(id, 0, 4096, 50_000_000), 50_000_000);
@@ -82,7 +87,7 @@ mod tests {
         // 5 requests. A burst of 8 at t = 0: 1 passes (the bucket holds 1.5), 5 wait,
         // the last 2 are refused and handed back in arrival order.
         let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
-        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        let mut p = build(&mut paper(), &tenants).unwrap();
         let refused: Vec<_> = (1..=8)
             .filter_map(|id| match p.enqueue(test_request(id, 0, 4096, 0), 0) {
                 Admission::Queued => None,
@@ -96,11 +101,37 @@ mod tests {
         assert_eq!(p.report_json()["tenants"][0]["refused"], 2);
         assert_eq!(p.report_json()["tenants"][0]["queue_limit"], 5);
         // `max_wait = 0` turns the bound off.
-        let mut params = crate::policy::test_params("ta1", toml::toml! { max_wait = 0.0 });
+        let mut params = crate::policy::test_params(
+            "ta1",
+            toml::toml! { max_wait = 0.0
+            depth_rt = 0.0 },
+        );
         let mut p = build(&mut params, &tenants).unwrap();
         for id in 1..=8 {
             p.put(test_request(id, 0, 4096, 0), 0);
         }
         assert_eq!(p.queued(), 8);
+    }
+
+    #[test]
+    fn by_default_a_bucket_holds_one_response_time_of_the_agreed_rate() {
+        // 2,000 IOPS, rt 10 ms: 20 requests deep (the paper's would be 3), refilled at
+        // the agreed rate. A burst of 30 at t = 0: 20 pass now, 2 a millisecond after,
+        // 8 wait (10 fit within half the rt: nothing is refused).
+        let tenants = [test_slo_tenant("a", 2000.0, 10_000)];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        for id in 1..=30 {
+            assert_eq!(
+                p.enqueue(test_request(id, 0, 4096, 0), 0),
+                Admission::Queued
+            );
+        }
+        let (got, next) = ids(&mut p, 0);
+        assert_eq!(got, (1..=20).collect::<Vec<_>>());
+        assert_eq!(next, Dispatch::Wait(1_000_000));
+        assert_eq!(ids(&mut p, 1_000_000).0, vec![21, 22]);
+        assert_eq!(p.queued(), 8);
+        // Refilling at exactly the rate (no `refill_slack`): 5 more ms pass 10 more.
+        assert_eq!(ids(&mut p, 5_000_000).0.len(), 8);
     }
 }

@@ -50,7 +50,8 @@ mod tests {
         let mut params = crate::policy::test_params(
             "ta2",
             toml::toml! { rt_window = 1
-            predict = 0.0 },
+            predict = 0.0
+            depth_rt = 0.0 },
         );
         build(&mut params, tenants).unwrap()
     }
