@@ -866,6 +866,7 @@ mod tests {
                 (s + s / 4, 0, false),
                 (s + s / 2, 0, true),
             ],
+            complete_until: None,
         };
         let res = r.finish(
             "x",

@@ -113,11 +113,17 @@ pub struct SwitchLog {
     pub initially_on: Vec<Option<bool>>,
     /// (time, tenant, on) in time order.
     pub transitions: Vec<(Nanos, TenantId, bool)>,
+    /// `Some(t)`: the log is bounded and kept no transitions after `t`.
+    pub complete_until: Option<Nanos>,
 }
 
 impl SwitchLog {
-    /// Fraction of `[from, to)` tenant `t`'s switch was on.
+    /// Fraction of `[from, to)` tenant `t`'s switch was on; `None` without a switch or
+    /// past what a bounded log kept.
     pub fn on_fraction(&self, t: usize, from: Nanos, to: Nanos) -> Option<f64> {
+        if self.complete_until.is_some_and(|until| to > until) {
+            return None;
+        }
         let mut on = (*self.initially_on.get(t)?)?;
         if to <= from {
             return Some(0.0);

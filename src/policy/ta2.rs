@@ -45,11 +45,12 @@ mod tests {
         );
     }
 
-    /// TA2 judging every completion on its own (a window of one), without prediction.
+    /// TA2 judging each tenant by its completions among the last two, without
+    /// prediction.
     fn per_completion(tenants: &[TenantSpec]) -> Box<dyn Policy> {
         let mut params = crate::policy::test_params(
             "ta2",
-            toml::toml! { rt_window = 1
+            toml::toml! { rt_window = 2
             predict = 0.0
             depth_rt = 0.0 },
         );
@@ -111,10 +112,53 @@ mod tests {
         );
     }
 
+    /// Each completion is judged against its own tenant's marks: a writer's 30 ms (its
+    /// rt is 50 ms) neither breaches nor ends the reader's breach (rt 5 ms). Judging the
+    /// shared window's largest response time against whichever tenant completed turned
+    /// the switch on at every reader completion and off at every writer one.
+    #[test]
+    fn tenants_with_different_rt_are_each_judged_by_their_own_marks() {
+        let tenants = [
+            test_slo_tenant("reader", 1000.0, 5_000),
+            test_slo_tenant("writer", 1000.0, 50_000),
+        ];
+        let mut params = crate::policy::test_params(
+            "ta2",
+            toml::toml! { rt_window = 8
+            predict = 0.0
+            depth_rt = 0.0 },
+        );
+        let mut p = build(&mut params, &tenants).unwrap();
+        const MS: u64 = 1_000_000;
+        observe(&mut p, 1, 0, 0, 4_500_000); // above the reader's 4.25 ms
+        assert_eq!(p.report_json()["tenants"][1]["on"], true);
+        observe(&mut p, 2, 1, 10 * MS, 40 * MS); // 30 ms: fine for the writer
+        assert_eq!(
+            p.report_json()["tenants"][0]["on"],
+            true,
+            "reader still late"
+        );
+        assert_eq!(p.report_json()["transitions"], 2);
+        // Fast reader completions push its 4.5 ms out of the last 8.
+        for i in 0..7 {
+            let at = (50 + 2 * i) * MS;
+            observe(&mut p, 3 + i, 0, at, at + MS);
+            assert_eq!(p.report_json()["tenants"][0]["on"], i < 6, "completion {i}");
+        }
+        assert_eq!(p.report_json()["transitions"], 4);
+    }
+
     #[test]
     fn after_switching_off_new_requests_bypass_the_backlog() {
         let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
-        let mut p = per_completion(&tenants);
+        // Each completion judged alone (a window of one).
+        let mut params = crate::policy::test_params(
+            "ta2",
+            toml::toml! { rt_window = 1
+            predict = 0.0
+            depth_rt = 0.0 },
+        );
+        let mut p = build(&mut params, &tenants).unwrap();
         observe(&mut p, 1, 0, 0, 9_000_000); // on
         for id in 2..=4 {
             p.put(test_request(id, 0, 4096, 9_000_000), 9_000_000);

@@ -14,9 +14,9 @@
 //! * The response time the water marks watch is the storage's: from the moment a request
 //!   passes its bucket (or the bypass) to its completion. Time spent waiting for tokens
 //!   is the throttling itself and would keep a throttled tenant's switch on forever.
-//! * The observed response time is the largest storage response time among the last
-//!   `rt_window` completions (default 2048, all tenants: the storage is shared), compared
-//!   at each completion with that completion's tenant's marks. Single completions on a
+//! * The observed response time of a tenant is the largest storage response time of its
+//!   completions among the last `rt_window` completions of all tenants (default 2048:
+//!   the window's length is the shared storage's pace). Single completions on a
 //!   disk vary by many milliseconds: compared one by one they flip the switch thousands
 //!   of times a second and the hysteresis does nothing; a mean lets the tail run past
 //!   `rt` while it climbs. The window's maximum reacts to the tail at once; with a short
@@ -36,6 +36,22 @@
 //!   completion. By the time a late completion is observed every request queued since
 //!   is late too. Only TA3 uses it by default (TA2's `predict` is 0): it throttles
 //!   violators alone, so a rough prediction on a lightly loaded array costs nobody.
+//! * **Reading: each tenant is judged by its own response times against its own marks.**
+//!   A tenant is *in breach* from a completion of its own above its high water mark
+//!   (or a predicted one, TA3) until the largest of its completions among the last
+//!   `rt_window` completions of all tenants is below its low water mark, and at least
+//!   `rt_window / 4` completions later. TA2's switch is on while any tenant is in
+//!   breach; TA3 switches in the tenants above their rate while any is, and all out when
+//!   none is. The first reading (the window's largest response time of *any* tenant,
+//!   compared at each completion with the completing tenant's marks) flipped the switch
+//!   at every completion when SLOs differ: a reader (rt 5 ms) beside writers (rt 50 ms)
+//!   turned it on against 4.25 ms, the next writer completion off against 40 ms —
+//!   216,582 (TA2) and 291,131 (TA3) transitions in 20 s as the project's issue on SLO
+//!   policies measured it, the reader worse off than with no control. In a setting like
+//!   it (docs/conformance.md, "SLO policies") now 183 and 300 (4.6 and 7.5 a second per
+//!   switch), the reader at 97.1 % and 99.9 % within `rt` against 95.5 % with none. The
+//!   minimum length bounds switching where predicted breaches came and went: TA3 in
+//!   WS_A went from 11,618 transitions in 90 s (85/80) to 202.
 //! * A switch decides the path of each request as it arrives ("subsequent requests" in
 //!   the paper). Requests already waiting behind a bucket keep waiting for its tokens
 //!   when the switch turns off, while new ones bypass them: releasing the whole backlog
@@ -90,6 +106,9 @@ const MILLI: u64 = 1000;
 const RATE_WINDOW_REQUESTS: f64 = 100.0;
 /// Switch transitions listed in the stats (all of them go to the switch log).
 const MAX_TIMELINE_IN_STATS: usize = 2_000;
+/// Switch transitions kept for the switch log (4 MiB; at the ten a second that bounded
+/// switching allows, seven hours); later ones are counted, not kept.
+const MAX_TIMELINE: usize = 1 << 18;
 
 /// A token bucket refilled at ticks of a fixed period.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,16 +195,28 @@ impl WindowMax {
         }
     }
 
+    #[cfg(test)]
     fn push(&mut self, value: Nanos) {
+        self.push_at(self.pushed, value);
+    }
+
+    /// Pushes `value` as the `idx`-th of a count shared with other windows (indices
+    /// never decrease); the window holds the values of the last `len` indices.
+    fn push_at(&mut self, idx: u64, value: Nanos) {
         while self.candidates.back().is_some_and(|&(_, v)| v <= value) {
             self.candidates.pop_back();
         }
-        self.candidates.push_back((self.pushed, value));
-        self.pushed += 1;
+        self.candidates.push_back((idx, value));
+        self.pushed = idx + 1;
+        self.expire(self.pushed);
+    }
+
+    /// Forgets values older than the last `len` indices before `next`.
+    fn expire(&mut self, next: u64) {
         while self
             .candidates
             .front()
-            .is_some_and(|&(i, _)| i + self.len < self.pushed)
+            .is_some_and(|&(i, _)| i + self.len < next)
         {
             self.candidates.pop_front();
         }
@@ -194,6 +225,13 @@ impl WindowMax {
     /// 0 before the first push.
     fn max(&self) -> Nanos {
         self.candidates.front().map_or(0, |&(_, v)| v)
+    }
+
+    /// The maximum over the last `len` indices before `next` (0 if none of them is
+    /// this window's).
+    fn max_before(&mut self, next: u64) -> Nanos {
+        self.expire(next);
+        self.max()
     }
 }
 
@@ -220,6 +258,15 @@ struct Tenant {
     bucket: Option<Bucket>,
     hwm: Nanos,
     lwm: Nanos,
+    /// The largest storage response time of this tenant's completions among the last
+    /// `rt_window` completions of all tenants.
+    recent: WindowMax,
+    /// Its response time is above its high water mark and has not yet come back below
+    /// its low one.
+    breach: bool,
+    /// The completion count when its breach began: it lasts at least `rt_window / 4`
+    /// completions, also when it was only predicted.
+    breach_from: u64,
     /// Predicted response time that counts as a breach; 0: none.
     predict_mark: Nanos,
     on: bool,
@@ -258,8 +305,10 @@ pub struct SwitchedBuckets {
     admitted: HashMap<u64, Nanos>,
     hwm_fraction: f64,
     lwm_fraction: f64,
-    /// The largest storage response time of the last `rt_window` completions.
-    recent: WindowMax,
+    /// Completions of all tenants (the index the tenants' windows share).
+    completions: u64,
+    /// Completions each tenant's window spans.
+    rt_window: usize,
     refill_hz: f64,
     depth_factor: f64,
     /// A bucket is at least this many response times of the agreed rate deep.
@@ -269,6 +318,8 @@ pub struct SwitchedBuckets {
     /// A bucket refills at `iops × (1 + refill_slack)`.
     refill_slack: f64,
     timeline: Vec<Transition>,
+    /// When the timeline reached [`MAX_TIMELINE`] and stopped keeping transitions.
+    timeline_full_at: Option<Nanos>,
     transitions: u64,
     breaches: u64,
     /// Busy time the storage spent per completion over the last completions: from the
@@ -374,13 +425,15 @@ impl SwitchedBuckets {
             admitted: HashMap::new(),
             hwm_fraction: hwm,
             lwm_fraction: lwm,
-            recent: WindowMax::new(window),
+            completions: 0,
+            rt_window: window,
             refill_hz,
             depth_factor,
             depth_rt,
             rate_slack,
             refill_slack,
             timeline: Vec::new(),
+            timeline_full_at: None,
             transitions: 0,
             breaches: 0,
             intervals: VecDeque::with_capacity(RATE_SAMPLES),
@@ -411,6 +464,9 @@ impl SwitchedBuckets {
             bucket,
             hwm: (rt * self.hwm_fraction) as Nanos,
             lwm: (rt * self.lwm_fraction) as Nanos,
+            recent: WindowMax::new(self.rt_window),
+            breach: false,
+            breach_from: 0,
             predict_mark: (rt * self.predict) as Nanos,
             conformance: None,
             rate_window: match (self.rule, spec.slo) {
@@ -465,11 +521,15 @@ impl SwitchedBuckets {
             b.tokens = b.tokens.min(paper);
         }
         self.transitions += 1;
-        self.timeline.push(Transition {
-            time: now,
-            tenant: t as TenantId,
-            on,
-        });
+        if self.timeline.len() < MAX_TIMELINE {
+            self.timeline.push(Transition {
+                time: now,
+                tenant: t as TenantId,
+                on,
+            });
+        } else if self.timeline_full_at.is_none() {
+            self.timeline_full_at = Some(now);
+        }
     }
 
     /// TA3: whether tenant `t` has sent more than its agreed rate: its conformance
@@ -494,42 +554,48 @@ impl SwitchedBuckets {
         (self.admitted.len() as u64 + 1) * per_completion
     }
 
-    /// Turns the switches on a breach of the high water mark (`rt` is what tenant `k`
-    /// compares with its marks) and off when below the low one.
+    /// Moves tenant `k` into breach (its response time `rt` above its high water mark)
+    /// or out of it (below its low one), clears breaches whose windows have emptied of
+    /// late completions, and turns the switches: TA2 all of them while any tenant is in
+    /// breach, TA3 those of tenants above their rate; every switch off when nobody is.
     fn judge(&mut self, k: usize, rt: Nanos, now: Nanos) {
-        if self.tenants[k].bucket.is_none() {
+        if self.rule == SwitchRule::AlwaysOn {
             return;
         }
-        let (hwm, lwm) = (self.tenants[k].hwm, self.tenants[k].lwm);
-        match self.rule {
-            SwitchRule::AlwaysOn => {}
-            SwitchRule::Global => {
-                let on = self.tenants.iter().any(|t| t.on);
-                if !on && rt > hwm {
-                    self.breaches += 1;
-                    for t in 0..self.tenants.len() {
-                        self.set(t, true, now);
-                    }
-                } else if on && rt < lwm {
-                    for t in 0..self.tenants.len() {
-                        self.set(t, false, now);
-                    }
-                }
+        let next = self.completions;
+        // A breach, real or predicted, lasts at least a quarter of the window.
+        let window = self.rt_window as u64 / 4;
+        if self.tenants[k].bucket.is_some() {
+            let t = &mut self.tenants[k];
+            if !t.breach && rt > t.hwm {
+                t.breach = true;
+                t.breach_from = next;
+                self.breaches += 1;
+            } else if t.breach && rt < t.lwm && next >= t.breach_from + window {
+                t.breach = false;
             }
-            SwitchRule::PerTenant { .. } => {
-                if rt > hwm {
-                    self.breaches += 1;
-                    for t in 0..self.tenants.len() {
-                        if !self.tenants[t].on && self.over_rate(t, now) {
-                            self.set(t, true, now);
-                        }
-                    }
-                } else if rt < lwm {
-                    for t in 0..self.tenants.len() {
-                        self.set(t, false, now);
-                    }
-                }
+        }
+        for (i, t) in self.tenants.iter_mut().enumerate() {
+            // Another tenant's late completions have left the window (it completed
+            // nothing since).
+            if i != k
+                && t.breach
+                && next >= t.breach_from + window
+                && t.recent.max_before(next) < t.lwm
+            {
+                t.breach = false;
             }
+        }
+        let any_breach = self.tenants.iter().any(|t| t.breach);
+        for i in 0..self.tenants.len() {
+            let on = match self.rule {
+                SwitchRule::AlwaysOn => unreachable!("returned above"),
+                SwitchRule::Global => any_breach,
+                SwitchRule::PerTenant { .. } => {
+                    any_breach && (self.tenants[i].on || self.over_rate(i, now))
+                }
+            };
+            self.set(i, on, now);
         }
     }
 
@@ -617,7 +683,12 @@ impl Policy for SwitchedBuckets {
             .admitted
             .remove(&c.request.id)
             .unwrap_or(c.request.arrival);
-        self.recent.push(c.finish.saturating_sub(admitted));
+        let k = c.request.tenant as usize;
+        let idx = self.completions;
+        self.completions += 1;
+        self.tenants[k]
+            .recent
+            .push_at(idx, c.finish.saturating_sub(admitted));
         if self.predict > 0.0 {
             if self.intervals.len() == RATE_SAMPLES {
                 self.intervals_sum -= self.intervals.pop_front().expect("full");
@@ -627,8 +698,8 @@ impl Policy for SwitchedBuckets {
             self.intervals_sum += busy;
             self.last_finish = self.last_finish.max(c.finish);
         }
-        let rt = self.recent.max();
-        self.judge(c.request.tenant as usize, rt, now);
+        let rt = self.tenants[k].recent.max();
+        self.judge(k, rt, now);
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
@@ -689,6 +760,7 @@ impl SwitchedBuckets {
                 .iter()
                 .map(|x| (x.time, x.tenant, x.on))
                 .collect(),
+            complete_until: self.timeline_full_at,
         }
     }
 
@@ -770,12 +842,13 @@ impl SwitchedBuckets {
             "predict": self.predict,
             "hwm": self.hwm_fraction,
             "lwm": self.lwm_fraction,
-            "rt_window": self.recent.len,
+            "rt_window": self.rt_window,
             "refill_hz": self.refill_hz,
             "breaches": self.breaches,
             "transitions": self.transitions,
             "tenants": tenants,
             "switch_timeline_ms": timeline,
+            "switch_log_complete_until_ms": self.timeline_full_at.map(|t| t as f64 / 1e6),
         })
     }
 }
@@ -783,6 +856,24 @@ impl SwitchedBuckets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_switch_log_stops_keeping_and_says_from_when() {
+        let tenants = [crate::policy::test_slo_tenant("a", 1000.0, 10_000)];
+        let mut params = crate::policy::test_params("ta2", toml::Table::new());
+        let mut p = SwitchedBuckets::build("ta2", &mut params, &tenants, true, false).unwrap();
+        for i in 0..(MAX_TIMELINE as u64 + 10) {
+            p.set(0, i % 2 == 0, i * 1000);
+        }
+        assert_eq!(p.timeline.len(), MAX_TIMELINE);
+        assert_eq!(p.transitions, MAX_TIMELINE as u64 + 10);
+        let full_at = MAX_TIMELINE as u64 * 1000;
+        assert_eq!(p.timeline_full_at, Some(full_at));
+        let log = p.switch_log();
+        // On for one µs in every two before the log filled; unknown after.
+        assert_eq!(log.on_fraction(0, 0, 2000), Some(0.5));
+        assert_eq!(log.on_fraction(0, 0, full_at + 1), None);
+    }
 
     #[test]
     fn window_max_forgets_values_older_than_the_window() {
