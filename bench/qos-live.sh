@@ -8,15 +8,18 @@
 # Last the SLO setting (emulated aged sata-840pro): both tenants agreed
 # {500 IOPS, 4 KiB, rt 5 ms}; t1 keeps to it (reads at 500 IOPS, iodepth 4) while t2
 # breaks it (4 KiB random writes at iodepth 32), under none, ta1, ta2, ta3; prints
-# t1's IOPS, p99, p99.9 and refused requests, and t2's completed and refused requests
-# per second (fio resubmits a refused request at once, so t2's refusals run high).
+# t1's IOPS, p99, p99.9 and errors, and t2's completed, refused and held-back requests
+# per second. t1 arrives Poisson (SLO_ARRIVALS, or "linear"); the server holds back what
+# a policy refuses (SLO_REFUSE="hold", the default) or answers it with EIO ("error": fio
+# resubmits a refused request at once, so t2's refusals run high).
 #
 #   bench/qos-live.sh                        # everything, 10 s per cell
 #   RUNTIME=5 POLICIES="none feedbac" SETTINGS=emulated bench/qos-live.sh
 #
 # Environment: RUNTIME (10), POLICIES ("none bfq sfq feedbac mots"; a policy's
 # parameters as NAME:KEY=VALUE,KEY=VALUE, e.g. feedbac:period_ms=20), SETTINGS
-# ("file emulated mcfq slo"), WORKLOADS of the file and emulated settings ("randread
+# ("file emulated mcfq slo"), SLO_ARRIVALS (poisson), SLO_REFUSE (hold), WORKLOADS of the
+# file and emulated settings ("randread
 # randwrite randrw"), SLO_RT_US (5000: under `none` the flood pushes t1's p99 past
 # it), SLO_POLICIES ("none ta1 ta2 ta3"), BENCH_DIR (target/qos-live: the `file` setting's image,
 # use a real disk), EMULATED_DIR (/dev/shm/ioshare-qos when /dev/shm exists, else
@@ -34,6 +37,8 @@ SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
 WORKLOADS=${WORKLOADS:-"randread randwrite randrw"}
 SLO_RT_US=${SLO_RT_US:-5000}
 SLO_POLICIES=${SLO_POLICIES:-"none ta1 ta2 ta3"}
+SLO_ARRIVALS=${SLO_ARRIVALS:-poisson}
+SLO_REFUSE=${SLO_REFUSE:-hold}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 if [ -d /dev/shm ]; then EMULATED_DIR=${EMULATED_DIR:-/dev/shm/ioshare-qos}; fi
 EMULATED_DIR=$(realpath -m "${EMULATED_DIR:-$DIR}")
@@ -52,6 +57,7 @@ config() {
     echo "unix = \"$SOCK\""
     echo "interval_s = 0"
     echo "queue_depth = 32"
+    [ "$setting" = slo ] && echo "refuse = \"$SLO_REFUSE\""
     if [[ $policy == *:* ]]; then
         # name:key=value,key=value → an inline table with the policy's parameters
         local params=${policy#*:}
@@ -151,7 +157,7 @@ slo_cell() {
     # iodepth 4: the reader keeps its rate with room for a slow completion or two
     # (refusals, EIO, are counted as fio errors)
     fio --name=t1 --ioengine=nbd "--uri=nbd+unix:///t1?socket=$SOCK" --rw=randread --bs=4k \
-        --iodepth=4 --rate_iops=500 --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
+        --iodepth=4 --rate_iops=500 --rate_process="$SLO_ARRIVALS" --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" --ramp_time=2 \
         --randrepeat=0 --minimal >"$DIR/fio-1.out" &
     local reader=$!
     # t2 goes on after a refusal too (without continue_on_error fio stops at the first
@@ -187,15 +193,19 @@ for setting in $SETTINGS; do
             # over fio's whole life (ramp included): fio counts a refused request as an
             # I/O done, so its own IOPS are mostly refusals
             row+=$(awk -v secs=$((RUNTIME + 2)) '$2 == "t2:" {
-                printf " %d | %d |", $3 / secs, $(NF - 1) / secs }' "$DIR/serve.log")
+                for (i = 4; i < NF; i++) {
+                    if ($(i + 1) ~ /^refused/) refused = $i
+                    if ($(i + 1) == "held") held = $i
+                }
+                printf " %d | %d | %d |", $3 / secs, refused / secs, held / secs }' "$DIR/serve.log")
             rows+=("$row")
             echo "slo $policy: $row" >&2
         done
         echo
-        echo "### slo (t1 and t2: SLO 500 IOPS of 4 KiB within $((SLO_RT_US / 1000)) ms; t1 reads at 500 IOPS, t2 floods)"
+        echo "### slo (t1 and t2: SLO 500 IOPS of 4 KiB within $((SLO_RT_US / 1000)) ms; t1 reads at 500 IOPS ($SLO_ARRIVALS), t2 floods; server refuse = \"$SLO_REFUSE\")"
         echo
-        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 refused | t2 writes/s done | t2 refused/s |"
-        echo "|---|---|---|---|---|---|---|"
+        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors | t2 writes/s done | t2 refused/s | t2 held back/s |"
+        echo "|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${rows[@]}"
         rm -f "$EMULATED_DIR/slo.img"
         continue

@@ -995,3 +995,66 @@ fn emulated_aged_ssd_keeps_every_byte() {
     );
     assert!(err.contains("0 errors, 0 refused"), "{err}");
 }
+
+/// A tenant far above its SLO under TA1: by default the requests its bucket cannot
+/// take are held back by the host (the client is slowed down, never failed), and with
+/// `refuse = "error"` they are answered with EIO, as the token-bucket paper has it.
+#[test]
+fn policy_refusals_are_held_back_by_default_and_errors_on_request() {
+    const TENANT: &str = r#"
+[[tenant]]
+name = "vm1"
+file = "vm1.img"
+size = "16m"
+slo = { iops = 400.0, size = 4096, rt_us = 5000 }
+"#;
+    let flood = |s: &Server| {
+        Command::new("fio")
+            .args([
+                "--name=flood",
+                "--ioengine=nbd",
+                &format!("--uri={}", s.uri("vm1")),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=16",
+                "--size=1m",
+            ])
+            .output()
+            .unwrap()
+    };
+    let counters = |port: u16| {
+        let (_, text) = http_get(port, "/metrics");
+        (
+            series(&text, "ioshare_requests_held_back_total{tenant=\"vm1\"}"),
+            series(&text, "ioshare_requests_refused_total{tenant=\"vm1\"}"),
+        )
+    };
+    for (refuse, fails) in [("", false), ("refuse = \"error\"\n", true)] {
+        let dir = tempdir();
+        let port = free_port();
+        let s = Server::start(
+            dir.path(),
+            &format!("metrics = \"127.0.0.1:{port}\"\npolicy = \"ta1\"\n{refuse}{TENANT}"),
+        );
+        let out = flood(&s);
+        let (held_back, refused) = counters(port);
+        if fails {
+            assert!(!stdout(&out).contains("err= 0"), "{}", stdout(&out));
+            assert!(refused.unwrap() > 0.0, "EIO answers are counted as refused");
+        } else {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(stdout(&out).contains("err= 0"), "{}", stdout(&out));
+            assert!(
+                held_back.unwrap() > 0.0,
+                "the bucket refused, the host held back"
+            );
+            assert_eq!(refused, Some(0.0));
+        }
+        let (status, err) = s.stop();
+        assert!(status.success(), "{err}");
+    }
+}

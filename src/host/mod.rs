@@ -6,8 +6,9 @@
 //! It owns
 //! * **admission**: a request is offered with [`Host::admit`]; the host refuses it when
 //!   its tenant already has `queue_limit` requests waiting ([`Refusal::QueueFull`]), the
-//!   policy may refuse it ([`Refusal::Policy`]), and past the drain deadline everything
-//!   is refused ([`Refusal::Stopping`]). The live server asks [`Host::has_room`] before
+//!   policy may refuse it ([`Refusal::Policy`]; with [`Refuse::Hold`] the host holds it
+//!   back instead and offers it again), and past the drain deadline everything is
+//!   refused ([`Refusal::Stopping`]). The live server asks [`Host::has_room`] before
 //!   reading a tenant's connections, so its clients feel back-pressure instead of
 //!   refusals;
 //! * **dispatch**: [`Host::dispatch`] hands out what the policy releases while fewer than
@@ -47,6 +48,9 @@ pub trait Observer {
     fn arrived(&mut self, request: &Request);
     /// A request offered (and possibly held for a while) was refused at `now`.
     fn refused(&mut self, request: &Request, reason: Refusal, now: Nanos);
+    /// The policy refused a request and the host holds it back to offer it again
+    /// ([`Refuse::Hold`]); it is still to be dispatched or refused.
+    fn held_back(&mut self, _request: &Request, _now: Nanos) {}
     /// A request went to the device at `now`.
     fn dispatched(&mut self, request: &Request, now: Nanos);
     /// A request on the device finished.
@@ -63,6 +67,10 @@ impl Observer for () {
 
 /// Two observers seeing the same events, the first first.
 impl<A: Observer, B: Observer> Observer for (A, B) {
+    fn held_back(&mut self, request: &Request, now: Nanos) {
+        self.0.held_back(request, now);
+        self.1.held_back(request, now);
+    }
     fn arrived(&mut self, request: &Request) {
         self.0.arrived(request);
         self.1.arrived(request);
@@ -83,6 +91,11 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
 
 /// An optional observer (`serve --out` records only when asked).
 impl<O: Observer> Observer for Option<O> {
+    fn held_back(&mut self, request: &Request, now: Nanos) {
+        if let Some(o) = self {
+            o.held_back(request, now);
+        }
+    }
     fn arrived(&mut self, request: &Request) {
         if let Some(o) = self {
             o.arrived(request);
@@ -112,7 +125,39 @@ pub struct Limits {
     pub queue_depth: u32,
     /// Requests a tenant may have waiting in the host; `None`: unbounded.
     pub queue_limit: Option<u32>,
+    /// What becomes of a request the policy refuses.
+    pub refuse: Refuse,
 }
+
+/// What the host does with a request the policy refuses ([`Refusal::Policy`]: a token
+/// bucket's queue could not let it pass within its response time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// Refuse it: the client is answered with an error at once (the token-bucket
+    /// paper's "the host is told"; the simulator's default, whose open-loop clients
+    /// cannot be slowed down).
+    Error,
+    /// Hold it back in the host, counted against the tenant's `queue_limit`, and offer
+    /// it to the policy again (first in, first out) until it is taken: the client sees
+    /// slow I/O, not failed I/O (a guest's file system remounts read-only on the first
+    /// error). The live server's default; its tenants feel back-pressure once their
+    /// queue limit is reached.
+    Hold,
+}
+
+impl Refuse {
+    /// `"error"` or `"hold"`.
+    pub fn parse(text: &str) -> Result<Refuse, String> {
+        match text {
+            "error" => Ok(Refuse::Error),
+            "hold" => Ok(Refuse::Hold),
+            other => Err(format!("expected \"hold\" or \"error\", got \"{other}\"")),
+        }
+    }
+}
+
+/// How often the host offers held-back requests again when nothing else wakes it.
+const RETRY_NS: Nanos = 1_000_000;
 
 /// Alarms the driver must deliver: newly asked for by the last [`Host::dispatch`]
 /// round. An alarm already pending at an earlier time is not asked for again.
@@ -150,6 +195,10 @@ pub struct Host<O: Observer> {
     deadline: Option<Nanos>,
     /// The drain deadline passed: nothing is dispatched or admitted any more.
     stopped: bool,
+    /// Per tenant, requests the policy refused and the host holds back ([`Refuse::Hold`]),
+    /// in arrival order; counted in `held`.
+    deferred: Vec<std::collections::VecDeque<Request>>,
+    deferred_total: usize,
 }
 
 impl<O: Observer> Host<O> {
@@ -175,6 +224,8 @@ impl<O: Observer> Host<O> {
             new_wake: None,
             deadline: None,
             stopped: false,
+            deferred: vec![std::collections::VecDeque::new(); tenants],
+            deferred_total: 0,
         }
     }
 
@@ -209,6 +260,11 @@ impl<O: Observer> Host<O> {
         }
         self.tenants[t].held += 1;
         self.held += 1;
+        if !self.deferred[t].is_empty() {
+            // Behind the tenant's requests held back before it, in arrival order.
+            self.defer(request, now);
+            return Admission::Queued;
+        }
         match self.policy.enqueue(request, now) {
             Admission::Queued => Admission::Queued,
             Admission::Refused(r, reason) => {
@@ -216,9 +272,44 @@ impl<O: Observer> Host<O> {
                     r.id, request.id,
                     "a policy refuses only the request offered"
                 );
+                if reason == Refusal::Policy && self.limits.refuse == Refuse::Hold {
+                    self.defer(r, now);
+                    return Admission::Queued;
+                }
                 self.release_held(r.tenant);
                 self.observer.refused(&r, reason, now);
                 Admission::Refused(r, reason)
+            }
+        }
+    }
+
+    fn defer(&mut self, request: Request, now: Nanos) {
+        self.observer.held_back(&request, now);
+        self.deferred[request.tenant as usize].push_back(request);
+        self.deferred_total += 1;
+    }
+
+    /// Offers the held-back requests to the policy again, each tenant's in arrival
+    /// order until the policy refuses one; asks to be woken to try again while any
+    /// remain.
+    fn retry_deferred(&mut self, now: Nanos) {
+        for t in 0..self.deferred.len() {
+            while let Some(r) = self.deferred[t].pop_front() {
+                match self.policy.enqueue(r, now) {
+                    Admission::Queued => self.deferred_total -= 1,
+                    Admission::Refused(back, _) => {
+                        assert_eq!(back.id, r.id, "a policy refuses only the request offered");
+                        self.deferred[t].push_front(back);
+                        break;
+                    }
+                }
+            }
+        }
+        if self.deferred_total > 0 {
+            let at = now + RETRY_NS;
+            if self.wake_at.is_none_or(|w| at < w || w <= now) {
+                self.wake_at = Some(at);
+                self.new_wake = Some(at);
             }
         }
     }
@@ -231,6 +322,9 @@ impl<O: Observer> Host<O> {
     pub fn dispatch(&mut self, now: Nanos) -> Option<Request> {
         if self.stopped || self.in_flight >= self.limits.queue_depth {
             return None;
+        }
+        if self.deferred_total > 0 {
+            self.retry_deferred(now);
         }
         match self.policy.dispatch(now) {
             Dispatch::Request(r) => {
@@ -332,12 +426,16 @@ impl<O: Observer> Host<O> {
             return;
         }
         self.stopped = true;
-        let withdrawn = self.policy.withdraw_all();
+        let mut withdrawn = self.policy.withdraw_all();
         assert_eq!(self.policy.queued(), 0, "withdraw_all leaves nothing held");
+        for d in &mut self.deferred {
+            withdrawn.extend(d.drain(..));
+        }
+        self.deferred_total = 0;
         assert_eq!(
             withdrawn.len(),
             self.held,
-            "the policy held what the host counted"
+            "the policy and the held-back queues held what the host counted"
         );
         for r in withdrawn {
             self.release_held(r.tenant);
@@ -444,10 +542,18 @@ impl<O: Observer> Host<O> {
                 self.held
             ));
         }
-        if self.policy.queued() != self.held {
+        let deferred: usize = self.deferred.iter().map(|d| d.len()).sum();
+        if deferred != self.deferred_total {
             return Err(format!(
-                "the policy holds {} requests, the host counted {}",
+                "held back per tenant sums to {deferred}, total {}",
+                self.deferred_total
+            ));
+        }
+        if self.policy.queued() + self.deferred_total != self.held {
+            return Err(format!(
+                "the policy holds {} requests and the host holds back {}, the host counted {}",
                 self.policy.queued(),
+                self.deferred_total,
                 self.held
             ));
         }

@@ -13,6 +13,7 @@ const S: Nanos = 1_000 * MS;
 enum Seen {
     Arrived(u64),
     Refused(u64, Refusal),
+    HeldBack(u64),
     Dispatched(u64, Nanos),
     Completed(u64, Status),
 }
@@ -26,6 +27,9 @@ impl Observer for Log {
     }
     fn refused(&mut self, r: &Request, reason: Refusal, _now: Nanos) {
         self.0.push(Seen::Refused(r.id, reason));
+    }
+    fn held_back(&mut self, r: &Request, _now: Nanos) {
+        self.0.push(Seen::HeldBack(r.id));
     }
     fn dispatched(&mut self, r: &Request, now: Nanos) {
         self.0.push(Seen::Dispatched(r.id, now));
@@ -52,10 +56,21 @@ fn host(
     queue_depth: u32,
     queue_limit: Option<u32>,
 ) -> Host<Log> {
+    host_refusing(policy, tenants, queue_depth, queue_limit, Refuse::Error)
+}
+
+fn host_refusing(
+    policy: &str,
+    tenants: &[TenantSpec],
+    queue_depth: u32,
+    queue_limit: Option<u32>,
+    refuse: Refuse,
+) -> Host<Log> {
     let policy = policy::build(policy, Default::default(), tenants).expect("builds");
     let limits = Limits {
         queue_depth,
         queue_limit,
+        refuse,
     };
     Host::new(policy, Log::default(), limits, tenants.len())
 }
@@ -171,6 +186,73 @@ fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
         .collect();
     assert_eq!(refused, vec![16, 17]);
     assert_eq!(h.queued(), 15);
+    h.check().unwrap();
+}
+
+/// With `Refuse::Hold`, what TA1 refuses is held back in the host, counted against the
+/// tenant's queue limit (so a live client stops being read), offered again in arrival
+/// order as the bucket refills, and never answered with an error; at the drain deadline
+/// it is refused like everything else held.
+#[test]
+fn a_refusal_held_back_is_offered_again_and_served_in_order() {
+    let tenants = [TenantSpec {
+        slo: Some(Slo {
+            iops: 1000.0,
+            size: 4096,
+            rt_us: 10_000,
+        }),
+        ..TenantSpec::weighted("a", 1.0)
+    }];
+    let mut h = host_refusing("ta1", &tenants, 64, Some(20), Refuse::Hold);
+    for id in 1..=17 {
+        assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued, "{id}");
+    }
+    // 10 pass the bucket, 5 wait in its queue, 2 are held back by the host.
+    assert_eq!(h.held(0), 17);
+    assert_eq!(h.deferred_total, 2);
+    h.check().unwrap();
+    // A later arrival queues behind them, whatever the policy would say.
+    assert_eq!(h.admit(request(18, 0, 0), 0), Admission::Queued);
+    assert_eq!(h.deferred_total, 3);
+    // Room for 2 more: the queue limit of 20 counts what is held back.
+    assert!(h.has_room(0));
+    assert_eq!(h.admit(request(19, 0, 0), 0), Admission::Queued);
+    assert_eq!(h.admit(request(20, 0, 0), 0), Admission::Queued);
+    assert!(!h.has_room(0));
+    let mut sent = Vec::new();
+    let mut now = 0;
+    while sent.len() < 20 {
+        while let Some(r) = h.dispatch(now) {
+            sent.push(r.id);
+            h.complete(&done(r, now, now + 1), Status::Ok, now + 1);
+        }
+        h.check().unwrap();
+        let _ = h.alarms(now);
+        now += MS;
+        h.on_wake(now);
+    }
+    assert_eq!(sent, (1..=20).collect::<Vec<_>>(), "in arrival order");
+    assert!(h.is_idle());
+    let seen = &h.observer().0;
+    assert!(!seen.iter().any(|s| matches!(s, Seen::Refused(..))));
+    let held_back: Vec<u64> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::HeldBack(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held_back, vec![16, 17, 18, 19, 20]);
+    // Held back at the drain deadline: refused as stopping, counts back to zero.
+    for id in 21..=40 {
+        let _ = h.admit(request(id, 0, now), now);
+    }
+    assert!(h.deferred_total > 0);
+    h.start_drain(now, 0);
+    let mut refused = Vec::new();
+    h.on_deadline(now, &mut refused);
+    assert_eq!(refused.len(), 20);
+    assert_eq!(h.queued(), 0);
     h.check().unwrap();
 }
 
@@ -341,6 +423,7 @@ fn check_finds_a_policy_that_loses_requests() {
     let limits = Limits {
         queue_depth: 4,
         queue_limit: None,
+        refuse: Refuse::Error,
     };
     let mut h = Host::new(Box::new(Leaky(policy::Fifo::new(1))), (), limits, 1);
     assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
@@ -348,7 +431,7 @@ fn check_finds_a_policy_that_loses_requests() {
     assert_eq!(h.admit(request(2, 0, 0), 0), Admission::Queued);
     let e = h.check().unwrap_err();
     assert!(
-        e.contains("the policy holds 1 requests, the host counted 2"),
+        e.contains("the policy holds 1 requests and the host holds back 0, the host counted 2"),
         "{e}"
     );
 }

@@ -84,6 +84,9 @@ pub struct TenantResult {
     /// policy could not meet their response time, the server was stopping) or failed by
     /// the backend.
     pub refused: u64,
+    /// Times the policy refused one of its requests and the host held it back to offer
+    /// it again (`refuse = "hold"`): served late, not refused.
+    pub held_back: u64,
 }
 
 /// One tenant in one phase of a run.
@@ -323,6 +326,7 @@ struct TenantMeter {
     busy_since: Nanos,
     busy_ns: Nanos,
     refused: u64,
+    held_back: u64,
     phases: Vec<PhaseMeter>,
 }
 
@@ -389,6 +393,7 @@ impl Recorder {
                     busy_since: 0,
                     busy_ns: 0,
                     refused: 0,
+                    held_back: 0,
                     phases: Vec::new(),
                 })
                 .collect(),
@@ -599,6 +604,7 @@ impl Recorder {
                     }
                 }),
                 refused: t.refused,
+                held_back: t.held_back,
             })
             .collect();
         RunResult {
@@ -678,6 +684,11 @@ impl Observer for Recorder {
     #[inline]
     fn refused(&mut self, request: &Request, _reason: Refusal, now: Nanos) {
         self.not_served(request, now);
+    }
+
+    #[inline]
+    fn held_back(&mut self, request: &Request, _now: Nanos) {
+        self.tenants[request.tenant as usize].held_back += 1;
     }
 
     #[inline]

@@ -26,7 +26,9 @@
 //!   for a while.
 //! * A bucket's queue holds what passes within `max_wait × rt` (default half of `rt`): a
 //!   request arriving to a longer queue could not meet its response time and is
-//!   refused (the engine tells the client, counts it as refused) instead of queued. The
+//!   refused instead of queued: the host either answers it with an error (`refuse =
+//!   "error"`, the simulator's default) or holds it back and offers it again (`"hold"`,
+//!   the live server's: slow I/O, not failed I/O; see [`crate::host::Refuse`]). The
 //!   spec's "when that queue is full the host is told explicitly" with "full" read from
 //!   the SLO. Without it a violator's backlog (hundreds of requests) made its own
 //!   compliant requests of the next phase late for a third of a second.

@@ -8,6 +8,7 @@ use crate::config::{
     ConfigError, Invalid, PolicyChoice, PolicyEntry, QosFields, parse_problem, tenant_field,
 };
 use crate::device::spec::{DeviceFile, DeviceSpec};
+use crate::host::Refuse;
 use crate::policy;
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
@@ -26,6 +27,7 @@ struct ScenarioFile {
     interval_s: Option<f64>,
     queue_depth: Option<u32>,
     queue_limit: Option<u32>,
+    refuse: Option<String>,
     /// Give tenants without an explicit region equal consecutive partitions.
     partition: Option<bool>,
     policies: Option<Vec<PolicyEntry>>,
@@ -85,6 +87,10 @@ pub struct Scenario {
     /// Requests a tenant may have waiting in the engine (held by the policy); a request
     /// beyond it is refused and counted. `None`: unbounded.
     pub queue_limit: Option<u32>,
+    /// What becomes of a request the policy refuses: answered with an error
+    /// (`"error"`, the default: an open-loop client cannot be slowed down) or held back
+    /// in the host (`"hold"`, needs `queue_limit`), as the live server does by default.
+    pub refuse: Refuse,
     /// The device every run starts from (a fresh copy per policy).
     pub device: DeviceSpec,
     /// The tenants, in order (their index is their [`crate::types::TenantId`]).
@@ -213,6 +219,14 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         }
         q => q,
     };
+    let refuse = Refuse::parse(file.refuse.as_deref().unwrap_or("error"))
+        .map_err(|e| Invalid::new("refuse", e))?;
+    if refuse == Refuse::Hold && queue_limit.is_none() {
+        return Err(Invalid::new(
+            "refuse",
+            "\"hold\" needs a queue_limit: simulated clients do not slow down, so what is held back needs a bound",
+        ));
+    }
     let device = file.device.spec().map_err(|e| e.within("device"))?;
     if file.tenant.is_empty() {
         return Err(Invalid::new(
@@ -252,6 +266,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         interval,
         queue_depth,
         queue_limit,
+        refuse,
         device,
         tenants,
         policies,

@@ -7,6 +7,7 @@ use crate::config::{
     ConfigError, Invalid, PolicyChoice, PolicyEntry, QosFields, parse_problem, tenant_field,
 };
 use crate::device::spec::{DeviceFile, DeviceSpec};
+use crate::host::Refuse;
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
 use serde::Deserialize;
@@ -29,6 +30,7 @@ struct ServerFile {
     tcp: Option<String>,
     queue_depth: Option<u32>,
     queue_limit: Option<u32>,
+    refuse: Option<String>,
     policy: Option<PolicyEntry>,
     interval_s: Option<f64>,
     metrics: Option<String>,
@@ -127,6 +129,9 @@ pub struct ServerConfig {
     /// Requests a tenant may have waiting in the host (held by the policy) before its
     /// connections stop being read.
     pub queue_limit: u32,
+    /// What becomes of a request the policy refuses: held back (`"hold"`, the default:
+    /// the client sees slow I/O) or answered with an error (`"error"`).
+    pub refuse: Refuse,
     /// The scheduler.
     pub policy: PolicyChoice,
     /// Seconds between the per-tenant lines on stderr (0: quiet); also the report's interval.
@@ -180,6 +185,7 @@ impl ServerConfig {
             tcp: server.tcp,
             queue_depth: server.queue_depth,
             queue_limit: server.queue_limit,
+            refuse: server.refuse,
             policy: server.policy,
             interval_s: server.interval_s,
             metrics: server.metrics,
@@ -201,6 +207,7 @@ impl ServerConfig {
             ("server.tcp", self.tcp == new.tcp),
             ("server.queue_depth", self.queue_depth == new.queue_depth),
             ("server.queue_limit", self.queue_limit == new.queue_limit),
+            ("server.refuse", self.refuse == new.refuse),
             ("server.policy", self.policy == new.policy),
             ("server.metrics", self.metrics == new.metrics),
             (
@@ -244,6 +251,7 @@ struct Server {
     tcp: Option<String>,
     queue_depth: u32,
     queue_limit: u32,
+    refuse: Refuse,
     policy: PolicyChoice,
     interval_s: f64,
     metrics: Option<String>,
@@ -263,6 +271,8 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
     if queue_limit == 0 {
         return Err(field("queue_limit", "must be > 0".into()));
     }
+    let refuse =
+        Refuse::parse(s.refuse.as_deref().unwrap_or("hold")).map_err(|e| field("refuse", e))?;
     let interval_s = s.interval_s.unwrap_or(1.0);
     if !(interval_s >= 0.0 && interval_s.is_finite()) {
         return Err(field(
@@ -291,6 +301,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         tcp: s.tcp,
         queue_depth,
         queue_limit,
+        refuse,
         policy,
         interval_s,
         metrics: s.metrics,

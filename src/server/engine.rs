@@ -183,6 +183,7 @@ pub fn run(
     let limits = Limits {
         queue_depth: config.queue_depth,
         queue_limit: Some(config.queue_limit),
+        refuse: config.refuse,
     };
     let mut engine = Engine {
         ring: new_ring(config.queue_depth)?,
@@ -584,7 +585,8 @@ impl Engine<'_> {
     }
 
     /// A request from a connection is offered to the host; a refused one is answered
-    /// at once (`EIO`, or `ESHUTDOWN` past the drain deadline).
+    /// at once (`EIO`, or `ESHUTDOWN` past the drain deadline). With `refuse = "hold"`
+    /// (the default) the policy's refusals are held back by the host, not answered.
     fn admit(&mut self, slot: usize, command: Command) {
         let c = self.conns[slot]
             .as_mut()

@@ -207,13 +207,14 @@ fn summarize(
 ) -> anyhow::Result<()> {
     for t in &stats.snapshot() {
         eprintln!(
-            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused",
+            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused, {} held back",
             t.name,
             t.completed,
             crate::units::format_bytes(t.read_bytes),
             crate::units::format_bytes(t.written_bytes),
             t.errors,
-            t.refused
+            t.refused,
+            t.held_back
         );
     }
     if let Some(dir) = out {

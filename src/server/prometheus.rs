@@ -94,7 +94,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 type Field = fn(&TenantCounters) -> f64;
 
 /// The per-tenant series: name, type, help, value.
-const SERIES: [(&str, &str, &str, Field); 10] = [
+const SERIES: [(&str, &str, &str, Field); 11] = [
     (
         "ioshare_requests_arrived_total",
         "counter",
@@ -116,8 +116,14 @@ const SERIES: [(&str, &str, &str, Field); 10] = [
     (
         "ioshare_requests_refused_total",
         "counter",
-        "Requests refused at admission: queue full, or the policy could not meet their response time (answered EIO)",
+        "Requests refused at admission: queue full, or the policy could not meet their response time with refuse = \"error\" (answered EIO)",
         |t| t.refused as f64,
+    ),
+    (
+        "ioshare_requests_held_back_total",
+        "counter",
+        "Requests the policy refused and the host held back to offer again (refuse = \"hold\"): served late, not failed",
+        |t| t.held_back as f64,
     ),
     (
         "ioshare_requests_cancelled_total",

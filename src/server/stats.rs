@@ -41,8 +41,12 @@ pub struct TenantCounters {
     pub completed: u64,
     /// Requests the backend failed.
     pub errors: u64,
-    /// Requests refused at admission (queue full, or the policy could not meet their `rt`).
+    /// Requests refused at admission (queue full, or the policy could not meet their `rt`
+    /// with `refuse = "error"`).
     pub refused: u64,
+    /// Times the policy refused a request and the host held it back to offer it again
+    /// (`refuse = "hold"`, the default); the request is not answered with an error.
+    pub held_back: u64,
     /// Requests the policy sent to the backend.
     pub dispatched: u64,
     /// Requests answered with an error at shutdown because the drain deadline passed
@@ -95,6 +99,7 @@ impl LiveStats {
                         completed: 0,
                         errors: 0,
                         refused: 0,
+                        held_back: 0,
                         dispatched: 0,
                         cancelled: 0,
                         read_bytes: 0,
@@ -144,6 +149,11 @@ impl LiveStats {
         self.tenants.lock().expect("stats lock")[tenant as usize].refused += 1;
     }
 
+    /// A request of `tenant` refused by the policy was held back by the host.
+    pub fn held_back(&self, tenant: TenantId) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].held_back += 1;
+    }
+
     /// A request finished on the backend; `ok`: it succeeded (its bytes and latency count).
     pub fn completed(&self, c: &Completion, ok: bool) {
         let mut all = self.tenants.lock().expect("stats lock");
@@ -182,6 +192,10 @@ impl Observer for std::sync::Arc<LiveStats> {
             Refusal::Stopping => LiveStats::cancelled(self, request.tenant),
             Refusal::QueueFull | Refusal::Policy => LiveStats::refused(self, request.tenant),
         }
+    }
+
+    fn held_back(&mut self, request: &Request, _now: Nanos) {
+        LiveStats::held_back(self, request.tenant);
     }
 
     fn dispatched(&mut self, request: &Request, _now: Nanos) {

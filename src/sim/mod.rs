@@ -379,6 +379,7 @@ fn drive<O: Observer>(
     let limits = Limits {
         queue_depth: scenario.queue_depth,
         queue_limit: scenario.queue_limit,
+        refuse: scenario.refuse,
     };
     let mut run = Run {
         scenario,
