@@ -24,6 +24,8 @@
 //!   or light tenant falls behind because it sends little, not because it waits):
 //!   the depth shrinks by an eighth (from the most requests outstanding in the window
 //!   when there was no limit yet), never below `min_depth`;
+//! * a request of a tenant with a response-time target completed late (the policy
+//!   says what late is: mClock, above `late` × the tenant's SLO `rt`) — the same;
 //! * otherwise, when the depth held back a request the policy had queued, it grows by a
 //!   sixteenth.
 //!
@@ -73,6 +75,8 @@ struct Auto {
     binding: bool,
     /// Most requests outstanding at once this window.
     peak: u32,
+    /// A request of a tenant with a response-time target completed late this window.
+    late: bool,
 }
 
 /// A policy's dispatch depth: `0` = no limit of its own (the engine's device queue
@@ -118,6 +122,7 @@ impl DispatchDepth {
                 window_start: 0,
                 binding: false,
                 peak: 0,
+                late: false,
             }),
             ..Self::fixed(tenants, 0)
         }
@@ -176,10 +181,11 @@ impl DispatchDepth {
         if now < a.window_start + a.window {
             return;
         }
-        let starved = self
-            .tenants
-            .iter()
-            .any(|t| t.starved_in_window && !t.idle_in_window);
+        let starved = a.late
+            || self
+                .tenants
+                .iter()
+                .any(|t| t.starved_in_window && !t.idle_in_window);
         let before = self.limit;
         if starved {
             let base = if self.limit == 0 { a.peak } else { self.limit };
@@ -201,6 +207,7 @@ impl DispatchDepth {
         }
         a.window_start = now;
         a.binding = false;
+        a.late = false;
         a.peak = self.outstanding;
         for t in &mut self.tenants {
             t.starved_in_window = false;
@@ -279,6 +286,17 @@ impl DispatchDepth {
                 "history_ms_depth": a.history,
                 "history_complete": a.shrinks + a.grows <= HISTORY as u64,
             }),
+        }
+    }
+
+    /// A request of a tenant with a response-time target completed late at `now` (the
+    /// policy judges what late is): the window shortens the depth like a starved
+    /// tenant, whether or not its tenant ran out of work — a light tenant's latency is
+    /// what the target is about.
+    pub fn late(&mut self, now: Nanos) {
+        self.roll(now);
+        if let Some(a) = self.auto.as_mut() {
+            a.late = true;
         }
     }
 
@@ -413,6 +431,24 @@ mod tests {
         assert_eq!(r["history_ms_depth"].as_array().unwrap().len(), HISTORY);
         assert_eq!(r["history_complete"], false);
         assert_eq!(DispatchDepth::fixed(1, 8).report()["limit"], 8);
+    }
+
+    #[test]
+    fn a_late_completion_shrinks_even_when_its_tenant_went_idle() {
+        let mut d = DispatchDepth::auto(1, 4, W);
+        d.limit = 32;
+        d.arrival(0, 1, false, false);
+        assert!(d.may_dispatch(1, 0));
+        d.dispatched(0);
+        d.completed(0, 2, false); // idle again: no starvation counts for it
+        d.late(2);
+        let _ = d.may_dispatch(W + 2, 0);
+        assert_eq!(d.limit(), 28);
+        // A fixed depth ignores lateness.
+        let mut f = DispatchDepth::fixed(1, 32);
+        f.late(2);
+        let _ = f.may_dispatch(W + 2, 0);
+        assert_eq!(f.limit(), 32);
     }
 
     #[test]

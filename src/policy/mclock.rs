@@ -28,7 +28,9 @@
 //!   depth is [`super::depth::DispatchDepth`]: `depth = 0` by default (the engine's
 //!   device queue only, the paper's scheduler alone), an integer for a fixed one, or
 //!   `"auto"`, with a tenant counted as *behind* when its next `P` is below the `P` of
-//!   the last weight-phase dispatch (others went past it). `"auto"` is not the default
+//!   the last weight-phase dispatch (others went past it), and a completion of a tenant
+//!   with an SLO later than `late` (0.85) × its `rt` (arrival to completion) counted as
+//!   late: both shorten the device queue its requests wait in. `"auto"` is not the default
 //!   here because a tenant sending less than its share with a request always in flight
 //!   also looks behind, and shortening the queue for it cost the token-bucket paper's
 //!   RAID 0 array half its throughput in WS_A's phase 3 (6,121 → 3,304 IOPS); what a
@@ -64,6 +66,9 @@ struct Tenant {
     head: Option<Tags>,
     by_reservation: u64,
     by_weight: u64,
+    /// A completion later than this (arrival to finish) is late: `late` × the SLO's
+    /// `rt`; `None` without an SLO.
+    late_after: Option<Nanos>,
 }
 
 /// The mClock scheduler.
@@ -74,7 +79,12 @@ pub struct MClock {
     depth: DispatchDepth,
     /// `P` of the last request dispatched in the weight phase.
     last_weight_p: Nanos,
+    /// A completion of a tenant with an SLO later than `late` × its `rt` is late.
+    late: f64,
 }
+
+/// `late` by default: the token buckets' high water mark.
+const DEFAULT_LATE: f64 = 0.85;
 
 fn inverse(rate: f64) -> Nanos {
     (NANOS_PER_SEC as f64 / rate).round().max(1.0) as Nanos
@@ -88,7 +98,16 @@ impl MClock {
         tenants: &[TenantSpec],
     ) -> Result<Box<dyn Policy>, PolicyError> {
         let depth = DispatchDepth::from_params(params, tenants.len(), false)?;
-        Ok(Box::new(MClock::with_depth(tenants, depth)))
+        let late = params.f64_or("late", DEFAULT_LATE)?;
+        if !(late > 0.0 && late <= 10.0) {
+            return Err(params.invalid("late", format!("must be in (0, 10], got {late}")));
+        }
+        let mut m = MClock::with_depth(tenants, depth);
+        m.late = late;
+        for (t, spec) in m.tenants.iter_mut().zip(tenants) {
+            t.late_after = spec.slo.map(|slo| (slo.rt_nanos() as f64 * late) as Nanos);
+        }
+        Ok(Box::new(m))
     }
 
     /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight, and
@@ -100,15 +119,20 @@ impl MClock {
     /// mClock with the dispatch depth `depth`.
     pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
         MClock {
-            tenants: tenants.iter().map(Self::tenant).collect(),
+            tenants: tenants
+                .iter()
+                .map(|t| Self::tenant(t, DEFAULT_LATE))
+                .collect(),
             queued: 0,
             depth,
             last_weight_p: 0,
+            late: DEFAULT_LATE,
         }
     }
 
-    fn tenant(spec: &TenantSpec) -> Tenant {
+    fn tenant(spec: &TenantSpec, late: f64) -> Tenant {
         Tenant {
+            late_after: spec.slo.map(|slo| (slo.rt_nanos() as f64 * late) as Nanos),
             queue: VecDeque::new(),
             r_inc: spec.reservation_iops.map(inverse),
             l_inc: spec.limit_iops.map(inverse),
@@ -235,12 +259,20 @@ impl Policy for MClock {
 
     fn complete(&mut self, completion: &Completion, now: Nanos) {
         let t = completion.request.tenant;
-        let held = self.tenants[t as usize].head.is_some();
+        let x = &self.tenants[t as usize];
+        let held = x.head.is_some();
+        let late = x.late_after.is_some_and(|after| {
+            completion.finish.saturating_sub(completion.request.arrival) > after
+        });
         self.depth.completed(t, now, held);
+        if late {
+            self.depth.late(now);
+        }
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        let fresh = Self::tenant(spec);
+        let late = self.late;
+        let fresh = Self::tenant(spec, late);
         let x = &mut self.tenants[tenant as usize];
         x.r_inc = fresh.r_inc;
         x.l_inc = fresh.l_inc;
@@ -322,6 +354,47 @@ mod tests {
             Dispatch::Request(r) => Some((r.tenant, r.id)),
             _ => None,
         }
+    }
+
+    /// With `depth = "auto"`, a completion of an SLO tenant later than 0.85 × its `rt`
+    /// shortens the device queue at the window's end; one in time leaves it alone.
+    #[test]
+    fn a_late_slo_completion_shortens_the_auto_depth() {
+        let run = |finish_ms: u64| {
+            let tenants = [
+                crate::policy::test_slo_tenant("reader", 1000.0, 10_000),
+                spec("writer", 1.0, None, None),
+            ];
+            let mut params = crate::policy::test_params("mclock", toml::toml! { depth = "auto" });
+            let mut p = MClock::build(&mut params, &tenants).unwrap();
+            for id in 0..40 {
+                p.put(crate::policy::test_request(id, 1, 4096, 0), 0);
+            }
+            let r = crate::policy::test_request(100, 0, 4096, 0);
+            p.put(r, 0);
+            let mut out = 0;
+            while let Dispatch::Request(_) = p.dispatch(0) {
+                out += 1;
+            }
+            assert_eq!(out, 41, "no limit of its own yet");
+            let finish = finish_ms * 1_000_000;
+            p.complete(
+                &Completion {
+                    request: r,
+                    start: 0,
+                    finish,
+                },
+                finish,
+            );
+            let _ = p.dispatch(20_000_000);
+            p.observe(Detail::Gauges)
+                .gauges
+                .iter()
+                .find(|g| g.name == "depth")
+                .map(|g| g.value)
+        };
+        assert_eq!(run(9), Some(41.0 - 5.0), "9 ms is late for a 10 ms rt");
+        assert_eq!(run(8), Some(0.0), "8 ms is in time");
     }
 
     #[test]
