@@ -484,3 +484,59 @@ fn the_queue_limit_holds_exactly_its_bound() {
     // The first ten after the dispatched one waited; the refused are the later ones.
     assert_eq!(t.refused[0].0, t.arrived[11].0);
 }
+
+/// The SLO scenarios of docs/conformance.md ("SLO policies"), shortened to 6 s: a reader
+/// with SLO {2,000 IOPS, 4 KiB, 5 ms} arriving Poisson at exactly its rate keeps what the
+/// policies promise it today — TA3 (and mClock with the adaptive depth) at least 99 %
+/// within `rt` alone, beside a flooder and beside writers with a looser `rt`; TA2 and TA3
+/// never below no control; TA1 at least 95 %; every switch turns at most ten times a
+/// second.
+#[test]
+fn a_compliant_poisson_reader_keeps_its_slo() {
+    for name in ["slo-poisson-alone", "slo-poisson-flooder", "slo-mixed-rt"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("scenarios/{name}.toml"));
+        let text: String = std::fs::read_to_string(path)
+            .unwrap()
+            .replace("duration_s = 20", "duration_s = 6")
+            .lines()
+            .map(|l| {
+                if l.starts_with("policies =") {
+                    r#"policies = ["none", "ta1", "ta2", "ta3", { name = "mclock", label = "mclock-auto", depth = "auto" }]"#
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = Scenario::parse(&text, name, name).unwrap();
+        assert_eq!(s.policies.len(), 5, "{name}: the policy list was rewritten");
+        let r = run_scenario(&s, false).unwrap();
+        let run = |label: &str| r.runs.iter().find(|x| x.policy == label).unwrap();
+        let sat = |label: &str| run(label).tenants[0].slo_satisfaction.unwrap();
+        assert!(sat("ta3") >= 0.99, "{name}: ta3 {}", sat("ta3"));
+        assert!(sat("ta1") >= 0.95, "{name}: ta1 {}", sat("ta1"));
+        for label in ["ta2", "ta3"] {
+            assert!(
+                sat(label) >= sat("none"),
+                "{name}: {label} {} none {}",
+                sat(label),
+                sat("none")
+            );
+        }
+        if name != "slo-mixed-rt" {
+            assert!(
+                sat("mclock-auto") >= 0.99,
+                "{name}: mclock-auto {}",
+                sat("mclock-auto")
+            );
+        }
+        for label in ["ta2", "ta3"] {
+            let transitions = run(label).policy_stats["transitions"].as_u64().unwrap();
+            let switches = s.tenants.len() as u64;
+            assert!(
+                transitions <= 10 * 6 * switches,
+                "{name}: {label} switched {transitions} times in 6 s"
+            );
+        }
+    }
+}
