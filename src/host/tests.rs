@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::policy::{self, Dispatch};
-use crate::types::{Op, Slo};
+use crate::types::Op;
 
 const MS: Nanos = 1_000_000;
 const S: Nanos = 1_000 * MS;
@@ -166,14 +166,7 @@ fn dispatch_fills_the_device_to_its_depth_and_refills_on_completion() {
 fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
     // TA1, 1,000 IOPS, rt 10 ms: a burst of 17 at t = 0 holds 15 (10 pass at once, the
     // bucket being one rt deep, 5 wait within half the rt) and refuses 2.
-    let tenants = [TenantSpec {
-        slo: Some(Slo {
-            iops: 1000.0,
-            size: 4096,
-            rt_us: 10_000,
-        }),
-        ..TenantSpec::weighted("a", 1.0)
-    }];
+    let tenants = [policy::test_slo_tenant("a", 1000.0, 10_000)];
     let mut h = host("ta1", &tenants, 4, None);
     let refused: Vec<u64> = (1..=17)
         .filter_map(|id| match h.admit(request(id, 0, 0), 0) {
@@ -195,14 +188,7 @@ fn a_policy_refusal_is_passed_on_and_leaves_no_count_behind() {
 /// it is refused like everything else held.
 #[test]
 fn a_refusal_held_back_is_offered_again_and_served_in_order() {
-    let tenants = [TenantSpec {
-        slo: Some(Slo {
-            iops: 1000.0,
-            size: 4096,
-            rt_us: 10_000,
-        }),
-        ..TenantSpec::weighted("a", 1.0)
-    }];
+    let tenants = [policy::test_slo_tenant("a", 1000.0, 10_000)];
     let mut h = host_refusing("ta1", &tenants, 64, Some(20), Refuse::Hold);
     for id in 1..=17 {
         assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued, "{id}");
