@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(next, Dispatch::Wait(1_000_000));
         assert_eq!(ids(&mut p, 1_000_000).0, vec![21, 22]);
         assert_eq!(p.queued(), 8);
-        // Refilling at exactly the rate (no `refill_slack`): 5 more ms pass 10 more.
+        // Within its rate, the bucket refills 5 % faster (`refill_slack`): 2.1 a tick.
         assert_eq!(ids(&mut p, 5_000_000).0.len(), 8);
     }
 }
