@@ -486,12 +486,11 @@ fn the_queue_limit_holds_exactly_its_bound() {
 }
 
 /// The SLO scenarios of docs/conformance.md ("SLO policies"), shortened to 6 s: a reader
-/// with SLO {2,000 IOPS, 4 KiB, 5 ms} arriving Poisson (and evenly spaced) at exactly its
-/// rate keeps what the
-/// policies promise it today — TA3 (and mClock with the adaptive depth) at least 99 %
-/// within `rt` alone, beside a flooder and beside writers with a looser `rt`; TA2 and TA3
-/// never below no control; TA1 at least 95 %; every switch turns at most ten times a
-/// second.
+/// with SLO {2,000 IOPS, 4 KiB, 5 ms} arriving Poisson, or evenly spaced, at exactly its
+/// rate keeps what the policies promise it today — TA3 at least 99 % within `rt` alone,
+/// beside a flooder and beside writers with a looser `rt` (mClock with the adaptive depth
+/// too, but for the last); TA2 and TA3 never below no control; TA1 at least 95 %; every
+/// switch turns at most ten times a second.
 #[test]
 fn a_compliant_poisson_reader_keeps_its_slo() {
     let cases = ["slo-poisson-alone", "slo-poisson-flooder", "slo-mixed-rt"]
