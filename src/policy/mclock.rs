@@ -34,11 +34,9 @@
 //!   lateness at little cost; on a disk array a shorter queue makes the array slower,
 //!   completions stay late and the depth collapses (WS_A: 2,600 IOPS instead of 6,000),
 //!   so `"auto"` is for SSDs until the controller learns to stop when shrinking does
-//!   not help. `"auto"` is not the default
-//!   here because a tenant sending less than its share with a request always in flight
-//!   also looks behind, and shortening the queue for it cost the token-bucket paper's
-//!   RAID 0 array half its throughput in WS_A's phase 3 (6,121 → 3,304 IOPS); what a
-//!   reservation needs from the device queue is a latency question (docs/conformance.md).
+//!   not help. Nor is it the default on SSDs: a tenant sending less than its share with
+//!   a request always in flight also looks behind, and shortening the queue for it
+//!   costs throughput (0.88–0.91× `none` in the conformance matrix, docs/conformance.md).
 
 use super::depth::DispatchDepth;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
@@ -70,9 +68,8 @@ struct Tenant {
     head: Option<Tags>,
     by_reservation: u64,
     by_weight: u64,
-    /// A completion later than this (arrival to finish) is late: `late` × the SLO's
-    /// `rt`; `None` without an SLO.
-    late_after: Option<Nanos>,
+    /// The SLO's response time (`None` without an SLO).
+    rt: Option<Nanos>,
 }
 
 /// The mClock scheduler.
@@ -106,12 +103,10 @@ impl MClock {
         if !(late > 0.0 && late <= 10.0) {
             return Err(params.invalid("late", format!("must be in (0, 10], got {late}")));
         }
-        let mut m = MClock::with_depth(tenants, depth);
-        m.late = late;
-        for (t, spec) in m.tenants.iter_mut().zip(tenants) {
-            t.late_after = spec.slo.map(|slo| (slo.rt_nanos() as f64 * late) as Nanos);
-        }
-        Ok(Box::new(m))
+        Ok(Box::new(MClock {
+            late,
+            ..MClock::with_depth(tenants, depth)
+        }))
     }
 
     /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight, and
@@ -123,10 +118,7 @@ impl MClock {
     /// mClock with the dispatch depth `depth`.
     pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
         MClock {
-            tenants: tenants
-                .iter()
-                .map(|t| Self::tenant(t, DEFAULT_LATE))
-                .collect(),
+            tenants: tenants.iter().map(Self::tenant).collect(),
             queued: 0,
             depth,
             last_weight_p: 0,
@@ -134,9 +126,9 @@ impl MClock {
         }
     }
 
-    fn tenant(spec: &TenantSpec, late: f64) -> Tenant {
+    fn tenant(spec: &TenantSpec) -> Tenant {
         Tenant {
-            late_after: spec.slo.map(|slo| (slo.rt_nanos() as f64 * late) as Nanos),
+            rt: spec.slo.map(|slo| slo.rt_nanos()),
             queue: VecDeque::new(),
             r_inc: spec.reservation_iops.map(inverse),
             l_inc: spec.limit_iops.map(inverse),
@@ -265,9 +257,9 @@ impl Policy for MClock {
         let t = completion.request.tenant;
         let x = &self.tenants[t as usize];
         let held = x.head.is_some();
-        let late = x.late_after.is_some_and(|after| {
-            completion.finish.saturating_sub(completion.request.arrival) > after
-        });
+        let took = completion.finish.saturating_sub(completion.request.arrival);
+        let late =
+            x.rt.is_some_and(|rt| took > (rt as f64 * self.late) as Nanos);
         self.depth.completed(t, now, held);
         if late {
             self.depth.late(now);
@@ -275,12 +267,12 @@ impl Policy for MClock {
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        let late = self.late;
-        let fresh = Self::tenant(spec, late);
+        let fresh = Self::tenant(spec);
         let x = &mut self.tenants[tenant as usize];
         x.r_inc = fresh.r_inc;
         x.l_inc = fresh.l_inc;
         x.p_inc = fresh.p_inc;
+        x.rt = fresh.rt;
     }
 
     fn queued(&self) -> usize {

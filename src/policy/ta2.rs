@@ -45,12 +45,12 @@ mod tests {
         );
     }
 
-    /// TA2 judging each tenant by its completions among the last two, without
-    /// prediction.
-    fn per_completion(tenants: &[TenantSpec]) -> Box<dyn Policy> {
+    /// TA2 with the paper's buckets, judging each tenant by its completions among the
+    /// last `window`, without prediction.
+    fn over_window(tenants: &[TenantSpec], window: i64) -> Box<dyn Policy> {
         let mut params = crate::policy::test_params(
             "ta2",
-            toml::toml! { rt_window = 2
+            toml::toml! { rt_window = window
             predict = 0.0
             depth_rt = 0.0 },
         );
@@ -64,7 +64,7 @@ mod tests {
             test_slo_tenant("a", 1000.0, 10_000),
             test_slo_tenant("b", 1000.0, 10_000),
         ];
-        let mut p = per_completion(&tenants);
+        let mut p = over_window(&tenants, 2);
         observe(&mut p, 1, 0, 0, 8_500_000); // at the mark: not above
         assert_eq!(p.report_json()["transitions"], 0);
         observe(&mut p, 2, 1, 10_000_000, 18_500_001); // b above its HWM
@@ -122,13 +122,7 @@ mod tests {
             test_slo_tenant("reader", 1000.0, 5_000),
             test_slo_tenant("writer", 1000.0, 50_000),
         ];
-        let mut params = crate::policy::test_params(
-            "ta2",
-            toml::toml! { rt_window = 8
-            predict = 0.0
-            depth_rt = 0.0 },
-        );
-        let mut p = build(&mut params, &tenants).unwrap();
+        let mut p = over_window(&tenants, 8);
         const MS: u64 = 1_000_000;
         observe(&mut p, 1, 0, 0, 4_500_000); // above the reader's 4.25 ms
         assert_eq!(p.report_json()["tenants"][1]["on"], true);
@@ -152,13 +146,7 @@ mod tests {
     fn after_switching_off_new_requests_bypass_the_backlog() {
         let tenants = [test_slo_tenant("a", 1000.0, 10_000)];
         // Each completion judged alone (a window of one).
-        let mut params = crate::policy::test_params(
-            "ta2",
-            toml::toml! { rt_window = 1
-            predict = 0.0
-            depth_rt = 0.0 },
-        );
-        let mut p = build(&mut params, &tenants).unwrap();
+        let mut p = over_window(&tenants, 1);
         observe(&mut p, 1, 0, 0, 9_000_000); // on
         for id in 2..=4 {
             p.put(test_request(id, 0, 4096, 9_000_000), 9_000_000);

@@ -452,9 +452,8 @@ impl SwitchedBuckets {
     fn tenant(&self, spec: &TenantSpec, now: Nanos) -> Tenant {
         let period = (NANOS_PER_SEC as f64 / self.refill_hz).round() as Nanos;
         let bucket = spec.slo.map(|slo| {
-            let rate = slo.iops * (1.0 + self.refill_slack);
-            let rho = (rate / self.refill_hz * MILLI as f64).round() as u64;
-            // (while the tenant keeps to its rate: see `admit`)
+            // At the agreed rate plus `refill_slack` while the tenant keeps to it (`admit`).
+            let rho = self.per_tick(slo.iops, self.refill_slack);
             let by_rt = slo.iops * nanos_to_secs(slo.rt_nanos()) * self.depth_rt * MILLI as f64;
             let sigma = (rho as f64 * self.depth_factor).max(by_rt).round() as u64;
             let mut b = Bucket::new(rho, sigma, period);
@@ -472,13 +471,10 @@ impl SwitchedBuckets {
             breach: false,
             breach_from: 0,
             predict_mark: (rt * self.predict) as Nanos,
-            rho_agreed: spec.slo.map_or(0, |slo| {
-                (slo.iops / self.refill_hz * MILLI as f64).round() as u64
-            }),
-            rho_slack: spec.slo.map_or(0, |slo| {
-                (slo.iops * (1.0 + self.refill_slack) / self.refill_hz * MILLI as f64).round()
-                    as u64
-            }),
+            rho_agreed: spec.slo.map_or(0, |slo| self.per_tick(slo.iops, 0.0)),
+            rho_slack: spec
+                .slo
+                .map_or(0, |slo| self.per_tick(slo.iops, self.refill_slack)),
             conformance: None,
             rate_window: match (self.rule, spec.slo) {
                 (
@@ -506,8 +502,7 @@ impl SwitchedBuckets {
             refused: 0,
         };
         if let Some(slo) = spec.slo {
-            let rate = slo.iops * (1.0 + self.rate_slack);
-            let rho = (rate / self.refill_hz * MILLI as f64).round() as u64;
+            let rho = self.per_tick(slo.iops, self.rate_slack);
             let sigma = match self.rule {
                 SwitchRule::PerTenant { .. } => {
                     slo.iops * nanos_to_secs(tenant.rate_window) * MILLI as f64
@@ -519,6 +514,11 @@ impl SwitchedBuckets {
             tenant.conformance = Some(b);
         }
         tenant
+    }
+
+    /// Tokens per refill tick (thousandths of a request) for `iops × (1 + slack)`.
+    fn per_tick(&self, iops: f64, slack: f64) -> u64 {
+        (iops * (1.0 + slack) / self.refill_hz * MILLI as f64).round() as u64
     }
 
     fn set(&mut self, t: usize, on: bool, now: Nanos) {
