@@ -1,4 +1,4 @@
-# Sourced by the bench scripts that start NBD servers.
+# Sourced by the bench scripts: installing tools, NBD servers, writing into the docs.
 
 # install_tools CMD:PACKAGE ...: installs the Debian packages of the commands that are
 # missing (as root with apt-get), or stops.
@@ -39,4 +39,17 @@ wait_for_export() {
     done
     echo "the server did not start; see $2" >&2
     exit 1
+}
+
+# write_between_markers FILE START END TEXT: replaces what FILE holds between the lines
+# START and END with TEXT.
+write_between_markers() {
+    python3 - "$@" <<'PY'
+import sys
+path, start, end, text = sys.argv[1:5]
+doc = open(path).read()
+a = doc.index(start) + len(start) + 1
+b = doc.index(end)
+open(path, "w").write(doc[:a] + text + "\n" + doc[b:])
+PY
 }

@@ -65,11 +65,17 @@ enum Command {
     /// Run the conformance suite: every proportional-share policy through a matrix of
     /// properties (work conservation, weight accuracy with 8 and 64 tenants, a deep
     /// device queue, return from idle, a tenant leaving, Poisson overload) on SSD models,
-    /// and print the figures with their targets as a Markdown table.
+    /// and print the figures with their targets as a Markdown table. With --slo: the SLO
+    /// policies (ta1, ta2, ta3, mclock) through compliant tenants beside violators and
+    /// flooders instead.
     Conformance {
-        /// Only this device: sata-aged, nvme-clean or nvme-aged (repeatable; default all).
+        /// Only this device: sata-aged, nvme-clean or nvme-aged; with --slo nvme-aged,
+        /// nvme-clean, hdd or raid0 (repeatable; default all).
         #[arg(long = "device", value_name = "D")]
         devices: Vec<String>,
+        /// Run the SLO part of the suite.
+        #[arg(long)]
+        slo: bool,
         /// Seed of every run.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -134,9 +140,16 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Conformance {
             devices,
+            slo,
             seed,
             seeds,
-        } => conformance(&devices, seed, seeds),
+        } => {
+            if slo {
+                slo_conformance(&devices, seed, seeds)
+            } else {
+                conformance(&devices, seed, seeds)
+            }
+        }
         Command::List => {
             println!("policies:");
             for p in policy::registry() {
@@ -192,6 +205,63 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs the SLO conformance matrix and prints it.
+fn slo_conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
+    use ioshare::conformance::slo::{self, Case, SloDevice};
+    let known: Vec<&str> = SloDevice::ALL.iter().map(|d| d.name()).collect();
+    let devices: Vec<SloDevice> = if devices.is_empty() {
+        SloDevice::ALL.to_vec()
+    } else {
+        devices
+            .iter()
+            .map(|d| {
+                SloDevice::ALL
+                    .into_iter()
+                    .find(|k| k.name() == d)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--device: unknown device '{d}' for --slo (known: {})",
+                            known.join(", ")
+                        )
+                    })
+            })
+            .collect::<Result<_>>()?
+    };
+    if seeds == 0 {
+        bail!("--seeds must be ≥ 1");
+    }
+    let mut outcomes = Vec::new();
+    let (mut passed, mut total) = (0, 0);
+    for seed in first_seed..first_seed.saturating_add(seeds) {
+        for case in Case::all()
+            .into_iter()
+            .filter(|c| devices.contains(&c.device))
+        {
+            let t = Instant::now();
+            let o = slo::check(case, seed);
+            let pass = o.verdicts.iter().filter(|v| v.pass()).count();
+            passed += pass;
+            total += o.verdicts.len();
+            eprintln!(
+                "seed {seed}, {} on {} ({}): {pass} of {} policies pass ({:.1} s)",
+                case.mix.name(),
+                case.device.name(),
+                case.spacing.name(),
+                o.verdicts.len(),
+                t.elapsed().as_secs_f64()
+            );
+            outcomes.push(o);
+        }
+    }
+    if seeds > 1 {
+        print!("{}", slo::sweep_markdown(&outcomes));
+    } else {
+        print!("{}", slo::markdown(&outcomes));
+    }
+    eprintln!("{passed} of {total} pass");
+    Ok(())
 }
 
 /// Runs the conformance matrix and prints it.

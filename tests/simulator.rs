@@ -327,6 +327,9 @@ fn mclock_reservation_limit_and_weights() {
     let m = r.runs.iter().find(|x| x.policy == "mclock").unwrap();
     let iops = |name: &str| m.tenants.iter().find(|t| t.name == name).unwrap().iops;
     assert!(iops("gold") >= 3000.0 * 0.98, "{}", iops("gold"));
+    // Backlogged, gold is over its reservation by the rate test: no slack, only the
+    // test's 5 % tolerance (src/policy/mclock.rs).
+    assert!(iops("gold") <= 3000.0 * 1.06, "{}", iops("gold"));
     assert!(iops("silver") >= 500.0 * 0.98);
     assert!(iops("capped") <= 800.0 * 1.02, "{}", iops("capped"));
     let ratio = iops("silver") / iops("bronze");

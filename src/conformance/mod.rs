@@ -11,6 +11,8 @@
 //! `tests/conformance.rs` asserts the targets that hold; `docs/conformance.md` has the
 //! full table.
 
+pub mod slo;
+
 use crate::metrics::{RunResult, ScenarioResult, share_error};
 use crate::scenario::Scenario;
 use crate::sim::{RunOptions, run_scenarios_with};
@@ -333,6 +335,30 @@ impl Figure {
             Some(t) => self.value <= t,
         }
     }
+
+    /// `name value (op target)`, with ✗ when missed: seconds, transitions per second and
+    /// multiples (names ending `(s)`, `(/s)`, `(× …)`) as numbers, the rest as percent.
+    pub fn render(&self) -> String {
+        let number =
+            self.name.ends_with("(s)") || self.name.ends_with("(/s)") || self.name.contains("(×");
+        let value = if self.value.is_infinite() {
+            "never".to_string()
+        } else if self.name.contains("(×") {
+            format!("{:.2}", self.value)
+        } else if number {
+            format!("{:.1}", self.value)
+        } else {
+            format!("{:.1} %", self.value * 100.0)
+        };
+        let op = if self.at_least { "≥" } else { "≤" };
+        let target = match self.target {
+            None => String::new(),
+            Some(t) if number => format!(" ({op} {t:.1})"),
+            Some(t) => format!(" ({op} {:.0} %)", t * 100.0),
+        };
+        let mark = if self.met() { "" } else { " ✗" };
+        format!("{} {value}{target}{mark}", self.name)
+    }
 }
 
 /// What a policy promises to share, as a series per tenant: requests (mClock's tags
@@ -572,27 +598,7 @@ pub fn markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
     let _ = writeln!(out, "|---|---|---|---|---|");
     for (property, device, verdicts) in rows {
         for v in verdicts {
-            let figures: Vec<String> = v
-                .figures
-                .iter()
-                .map(|f| {
-                    let value = if f.value.is_infinite() {
-                        "never".to_string()
-                    } else if f.name.ends_with("(s)") {
-                        format!("{:.1}", f.value)
-                    } else {
-                        format!("{:.1} %", f.value * 100.0)
-                    };
-                    let op = if f.at_least { "≥" } else { "≤" };
-                    let target = match f.target {
-                        None => String::new(),
-                        Some(t) if f.name.ends_with("(s)") => format!(" ({op} {t:.1})"),
-                        Some(t) => format!(" ({op} {:.0} %)", t * 100.0),
-                    };
-                    let mark = if f.met() { "" } else { " ✗" };
-                    format!("{} {value}{target}{mark}", f.name)
-                })
-                .collect();
+            let figures: Vec<String> = v.figures.iter().map(Figure::render).collect();
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} |",

@@ -66,7 +66,14 @@ fn host_refusing(
     queue_limit: Option<u32>,
     refuse: Refuse,
 ) -> Host<Log> {
-    let policy = policy::build(policy, Default::default(), tenants).expect("builds");
+    // TA buckets one response time of the agreed rate deep (not 32 requests), so that
+    // a burst of a few requests reaches their queue.
+    let params = if policy.starts_with("ta") {
+        crate::config::params(toml::toml! { depth_requests = 0.0 }).expect("scalars")
+    } else {
+        Default::default()
+    };
+    let policy = policy::build(policy, params, tenants).expect("builds");
     let limits = Limits {
         queue_depth,
         queue_limit,

@@ -25,7 +25,10 @@
 //!   the depth shrinks by an eighth (from the most requests outstanding in the window
 //!   when there was no limit yet), never below `min_depth`;
 //! * a request of a tenant with a response-time target completed late (the policy
-//!   says what late is: mClock, above `late` × the tenant's SLO `rt`) — the same;
+//!   says what late is: mClock, above `late` × the tenant's SLO `rt` in the device) —
+//!   the same, but down to a depth of 1: the tenant's guaranteed requests (mClock's
+//!   reservations) go out past the limit ([`DispatchDepth::dispatched_exempt`]), so a
+//!   short limit holds back only the requests in front of them;
 //! * otherwise, when the depth held back a request the policy had queued, it grows by a
 //!   sixteenth.
 //!
@@ -84,7 +87,10 @@ struct Auto {
 #[derive(Debug, Clone)]
 pub struct DispatchDepth {
     limit: u32,
+    /// Requests in the device that the limit counts.
     outstanding: u32,
+    /// Requests in the device dispatched outside the limit ([`Self::dispatched_exempt`]).
+    exempt: u32,
     tenants: Vec<TenantLoss>,
     auto: Option<Auto>,
 }
@@ -95,6 +101,7 @@ impl DispatchDepth {
         DispatchDepth {
             limit,
             outstanding: 0,
+            exempt: 0,
             tenants: vec![
                 TenantLoss {
                     in_flight: 0,
@@ -168,9 +175,9 @@ impl DispatchDepth {
         self.limit
     }
 
-    /// Requests dispatched and not yet completed.
+    /// Requests dispatched and not yet completed (within the limit and exempt).
     pub fn outstanding(&self) -> u32 {
-        self.outstanding
+        self.outstanding + self.exempt
     }
 
     /// Ends the window when `now` is past it and moves the depth (module doc).
@@ -181,15 +188,17 @@ impl DispatchDepth {
         if now < a.window_start + a.window {
             return;
         }
-        let starved = a.late
-            || self
-                .tenants
-                .iter()
-                .any(|t| t.starved_in_window && !t.idle_in_window);
+        let unfair = self
+            .tenants
+            .iter()
+            .any(|t| t.starved_in_window && !t.idle_in_window);
         let before = self.limit;
-        if starved {
+        if unfair || a.late {
+            // Lateness may shorten the queue below `min_depth`: the requests it limits
+            // are not the late tenant's guaranteed ones (those go out exempt).
+            let floor = if unfair { a.min_depth } else { 1 };
             let base = if self.limit == 0 { a.peak } else { self.limit };
-            self.limit = base.saturating_sub((base / 8).max(1)).max(a.min_depth);
+            self.limit = base.saturating_sub((base / 8).max(1)).max(floor);
         } else if a.binding && self.limit > 0 {
             self.limit += (self.limit / 16).max(1);
         }
@@ -251,6 +260,14 @@ impl DispatchDepth {
         }
     }
 
+    /// A request of `tenant` went to the device outside the limit (mClock's
+    /// reservations): it counts for the tenant's requests in the device, not against
+    /// the depth.
+    pub fn dispatched_exempt(&mut self, tenant: TenantId) {
+        self.tenants[tenant as usize].in_flight += 1;
+        self.exempt += 1;
+    }
+
     /// A request of `tenant` completed at `now`; `held`: the policy still holds others
     /// of the tenant's.
     pub fn completed(&mut self, tenant: TenantId, now: Nanos, held: bool) {
@@ -259,6 +276,20 @@ impl DispatchDepth {
             .outstanding
             .checked_sub(1)
             .expect("a completion of a request the policy dispatched");
+        self.finished(tenant, now, held);
+    }
+
+    /// A request dispatched with [`Self::dispatched_exempt`] completed.
+    pub fn completed_exempt(&mut self, tenant: TenantId, now: Nanos, held: bool) {
+        self.roll(now);
+        self.exempt = self
+            .exempt
+            .checked_sub(1)
+            .expect("a completion of a request dispatched exempt");
+        self.finished(tenant, now, held);
+    }
+
+    fn finished(&mut self, tenant: TenantId, now: Nanos, held: bool) {
         let t = &mut self.tenants[tenant as usize];
         t.in_flight = t
             .in_flight
@@ -306,7 +337,7 @@ impl DispatchDepth {
             Gauge::policy(
                 "outstanding",
                 "Requests dispatched and not yet completed",
-                f64::from(self.outstanding),
+                f64::from(self.outstanding + self.exempt),
             ),
             Gauge::policy(
                 "depth",

@@ -29,20 +29,50 @@
 //!   device queue only, the paper's scheduler alone), an integer for a fixed one, or
 //!   `"auto"`, with a tenant counted as *behind* when its next `P` is below the `P` of
 //!   the last weight-phase dispatch (others went past it), and a completion of a tenant
-//!   with an SLO later than `late` (0.85) × its `rt` (arrival to completion) counted as
-//!   late: both shorten the device queue its requests wait in. On an SSD that cures
-//!   lateness at little cost; on a disk array a shorter queue makes the array slower,
-//!   completions stay late and the depth collapses (WS_A: 2,600 IOPS instead of 6,000),
-//!   so `"auto"` is for SSDs until the controller learns to stop when shrinking does
-//!   not help. Nor is it the default on SSDs: a tenant sending less than its share with
-//!   a request always in flight also looks behind, and shortening the queue for it
-//!   costs throughput (0.88–0.91× `none` in the conformance matrix, docs/conformance.md).
-
+//!   with an SLO later than `late` (0.85) × its `rt` counted as late: both shorten the
+//!   device queue.
+//! * **Reading: reservations go out past the dispatch depth, and lateness is judged in
+//!   the device.** The depth limits the weight phase only: a request due by its
+//!   reservation tag is dispatched whatever the depth (the device then holds at most
+//!   the depth plus what the reservations let out), so a reservation never waits
+//!   behind a queue the depth holds back for it, and a shorter depth drains the
+//!   weight-phase backlog in front of it. Lateness counts from dispatch to completion:
+//!   a request that waited in the host for its tag was held by the reservation or the
+//!   weights, which a shorter device queue does not cure. The first reading (depth over
+//!   both phases, lateness from arrival) collapsed the depth on a disk array, where a
+//!   shorter queue makes the array slower and completions stay late (the token-bucket
+//!   paper's WS_A: 2,600 IOPS instead of 6,000), and cost 0.78–0.86× `none`'s
+//!   throughput on NVMe beside flooders; now `"auto"` keeps a reserved reader within
+//!   its `rt` on the aged and clean NVMe drive in every mix of the SLO conformance
+//!   matrix at 0.90–0.98× `none` (docs/conformance.md, "SLO conformance"). It is still
+//!   not the default: a tenant sending less than its share with a request always in
+//!   flight also looks behind, and shortening the queue for it costs throughput
+//!   (0.88–0.91× `none` in the proportional matrix); and Poisson arrivals at exactly
+//!   the reservation rate on the RAID 0 array are met only 8–88 % within `rt` (the
+//!   reservation queue is critically loaded and shrinking the depth takes the surplus
+//!   the weight phase served it with), without the reading below.
+//! * **Reading: a reservation kept to is served with `reservation_slack` (default 25
+//!   %) to spare.** While a tenant's arrivals keep to its reservation (TA3's rate test:
+//!   a bucket refilled at `r` + 5 %, 100 requests deep, one token an arrival; see
+//!   [`super::token_bucket::RateTest`]), `R` advances by `1 / (r × (1 +
+//!   reservation_slack))`; above it, by `1 / r`. Served at exactly `r`, a tenant
+//!   arriving Poisson at its reservation rate is a queue at full load: its waits grow
+//!   without bound between the bursts the weight phase happens to serve. On the RAID 0
+//!   array of the SLO conformance matrix the reserved reader was 8–88 % within `rt`
+//!   with the adaptive depth and no slack, 95–99.7 % with 10 %, 98–99.8 % with 25 %; on
+//!   the NVMe drive and the HDD the slack changed nothing that mattered. With the slack
+//!   for everyone, a backlogged tenant reserving 3,000 IOPS got 3,750 by reservation
+//!   and the tenants sharing by weight lost the difference; with the rate test a
+//!   backlogged tenant gets its reservation plus the test's 5 % (3,150;
+//!   `scenarios/mclock-reservations.toml`). So the slack costs others only what a
+//!   compliant tenant's bursts need.
+//!   `reservation_slack = 0` is the paper's tag.
 use super::depth::DispatchDepth;
+use super::token_bucket::RateTest;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use serde_json::json;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 /// The three tags of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +100,12 @@ struct Tenant {
     by_weight: u64,
     /// The SLO's response time (`None` without an SLO).
     rt: Option<Nanos>,
+    /// 1/(r × (1 + `reservation_slack`)): `R`'s step while the tenant keeps to `r`.
+    r_inc_slack: Option<Nanos>,
+    /// Whether the tenant's arrivals keep to its reservation (`None`: no reservation).
+    rate: Option<RateTest>,
+    /// Whether its latest arrival found it within its reservation.
+    within: bool,
 }
 
 /// The mClock scheduler.
@@ -82,7 +118,21 @@ pub struct MClock {
     last_weight_p: Nanos,
     /// A completion of a tenant with an SLO later than `late` × its `rt` is late.
     late: f64,
+    /// Requests in the device that went out in the constraint phase (outside the
+    /// dispatch depth).
+    by_reservation: HashSet<u64>,
+    /// `reservation_slack` (module doc).
+    slack: f64,
 }
+
+/// `reservation_slack` by default (module doc).
+const DEFAULT_RESERVATION_SLACK: f64 = 0.25;
+
+/// The reservation test's tolerance, burst (requests) and ticks a second: TA3's rate
+/// test (`rate_slack`, `rate_window_requests`, `refill_hz`).
+const RATE_TOLERANCE: f64 = 0.05;
+const RATE_TEST_REQUESTS: f64 = 100.0;
+const RATE_TEST_HZ: f64 = 1000.0;
 
 /// `late` by default: the token buckets' high water mark.
 const DEFAULT_LATE: f64 = 0.85;
@@ -103,10 +153,20 @@ impl MClock {
         if !(late > 0.0 && late <= 10.0) {
             return Err(params.invalid("late", format!("must be in (0, 10], got {late}")));
         }
-        Ok(Box::new(MClock {
+        let slack = params.f64_or("reservation_slack", DEFAULT_RESERVATION_SLACK)?;
+        if !(0.0..=1.0).contains(&slack) {
+            return Err(params.invalid(
+                "reservation_slack",
+                format!("must be in [0, 1], got {slack}"),
+            ));
+        }
+        let mut m = MClock {
             late,
+            slack,
             ..MClock::with_depth(tenants, depth)
-        }))
+        };
+        m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
+        Ok(Box::new(m))
     }
 
     /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight, and
@@ -117,20 +177,31 @@ impl MClock {
 
     /// mClock with the dispatch depth `depth`.
     pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
-        MClock {
-            tenants: tenants.iter().map(Self::tenant).collect(),
+        let mut m = MClock {
+            tenants: Vec::new(),
             queued: 0,
             depth,
             last_weight_p: 0,
             late: DEFAULT_LATE,
-        }
+            by_reservation: HashSet::new(),
+            slack: 0.0,
+        };
+        m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
+        m
     }
 
-    fn tenant(spec: &TenantSpec) -> Tenant {
+    fn tenant(&self, spec: &TenantSpec, now: Nanos) -> Tenant {
         Tenant {
             rt: spec.slo.map(|slo| slo.rt_nanos()),
             queue: VecDeque::new(),
             r_inc: spec.reservation_iops.map(inverse),
+            r_inc_slack: spec
+                .reservation_iops
+                .map(|r| inverse(r * (1.0 + self.slack))),
+            rate: spec
+                .reservation_iops
+                .map(|r| RateTest::new(r, RATE_TOLERANCE, RATE_TEST_REQUESTS, RATE_TEST_HZ, now)),
+            within: true,
             l_inc: spec.limit_iops.map(inverse),
             p_inc: inverse(spec.weight),
             last: None,
@@ -167,10 +238,22 @@ impl MClock {
             proportion = proportion.max(m);
         }
         x.head = Some(Tags {
-            reservation: next(x.last.map(|l| l.reservation), x.r_inc.unwrap_or(0)),
+            reservation: next(
+                x.last.map(|l| l.reservation),
+                if x.within { x.r_inc_slack } else { x.r_inc }.unwrap_or(0),
+            ),
             limit: next(x.last.map(|l| l.limit), x.l_inc.unwrap_or(0)),
             proportion,
         });
+    }
+
+    /// When the earliest reservation tag among the heads comes due.
+    fn reservation_due(&self) -> Option<Nanos> {
+        self.tenants
+            .iter()
+            .filter(|x| x.r_inc.is_some())
+            .filter_map(|x| x.head.map(|h| h.reservation))
+            .min()
     }
 
     fn take(&mut self, t: usize, by_reservation: bool) -> Request {
@@ -179,6 +262,7 @@ impl MClock {
         let mut tags = x.head.take().expect("head is tagged");
         if by_reservation {
             x.by_reservation += 1;
+            self.by_reservation.insert(request.id);
         } else {
             x.by_weight += 1;
             self.last_weight_p = self.last_weight_p.max(tags.proportion);
@@ -188,7 +272,11 @@ impl MClock {
         }
         x.last = Some(tags);
         self.queued -= 1;
-        self.depth.dispatched(t as TenantId);
+        if by_reservation {
+            self.depth.dispatched_exempt(t as TenantId);
+        } else {
+            self.depth.dispatched(t as TenantId);
+        }
         self.tag_head(t, false);
         request
     }
@@ -208,6 +296,11 @@ impl Policy for MClock {
             .is_some_and(|l| l.proportion + x.p_inc < self.last_weight_p);
         self.depth
             .arrival(request.tenant, now, x.head.is_some(), behind);
+        let x = &mut self.tenants[t];
+        if let Some(rate) = x.rate.as_mut() {
+            rate.arrive(now);
+            x.within = !rate.over(now);
+        }
         self.tenants[t].queue.push_back(request);
         self.queued += 1;
         if self.tenants[t].head.is_none() {
@@ -217,9 +310,6 @@ impl Policy for MClock {
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        if !self.depth.may_dispatch(now, self.queued) {
-            return Dispatch::Idle;
-        }
         let heads = || {
             self.tenants
                 .iter()
@@ -233,7 +323,12 @@ impl Policy for MClock {
         {
             return Dispatch::Request(self.take(t, true));
         }
-        // Weight phase among tenants under their limit.
+        // Weight phase among tenants under their limit, within the dispatch depth.
+        if !self.depth.may_dispatch(now, self.queued) {
+            return self
+                .reservation_due()
+                .map_or(Dispatch::Idle, |at| Dispatch::Wait(at.max(now + 1)));
+        }
         if let Some((t, _, _)) = heads()
             .filter(|(_, x, h)| x.l_inc.is_none() || h.limit <= now)
             .min_by_key(|&(i, _, h)| (h.proportion, i))
@@ -257,19 +352,30 @@ impl Policy for MClock {
         let t = completion.request.tenant;
         let x = &self.tenants[t as usize];
         let held = x.head.is_some();
-        let took = completion.finish.saturating_sub(completion.request.arrival);
+        // Late in the device: a request that waited here for its tag was held by the
+        // reservation or the weights, which a shorter device queue does not cure.
+        let took = completion.finish.saturating_sub(completion.start);
         let late =
             x.rt.is_some_and(|rt| took > (rt as f64 * self.late) as Nanos);
-        self.depth.completed(t, now, held);
+        if self.by_reservation.remove(&completion.request.id) {
+            self.depth.completed_exempt(t, now, held);
+        } else {
+            self.depth.completed(t, now, held);
+        }
         if late {
             self.depth.late(now);
         }
     }
 
-    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        let fresh = Self::tenant(spec);
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
+        let fresh = self.tenant(spec, now);
         let x = &mut self.tenants[tenant as usize];
+        if x.r_inc != fresh.r_inc {
+            x.rate = fresh.rate;
+            x.within = true;
+        }
         x.r_inc = fresh.r_inc;
+        x.r_inc_slack = fresh.r_inc_slack;
         x.l_inc = fresh.l_inc;
         x.p_inc = fresh.p_inc;
         x.rt = fresh.rt;
@@ -391,6 +497,75 @@ mod tests {
         };
         assert_eq!(run(9), Some(41.0 - 5.0), "9 ms is late for a 10 ms rt");
         assert_eq!(run(8), Some(0.0), "8 ms is in time");
+    }
+
+    #[test]
+    fn a_reservation_kept_to_is_served_with_slack_and_one_exceeded_without() {
+        let tenants = [spec("A", 1.0, Some(1000.0), None)];
+        let mut p = MClock {
+            slack: 0.25,
+            ..MClock::new(&tenants)
+        };
+        p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
+        p.put(test_request(0, 0, 4096, 0), 0);
+        assert_eq!(next(&mut p, 0), Some((0, 0)));
+        // Within its reservation: the next R is 1 / 1,250 s on.
+        p.put(test_request(1, 0, 4096, 0), 0);
+        assert_eq!(p.head_tags(0).unwrap().reservation, 800_000);
+        // 150 arrivals at once empty its rate test (100 requests deep): over the
+        // reservation, R steps by 1 / 1,000 s.
+        for id in 2..152 {
+            p.put(test_request(id, 0, 4096, 0), 0);
+        }
+        assert!(!p.tenants[0].within);
+        assert_eq!(next(&mut p, 800_000), Some((0, 1)));
+        assert_eq!(p.head_tags(0).unwrap().reservation, 1_800_000);
+    }
+
+    #[test]
+    fn reservations_go_out_past_the_dispatch_depth() {
+        // Depth 1: B's first request fills it; A's reservations still go out at their
+        // tags (1 ms apart, no slack), and the depth counts only B's.
+        let tenants = [
+            spec("A", 1.0, Some(1000.0), None),
+            spec("B", 1.0, None, None),
+        ];
+        let mut params = crate::policy::test_params(
+            "mclock",
+            toml::toml! { depth = 1
+            reservation_slack = 0.0 },
+        );
+        let mut p = MClock::build(&mut params, &tenants).unwrap();
+        for id in 0..3 {
+            p.put(test_request(id, 0, 4096, 0), 0);
+            p.put(test_request(10 + id, 1, 4096, 0), 0);
+        }
+        let mut got = Vec::new();
+        while let Dispatch::Request(r) = p.dispatch(0) {
+            got.push(r.id);
+        }
+        assert_eq!(
+            got,
+            vec![0, 10],
+            "A by reservation, B by weight within the depth"
+        );
+        assert_eq!(p.dispatch(0), Dispatch::Wait(1_000_000), "A's next R");
+        match p.dispatch(1_000_000) {
+            Dispatch::Request(r) => assert_eq!(r.id, 1),
+            other => panic!("A's reservation past the depth, got {other:?}"),
+        }
+        assert_eq!(p.dispatch(1_000_000), Dispatch::Wait(2_000_000));
+        let outstanding = p
+            .observe(Detail::Gauges)
+            .gauges
+            .iter()
+            .find(|g| g.name == "outstanding")
+            .map(|g| g.value);
+        assert_eq!(
+            outstanding,
+            Some(3.0),
+            "two by reservation, one within the depth"
+        );
     }
 
     #[test]

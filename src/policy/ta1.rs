@@ -28,9 +28,13 @@ mod tests {
     use crate::policy::TestPolicy;
     use crate::policy::{Admission, Dispatch, Refusal, test_request, test_slo_tenant};
 
-    /// The paper's bucket: `depth_factor` (1.5) × ρ deep, refilled at exactly the rate.
+    /// The paper's bucket: `depth_factor` (1.5) × ρ deep.
     fn paper() -> PolicyParams {
-        crate::policy::test_params("ta1", toml::toml! { depth_rt = 0.0 })
+        crate::policy::test_params(
+            "ta1",
+            toml::toml! { depth_rt = 0.0
+            depth_requests = 0.0 },
+        )
     }
 
     fn ids(p: &mut Box<dyn Policy>, now: u64) -> (Vec<u64>, Dispatch) {
@@ -46,7 +50,8 @@ mod tests {
     #[test]
     fn bucket_gates_a_burst_at_exact_ticks() {
         // 2,000 IOPS at τ = 1000: 2 per ms, 3 deep. A burst of 6 at t = 0: 3 pass now,
-        // 2 at the 1 ms tick, the last at 2 ms. The tenant without an SLO is not held.
+        // 2 at the 1 ms tick, the last at 2 ms. The tenant without an SLO passes its one
+        // request (best effort, `best_effort_depth` 1).
         let tenants = [
             test_slo_tenant("a", 2000.0, 10_000),
             TenantSpec::weighted("b", 1.0),
@@ -104,7 +109,8 @@ mod tests {
         let mut params = crate::policy::test_params(
             "ta1",
             toml::toml! { max_wait = 0.0
-            depth_rt = 0.0 },
+            depth_rt = 0.0
+            depth_requests = 0.0 },
         );
         let mut p = build(&mut params, &tenants).unwrap();
         for id in 1..=8 {
@@ -114,24 +120,31 @@ mod tests {
     }
 
     #[test]
-    fn by_default_a_bucket_holds_one_response_time_of_the_agreed_rate() {
-        // 2,000 IOPS, rt 10 ms: 20 requests deep (the paper's would be 3), refilled at
-        // the agreed rate. A burst of 30 at t = 0: 20 pass now, 2 a millisecond after,
-        // 8 wait (10 fit within half the rt: nothing is refused).
+    fn by_default_a_bucket_holds_one_response_time_of_the_agreed_rate_or_32_requests() {
+        // 2,000 IOPS, rt 10 ms: 32 requests deep (one rt is 20; the paper's would be 3),
+        // refilled at the agreed rate. A burst of 42 at t = 0: 32 pass now, 2 a
+        // millisecond after, 8 wait (10 fit within half the rt: nothing is refused).
         let tenants = [test_slo_tenant("a", 2000.0, 10_000)];
         let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
-        for id in 1..=30 {
+        for id in 1..=42 {
             assert_eq!(
                 p.enqueue(test_request(id, 0, 4096, 0), 0),
                 Admission::Queued
             );
         }
         let (got, next) = ids(&mut p, 0);
-        assert_eq!(got, (1..=20).collect::<Vec<_>>());
+        assert_eq!(got, (1..=32).collect::<Vec<_>>());
         assert_eq!(next, Dispatch::Wait(1_000_000));
-        assert_eq!(ids(&mut p, 1_000_000).0, vec![21, 22]);
+        assert_eq!(ids(&mut p, 1_000_000).0, vec![33, 34]);
         assert_eq!(p.queued(), 8);
         // Within its rate, the bucket refills 5 % faster (`refill_slack`): 2.1 a tick.
         assert_eq!(ids(&mut p, 5_000_000).0.len(), 8);
+        // 8,000 IOPS, rt 10 ms: one rt of the rate (80) is deeper than 32.
+        let tenants = [test_slo_tenant("a", 8000.0, 10_000)];
+        let mut p = build(&mut PolicyParams::default(), &tenants).unwrap();
+        for id in 1..=100 {
+            p.put(test_request(id, 0, 4096, 0), 0);
+        }
+        assert_eq!(ids(&mut p, 0).0.len(), 80);
     }
 }

@@ -52,7 +52,9 @@ mod tests {
             "ta2",
             toml::toml! { rt_window = window
             predict = 0.0
-            depth_rt = 0.0 },
+            depth_rt = 0.0
+            depth_requests = 0.0
+            min_breach_ms = 0.0 },
         );
         build(&mut params, tenants).unwrap()
     }
@@ -177,28 +179,39 @@ mod tests {
     }
 
     #[test]
-    fn the_window_maximum_must_fall_below_the_low_mark() {
+    fn the_window_maximum_must_fall_below_the_low_mark_and_a_breach_lasts_its_minimum() {
         // Window of 3: after a 9 ms completion (on), two fast ones keep it in the
-        // window; the third pushes it out and the switch goes off.
-        let mut params = crate::policy::test_params("ta2", toml::toml! { rt_window = 3 });
-        let mut p = build(&mut params, &[test_slo_tenant("a", 1000.0, 10_000)]).unwrap();
-        observe(&mut p, 1, 0, 0, 9_000_000);
-        assert_eq!(p.report_json()["tenants"][0]["on"], true);
-        let mut on = Vec::new();
-        for (i, id) in (2..=4).enumerate() {
-            let at = 20_000_000 * (i as u64 + 1);
-            let r = test_request(id, 0, 4096, at);
-            p.put(r, at);
-            assert_eq!(p.dispatch(at), Dispatch::Request(r));
-            let c = Completion {
-                request: r,
-                start: at,
-                finish: at + 1_000_000,
-            };
-            p.complete(&c, c.finish);
-            on.push(p.report_json()["tenants"][0]["on"].as_bool().unwrap());
+        // window; the third pushes it out and the switch goes off. With the default
+        // minimum breach of 100 ms it stays on until a completion 100 ms after the
+        // breach began (at 9 ms).
+        for (min_breach, want) in [
+            (0.0, vec![true, true, false, false, false, false]),
+            (100.0, vec![true, true, true, true, true, false]),
+        ] {
+            let mut params = crate::policy::test_params(
+                "ta2",
+                toml::toml! { rt_window = 3
+                min_breach_ms = min_breach },
+            );
+            let mut p = build(&mut params, &[test_slo_tenant("a", 1000.0, 10_000)]).unwrap();
+            observe(&mut p, 1, 0, 0, 9_000_000);
+            assert_eq!(p.report_json()["tenants"][0]["on"], true);
+            let mut on = Vec::new();
+            for (i, id) in (2..=7).enumerate() {
+                let at = 20_000_000 * (i as u64 + 1);
+                let r = test_request(id, 0, 4096, at);
+                p.put(r, at);
+                assert_eq!(p.dispatch(at), Dispatch::Request(r));
+                let c = Completion {
+                    request: r,
+                    start: at,
+                    finish: at + 1_000_000,
+                };
+                p.complete(&c, c.finish);
+                on.push(p.report_json()["tenants"][0]["on"].as_bool().unwrap());
+            }
+            assert_eq!(on, want, "min_breach_ms {min_breach}");
         }
-        assert_eq!(on, vec![true, true, false]);
     }
 
     #[test]

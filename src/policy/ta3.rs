@@ -39,7 +39,9 @@ mod tests {
             "ta3",
             toml::toml! { rate_window_requests = 0.0
             rate_window_ms = 100.0
-            depth_rt = 0.0 },
+            depth_rt = 0.0
+            depth_requests = 0.0
+            min_breach_ms = 0.0 },
         )
     }
 
