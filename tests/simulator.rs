@@ -492,8 +492,9 @@ fn the_queue_limit_holds_exactly_its_bound() {
 /// with SLO {2,000 IOPS, 4 KiB, 5 ms} arriving Poisson, or evenly spaced, at exactly its
 /// rate keeps what the policies promise it today — TA3 at least 99 % within `rt` alone,
 /// beside a flooder, beside writers with a looser `rt` and beside a violator on the RAID 0
-/// array (mClock with the adaptive depth too, on the SSD with one `rt`); TA2 and TA3 never
-/// below no control; TA1 at least 95 %; every switch turns at most ten times a second.
+/// array (mClock too, its depth adaptive beside SLOs by default; 98.5 % with mixed `rt`);
+/// TA2 and TA3 never below no control; TA1 at least 95 %; every switch turns at most ten
+/// times a second.
 #[test]
 fn a_compliant_poisson_reader_keeps_its_slo() {
     let cases = [
@@ -518,7 +519,7 @@ fn a_compliant_poisson_reader_keeps_its_slo() {
             .lines()
             .map(|l| {
                 if l.starts_with("policies =") {
-                    r#"policies = ["none", "ta1", "ta2", "ta3", { name = "mclock", label = "mclock-auto", depth = "auto" }]"#
+                    r#"policies = ["none", "ta1", "ta2", "ta3", "mclock"]"#
                 } else {
                     l
                 }
@@ -540,14 +541,14 @@ fn a_compliant_poisson_reader_keeps_its_slo() {
                 sat("none")
             );
         }
-        // The adaptive depth's lateness signal is for SSDs (it collapses a disk array).
-        if !["slo-mixed-rt", "slo-raid-poisson"].contains(&scenario) {
-            assert!(
-                sat("mclock-auto") >= 0.99,
-                "{name}: mclock-auto {}",
-                sat("mclock-auto")
-            );
-        }
+        // mClock's depth adapts beside SLO tenants by default; beside two flooding
+        // writers with reservations of their own it is at the edge (98.99 % Poisson).
+        let floor = if scenario == "slo-mixed-rt" {
+            0.985
+        } else {
+            0.99
+        };
+        assert!(sat("mclock") >= floor, "{name}: mclock {}", sat("mclock"));
         for label in ["ta2", "ta3"] {
             let transitions = run(label).policy_stats["transitions"].as_u64().unwrap();
             let switches = s.tenants.len() as u64;

@@ -65,12 +65,12 @@ fn the_slo_matrix_is_the_documented_one() {
         assert!(passes(o, "ta3"), "{case}: ta3");
         assert!(within(o, "ta1") >= 0.95, "{case}: ta1");
         assert!(within(o, "ta2") >= 0.985, "{case}: ta2");
-        // mClock's adaptive depth with reservations outside it, lateness judged in the
+        // mClock (its depth adaptive by default beside SLOs) with reservations outside it, lateness judged in the
         // device and slack for reservations kept to: within 4 % of the target on every
         // device (the worst: 8 SLO tenants beside flooders on the HDD, 96.4 %).
-        assert!(within(o, "mclock-auto") >= 0.96, "{case}: mclock-auto");
+        assert!(within(o, "mclock") >= 0.96, "{case}: mclock");
         if matches!(o.case.device, SloDevice::NvmeAged | SloDevice::NvmeClean) {
-            assert!(passes(o, "mclock-auto"), "{case}: mclock-auto");
+            assert!(passes(o, "mclock"), "{case}: mclock");
         }
     }
 }

@@ -15,7 +15,8 @@
 //!   only there (an infeasible case is reported, not judged);
 //! * the **case**: the compliant SLO tenants at their rates, the flooders closed-loop at
 //!   a deep iodepth, under `none`, `ta1`, `ta2`, `ta3`, `mclock` (reservation = the SLO's
-//!   IOPS) and `mclock-auto` (its adaptive dispatch depth).
+//!   IOPS; with SLO tenants its dispatch depth adapts by default) and `mclock-d0` (no
+//!   dispatch depth of its own: the paper's scheduler alone).
 //!
 //! What each policy is held to (the project's issue on SLO policies, "Targets"): the
 //! worst compliant tenant ≥ 99 % within rt (TA1, whose throttling is always on: ≥ 95 %);
@@ -39,7 +40,7 @@ pub const POLICIES: [&str; 6] = [
     "\"ta2\"",
     "\"ta3\"",
     "\"mclock\"",
-    "{ name = \"mclock\", label = \"mclock-auto\", depth = \"auto\" }",
+    "{ name = \"mclock\", label = \"mclock-d0\", depth = 0 }",
 ];
 
 /// The label of the feasibility run (`none` over the SLO tenants alone).
