@@ -5,11 +5,12 @@
 # and on an emulated aged nvme-p4500; then the MCFQ setting (10:7:4:1, emulated aged
 # sata-840pro, fileserver-like jobs). Prints per-tenant MB/s, total relative to `none`
 # and the share error (mean over tenants of |share − ideal| / ideal, all backlogged).
-# Last the SLO setting (emulated aged sata-840pro): both tenants agreed
-# {500 IOPS, 4 KiB, rt 5 ms}; t1 keeps to it (reads at 500 IOPS, iodepth 4) while t2
-# breaks it (4 KiB random writes at iodepth 32), under none, ta1, ta2, ta3; prints
-# t1's IOPS, p99, p99.9 and errors, and t2's completed, refused and held-back requests
-# per second. t1 arrives Poisson (SLO_ARRIVALS, or "linear"); the server holds back what
+# Last the SLO setting (emulated aged sata-840pro): t1 and t2 agreed
+# {500 IOPS, 4 KiB, rt 5 ms} (and reserve 500 IOPS, for mClock); t1 keeps to it (reads
+# at 500 IOPS, iodepth 4) while t2 breaks it (4 KiB random writes at iodepth 32), and t3,
+# with no SLO, floods too (the same writes; SLO_BEST_EFFORT=0 leaves it out), under none,
+# ta1, ta2, ta3, mclock; prints t1's IOPS, p99, p99.9 and errors, t2's completed, refused
+# and held-back requests per second, and t3's completed per second. t1 arrives Poisson (SLO_ARRIVALS, or "linear"); the server holds back what
 # a policy refuses (SLO_REFUSE="hold", the default) or answers it with EIO ("error": fio
 # resubmits a refused request at once, so t2's refusals run high).
 #
@@ -21,7 +22,7 @@
 # ("file emulated mcfq slo"), SLO_ARRIVALS (poisson), SLO_REFUSE (hold), WORKLOADS of the
 # file and emulated settings ("randread
 # randwrite randrw"), SLO_RT_US (5000: under `none` the flood pushes t1's p99 past
-# it), SLO_POLICIES ("none ta1 ta2 ta3"), BENCH_DIR (target/qos-live: the `file` setting's image,
+# it), SLO_POLICIES ("none ta1 ta2 ta3 mclock"), SLO_BEST_EFFORT (1), BENCH_DIR (target/qos-live: the `file` setting's image,
 # use a real disk), EMULATED_DIR (/dev/shm/ioshare-qos when /dev/shm exists, else
 # BENCH_DIR). An emulated request is answered when its data I/O is done *and* the model
 # says so; its data must come faster than the modelled drive, or the host's disk is what
@@ -36,7 +37,8 @@ POLICIES=${POLICIES:-"none bfq sfq feedbac mots"}
 SETTINGS=${SETTINGS:-"file emulated mcfq slo"}
 WORKLOADS=${WORKLOADS:-"randread randwrite randrw"}
 SLO_RT_US=${SLO_RT_US:-5000}
-SLO_POLICIES=${SLO_POLICIES:-"none ta1 ta2 ta3"}
+SLO_POLICIES=${SLO_POLICIES:-"none ta1 ta2 ta3 mclock"}
+SLO_BEST_EFFORT=${SLO_BEST_EFFORT:-1}
 SLO_ARRIVALS=${SLO_ARRIVALS:-poisson}
 SLO_REFUSE=${SLO_REFUSE:-hold}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
@@ -89,11 +91,19 @@ config() {
         echo 'offset = "0g"'
         echo 'size = "2g"'
         echo "slo = { iops = 500.0, size = 4096, rt_us = $SLO_RT_US }"
+        echo 'reservation_iops = 500.0'
         echo '[[tenant]]'
         echo 'name = "t2"'
         echo 'offset = "2g"'
         echo 'size = "2g"'
         echo "slo = { iops = 500.0, size = 4096, rt_us = $SLO_RT_US }"
+        echo 'reservation_iops = 500.0'
+        if [ "$SLO_BEST_EFFORT" = 1 ]; then
+            echo '[[tenant]]'
+            echo 'name = "t3"'
+            echo 'offset = "4g"'
+            echo 'size = "2g"'
+        fi
         return
     fi
     if [ "$setting" = mcfq ]; then weights=(10 7 4 1); else weights=(100 50 25 10); fi
@@ -165,7 +175,14 @@ slo_cell() {
     fio --name=t2 --ioengine=nbd "--uri=nbd+unix:///t2?socket=$SOCK" --rw=randwrite --bs=4k \
         --iodepth=32 --continue_on_error=io --size=2g --time_based --runtime="$RUNTIME" \
         --ramp_time=2 --randrepeat=0 --minimal >"$DIR/fio-2.out" &
-    wait $reader $!
+    local pids=($reader $!)
+    if [ "$SLO_BEST_EFFORT" = 1 ]; then
+        fio --name=t3 --ioengine=nbd "--uri=nbd+unix:///t3?socket=$SOCK" --rw=randwrite \
+            --bs=4k --iodepth=32 --continue_on_error=io --size=2g --time_based \
+            --runtime="$RUNTIME" --ramp_time=2 --randrepeat=0 --minimal >"$DIR/fio-3.out" &
+        pids+=($!)
+    fi
+    wait "${pids[@]}"
     # terse v3: read IOPS in field 8, read completion-latency percentiles (µs) in 18-37
     local t1 t2
     t1=$(awk -F';' '$1 == 3 && NF > 50 {
@@ -197,15 +214,17 @@ for setting in $SETTINGS; do
                     if ($(i + 1) ~ /^refused/) refused = $i
                     if ($(i + 1) == "held") held = $i
                 }
-                printf " %d | %d | %d |", $3 / secs, refused / secs, held / secs }' "$DIR/serve.log")
+                t2 = sprintf(" %d | %d | %d |", $3 / secs, refused / secs, held / secs) }
+                $2 == "t3:" { t3 = sprintf(" %d |", $3 / secs) }
+                END { printf "%s%s", t2, (t3 == "" ? " - |" : t3) }' "$DIR/serve.log")
             rows+=("$row")
             echo "slo $policy: $row" >&2
         done
         echo
-        echo "### slo (t1 and t2: SLO 500 IOPS of 4 KiB within $((SLO_RT_US / 1000)) ms; t1 reads at 500 IOPS ($SLO_ARRIVALS), t2 floods; server refuse = \"$SLO_REFUSE\")"
+        echo "### slo (t1 and t2: SLO 500 IOPS of 4 KiB within $((SLO_RT_US / 1000)) ms; t1 reads at 500 IOPS ($SLO_ARRIVALS), t2 floods; t3 (no SLO) floods: $SLO_BEST_EFFORT; server refuse = \"$SLO_REFUSE\")"
         echo
-        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors | t2 writes/s done | t2 refused/s | t2 held back/s |"
-        echo "|---|---|---|---|---|---|---|---|"
+        echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors | t2 writes/s done | t2 refused/s | t2 held back/s | t3 writes/s done |"
+        echo "|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${rows[@]}"
         rm -f "$EMULATED_DIR/slo.img"
         continue

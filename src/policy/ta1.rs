@@ -28,12 +28,13 @@ mod tests {
     use crate::policy::TestPolicy;
     use crate::policy::{Admission, Dispatch, Refusal, test_request, test_slo_tenant};
 
-    /// The paper's bucket: `depth_factor` (1.5) × ρ deep.
+    /// The paper's bucket: `depth_factor` (1.5) × ρ deep, refilled at exactly the rate.
     fn paper() -> PolicyParams {
         crate::policy::test_params(
             "ta1",
             toml::toml! { depth_rt = 0.0
-            depth_requests = 0.0 },
+            depth_requests = 0.0
+            refill_slack = 0.0 },
         )
     }
 
@@ -137,7 +138,7 @@ mod tests {
         assert_eq!(next, Dispatch::Wait(1_000_000));
         assert_eq!(ids(&mut p, 1_000_000).0, vec![33, 34]);
         assert_eq!(p.queued(), 8);
-        // Within its rate, the bucket refills 5 % faster (`refill_slack`): 2.1 a tick.
+        // Within its rate, the bucket refills 25 % faster (`refill_slack`): 2.5 a tick.
         assert_eq!(ids(&mut p, 5_000_000).0.len(), 8);
         // 8,000 IOPS, rt 10 ms: one rt of the rate (80) is deeper than 32.
         let tenants = [test_slo_tenant("a", 8000.0, 10_000)];
