@@ -414,6 +414,67 @@ fn bad_requests_get_errors_and_connections_stay_usable() {
     assert!(status.success(), "{err}");
 }
 
+/// Resident memory of a process, from /proc (bytes).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib << 10
+}
+
+/// A client that pipelines 32 MiB reads and never reads the replies makes the server
+/// hold at most its per-connection bound of unsent reply data (64 MiB) and one request
+/// more, not a reply per request: the server stops reading that connection. Another
+/// tenant is served meanwhile, and the server stops cleanly.
+#[test]
+fn a_client_that_never_reads_its_replies_holds_bounded_memory() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    let pid = s.child.id();
+    let mut warm = Raw::connect(&s);
+    warm.go("vm2");
+    warm.request(0, 1, 0, 4096, &[]);
+    assert_eq!(warm.reply(4096), (1, 0));
+    let before = rss(pid);
+    let mut greedy = Raw::connect(&s);
+    greedy.go("vm1");
+    let mut headers = Vec::new();
+    for h in 0..400u64 {
+        headers.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        headers.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
+        headers.extend_from_slice(&h.to_be_bytes());
+        headers.extend_from_slice(&((h % 2) * (32 << 20)).to_be_bytes());
+        headers.extend_from_slice(&(32u32 << 20).to_be_bytes());
+    }
+    // The server may stop reading them (that is the point): a write that times out
+    // has met its back-pressure.
+    greedy
+        .0
+        .set_write_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let _ = greedy.0.write_all(&headers);
+    // Let the server take what it will of them.
+    let mut grown = 0;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        grown = grown.max(rss(pid).saturating_sub(before));
+    }
+    assert!(
+        grown <= 160 << 20,
+        "the server grew by {} MiB for a client that reads nothing",
+        grown >> 20
+    );
+    warm.request(0, 2, 4096, 4096, &[]);
+    assert_eq!(warm.reply(4096), (2, 0), "another tenant is still served");
+    drop(greedy);
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
 #[test]
 fn clients_leaving_with_requests_in_flight_harm_nobody() {
     let dir = tempdir();

@@ -35,6 +35,7 @@ struct ServerFile {
     interval_s: Option<f64>,
     metrics: Option<String>,
     drain_timeout_s: Option<f64>,
+    max_inflight_bytes: Option<ByteSize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +141,10 @@ pub struct ServerConfig {
     pub metrics: Option<String>,
     /// How long a SIGTERM drain waits for the policy to release what it holds.
     pub drain_timeout: Nanos,
+    /// Request data in the server at once, over all connections: from a request's
+    /// arrival until the last byte of its reply is sent. Connections stop being read
+    /// while it is reached.
+    pub max_inflight_bytes: u64,
     /// What serves the requests.
     pub backend: BackendKind,
     /// How the file backend uses the page cache.
@@ -190,6 +195,7 @@ impl ServerConfig {
             interval_s: server.interval_s,
             metrics: server.metrics,
             drain_timeout: server.drain_timeout,
+            max_inflight_bytes: server.max_inflight_bytes,
             backend: backend.kind,
             cache: backend.cache,
             shared: backend.shared,
@@ -213,6 +219,10 @@ impl ServerConfig {
             (
                 "server.drain_timeout_s",
                 self.drain_timeout == new.drain_timeout,
+            ),
+            (
+                "server.max_inflight_bytes",
+                self.max_inflight_bytes == new.max_inflight_bytes,
             ),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
@@ -256,7 +266,11 @@ struct Server {
     interval_s: f64,
     metrics: Option<String>,
     drain_timeout: Nanos,
+    max_inflight_bytes: u64,
 }
+
+/// `server.max_inflight_bytes` by default.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 512 << 20;
 
 fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Server, Invalid> {
     let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
@@ -278,6 +292,20 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         return Err(field(
             "interval_s",
             format!("must be >= 0 (0: quiet), got {interval_s}"),
+        ));
+    }
+    let max_inflight_bytes = s
+        .max_inflight_bytes
+        .map_or(DEFAULT_MAX_INFLIGHT_BYTES, |b| b.0);
+    let least = 2 * u64::from(crate::nbd::proto::MAX_PAYLOAD);
+    if max_inflight_bytes < least {
+        return Err(field(
+            "max_inflight_bytes",
+            format!(
+                "must be at least {} (two requests of the largest size a client may send), got {}",
+                format_bytes(least),
+                format_bytes(max_inflight_bytes)
+            ),
         ));
     }
     let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
@@ -306,6 +334,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         interval_s,
         metrics: s.metrics,
         drain_timeout: secs_to_nanos(drain_timeout_s),
+        max_inflight_bytes,
     })
 }
 
@@ -598,6 +627,10 @@ mod tests {
             (
                 "[server]\ndrain_timeout_s = -1\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
                 "server.drain_timeout_s",
+            ),
+            (
+                "[server]\nmax_inflight_bytes = '32m'\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.max_inflight_bytes: must be at least 64 MiB",
             ),
             (
                 "[backend]\nkind='emulated'\npath='d'\n[[tenant]]\nname='a'\noffset=0\nsize=4096",

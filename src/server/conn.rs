@@ -68,6 +68,14 @@ pub struct Conn {
     pub broken: bool,
     /// Requests of this connection inside the engine, not answered yet.
     pub outstanding: u32,
+    /// Data bytes of this connection's requests from their admission until their
+    /// replies are sent (or dropped): what it holds of the server's memory budget.
+    pub pending_bytes: u64,
+    /// Of those, the bytes of replies waiting in `out` and of the send on the ring.
+    out_bytes: u64,
+    sending_bytes: u64,
+    /// Bytes whose replies went out (or were dropped) since the engine last asked.
+    released: u64,
 }
 
 impl Conn {
@@ -92,14 +100,39 @@ impl Conn {
             send_armed: false,
             broken: false,
             outstanding: 0,
+            pending_bytes: 0,
+            out_bytes: 0,
+            sending_bytes: 0,
+            released: 0,
         }
     }
 
-    /// Queues a simple reply (with its read data) behind the earlier ones.
-    pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>) {
+    /// A request holding `bytes` of data was admitted.
+    pub fn hold(&mut self, bytes: u64) {
+        self.pending_bytes += bytes;
+    }
+
+    /// The bytes released since the last call (their replies were sent or dropped).
+    pub fn take_released(&mut self) -> u64 {
+        std::mem::take(&mut self.released)
+    }
+
+    fn release(&mut self, bytes: u64) {
+        self.pending_bytes = self
+            .pending_bytes
+            .checked_sub(bytes)
+            .expect("released no more than the connection holds");
+        self.released += bytes;
+    }
+
+    /// Queues a simple reply (with its read data) behind the earlier ones; `bytes`: what
+    /// the request held (see [`Self::hold`]), released once the reply is sent.
+    pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>, bytes: u64) {
         if self.broken {
+            self.release(bytes);
             return;
         }
+        self.out_bytes += bytes;
         proto::simple_reply(&mut self.out, handle, error);
         match data {
             Some(d) if d.len() >= COPY_BELOW => self.out_data.push((self.out.len(), d)),
@@ -151,6 +184,7 @@ impl Conn {
         std::mem::swap(&mut self.out, &mut self.sending);
         std::mem::swap(&mut self.out_data, &mut self.sending_data);
         self.out.clear();
+        self.sending_bytes = std::mem::take(&mut self.out_bytes);
         let iovec = |bytes: &[u8]| libc::iovec {
             iov_base: bytes.as_ptr() as *mut libc::c_void,
             iov_len: bytes.len(),
@@ -195,6 +229,8 @@ impl Conn {
             self.broken = true;
             self.out.clear();
             self.out_data.clear();
+            let dropped = std::mem::take(&mut self.out_bytes);
+            self.release(dropped);
             self.finish_send();
             return false;
         }
@@ -220,6 +256,8 @@ impl Conn {
     }
 
     fn finish_send(&mut self) {
+        let sent = std::mem::take(&mut self.sending_bytes);
+        self.release(sent);
         self.iov.clear();
         self.iov_next = 0;
         self.sending.clear();
@@ -269,12 +307,12 @@ mod tests {
     #[test]
     fn replies_go_out_in_order_across_short_sends() {
         let mut c = conn();
-        c.reply(1, 0, Some(IoBuf::copy_of(&[7; 8])));
+        c.reply(1, 0, Some(IoBuf::copy_of(&[7; 8])), 0);
         assert!(c.next_send());
         let first = [header(1, 0), vec![7; 8]].concat();
         assert_eq!(c.unsent(), first);
         // While a send is on the ring, newer replies wait behind it.
-        c.reply(2, 5, None);
+        c.reply(2, 5, None, 0);
         assert!(!c.next_send());
         assert!(c.sent(10));
         assert_eq!(c.unsent(), first[10..]);
@@ -291,9 +329,9 @@ mod tests {
     fn long_read_data_is_sent_from_its_own_buffer_in_order() {
         let mut c = conn();
         let long = |byte| IoBuf::copy_of(&vec![byte; COPY_BELOW + 5]);
-        c.reply(1, 0, Some(long(1)));
-        c.reply(2, 0, Some(IoBuf::copy_of(b"short")));
-        c.reply(3, 0, Some(long(3)));
+        c.reply(1, 0, Some(long(1)), 0);
+        c.reply(2, 0, Some(IoBuf::copy_of(b"short")), 0);
+        c.reply(3, 0, Some(long(3)), 0);
         let data_at = c.out_data[0].1.as_ptr();
         assert!(c.next_send());
         let expected = [
@@ -325,7 +363,7 @@ mod tests {
         let mut c = conn();
         let n = MAX_IOV; // two iovecs per reply
         for h in 0..n as u64 {
-            c.reply(h, 0, Some(IoBuf::zeroed(COPY_BELOW)));
+            c.reply(h, 0, Some(IoBuf::zeroed(COPY_BELOW)), 0);
         }
         assert!(c.next_send());
         assert_eq!(c.iov.len(), 2 * n);
@@ -345,12 +383,12 @@ mod tests {
     #[test]
     fn a_failed_send_drops_what_is_left() {
         let mut c = conn();
-        c.reply(1, 0, None);
+        c.reply(1, 0, None, 0);
         assert!(c.next_send());
-        c.reply(2, 0, None);
+        c.reply(2, 0, None, 0);
         assert!(!c.sent(-libc::EPIPE));
         assert!(c.broken && c.out.is_empty());
-        c.reply(3, 0, None);
+        c.reply(3, 0, None, 0);
         assert!(!c.next_send());
         c.parsed = true;
         assert!(c.is_finished());

@@ -23,7 +23,7 @@ use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::host::{Host, Limits, Status};
 use crate::metrics::Recorder;
 use crate::nbd::proto;
-use crate::nbd::{Command, Event};
+use crate::nbd::{Command, CommandKind, Event};
 use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use io_uring::{IoUring, opcode, types};
@@ -107,6 +107,8 @@ struct Submission {
     /// Slot of the connection in the engine.
     conn: usize,
     handle: u64,
+    /// Data the request holds of the memory budget (its payload or its read data).
+    bytes: u64,
 }
 
 /// A request the host holds or the backend serves.
@@ -203,6 +205,7 @@ pub fn run(
         cqes: Vec::new(),
         due: BinaryHeap::new(),
         model_done: Vec::new(),
+        inflight_bytes: 0,
     };
     engine.run(&rx)?;
     if let Err(e) = engine.files.sync_all() {
@@ -269,7 +272,15 @@ struct Engine<'a> {
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
     due: BinaryHeap<Reverse<(Nanos, u64)>>,
     model_done: Vec<Finished>,
+    /// Data bytes of every connection's requests from admission until their replies
+    /// are sent: held under `server.max_inflight_bytes` by not reading connections.
+    inflight_bytes: u64,
 }
+
+/// Request data one connection may hold (requests in the server, replies not yet sent)
+/// before it stops being read: a client that does not read its replies cannot make the
+/// server hold more for it, nor take the whole budget from the other connections.
+const CONN_BYTES_LIMIT: u64 = 64 << 20;
 
 impl Engine<'_> {
     fn now(&self) -> Nanos {
@@ -489,9 +500,18 @@ impl Engine<'_> {
             if c.parsed || c.receiving || !self.host.has_room(c.tenant) {
                 return Ok(());
             }
+            // The memory budget: a connection holding data waits while it holds its
+            // share, or while all connections together are at the budget (one holding
+            // nothing may always go on, so every connection makes progress).
+            if c.pending_bytes > 0
+                && (c.pending_bytes >= CONN_BYTES_LIMIT
+                    || self.inflight_bytes >= self.config.max_inflight_bytes)
+            {
+                return Ok(());
+            }
             match c.codec.poll() {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command),
-                Ok(Some(Event::Error { handle, error })) => c.reply(handle, error, None),
+                Ok(Some(Event::Error { handle, error })) => c.reply(handle, error, None, 0),
                 Ok(Some(Event::Disconnect)) => c.parsed = true,
                 Ok(Some(Event::Selected { .. })) => {
                     eprintln!("ioshare: connection {}: a second export selection", c.id);
@@ -569,7 +589,14 @@ impl Engine<'_> {
                 std::io::Error::from_raw_os_error(-result)
             );
         }
-        if c.sent(result) {
+        let again = c.sent(result);
+        self.inflight_bytes -= c.take_released();
+        if c.broken && !c.parsed {
+            // Nobody will read the answers: what the client sent after is not served.
+            c.stop_receiving();
+            c.parsed = true;
+        }
+        if again {
             push(&mut self.ring, c.send_entry(TAG_SEND | slot as u64))?;
         }
         Ok(())
@@ -579,6 +606,11 @@ impl Engine<'_> {
     fn close_finished(&mut self) {
         for c in &mut self.conns {
             if c.as_ref().is_some_and(Conn::is_finished) {
+                assert_eq!(
+                    c.as_ref().map(|c| c.pending_bytes),
+                    Some(0),
+                    "a finished connection holds no data"
+                );
                 *c = None;
             }
         }
@@ -593,10 +625,17 @@ impl Engine<'_> {
             .expect("admitted from a live connection");
         let tenant = c.tenant;
         c.outstanding += 1;
+        let bytes = match command.kind {
+            CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
+            _ => 0,
+        };
+        c.hold(bytes);
+        self.inflight_bytes += bytes;
         let sub = Submission {
             tenant,
             conn: slot,
             handle: command.handle,
+            bytes,
         };
         let io = Transfer::new(command.kind, command.offset, command.len);
         let t = self.now();
@@ -739,7 +778,8 @@ impl Engine<'_> {
             .as_mut()
             .expect("a connection stays open while it has requests");
         c.outstanding -= 1;
-        c.reply(sub.handle, error, data);
+        c.reply(sub.handle, error, data, sub.bytes);
+        self.inflight_bytes -= c.take_released();
     }
 }
 
