@@ -475,6 +475,49 @@ fn a_client_that_never_reads_its_replies_holds_bounded_memory() {
     assert!(status.success(), "{err}");
 }
 
+/// Clients that send a 32 MiB write header and then nothing hold no more than the
+/// memory budget between them: a write's payload buffer is counted when its header is
+/// parsed, and headers past the budget wait unparsed. Small reads of another tenant are
+/// served meanwhile.
+#[test]
+fn stalled_write_headers_stay_within_the_memory_budget() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("max_inflight_bytes = \"128m\"\n{TWO_TENANTS}"),
+    );
+    let pid = s.child.id();
+    let mut reader = Raw::connect(&s);
+    reader.go("vm2");
+    reader.request(0, 1, 0, 4096, &[]);
+    assert_eq!(reader.reply(4096), (1, 0));
+    let before = rss(pid);
+    let stalled: Vec<Raw> = (0..24)
+        .map(|i| {
+            let mut c = Raw::connect(&s);
+            c.go("vm1");
+            c.request(1, i, 0, 32 << 20, &[7; 512]);
+            c
+        })
+        .collect();
+    let mut grown = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        grown = grown.max(rss(pid).saturating_sub(before));
+    }
+    // 24 × 32 MiB unbounded; the budget (128 MiB) plus slack for the allocator.
+    assert!(
+        grown <= 192 << 20,
+        "the server grew by {} MiB for 24 stalled write headers",
+        grown >> 20
+    );
+    reader.request(0, 2, 4096, 4096, &[]);
+    assert_eq!(reader.reply(4096), (2, 0), "small reads are still served");
+    drop(stalled);
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
 #[test]
 fn clients_leaving_with_requests_in_flight_harm_nobody() {
     let dir = tempdir();

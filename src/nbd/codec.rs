@@ -286,6 +286,41 @@ impl ServerCodec {
         self.end - self.pos
     }
 
+    /// The data bytes the next [`Self::poll`] would take a buffer for: the length of a
+    /// read or write whose header has arrived and will be served (a write's payload
+    /// buffer is allocated when its header is parsed, a read's when it is served).
+    /// `None` when the next step takes no data buffer (another request, one answered
+    /// with an error, a header not yet whole, a write payload still arriving). A server
+    /// checks this against its memory budget before polling.
+    pub fn next_data_len(&self) -> Option<u32> {
+        // While a refused write's payload is skipped, the next header is behind it (one
+        // poll skips the rest and parses that header).
+        let (export, at) = match self.state {
+            State::Transmission { export } => (export, 0),
+            State::Skipping { export, left } => (export, usize::try_from(left).ok()?),
+            _ => return None,
+        };
+        let head = self.available().get(at..at.checked_add(REQUEST_HEADER)?)?;
+        if be32(&head[..4]) != REQUEST_MAGIC {
+            return None;
+        }
+        let kind = be16(&head[6..8]);
+        let offset = be64(&head[16..24]);
+        let len = be32(&head[24..28]);
+        let e = &self.exports[export];
+        let inside = offset
+            .checked_add(u64::from(len))
+            .is_some_and(|end| end <= e.size);
+        let served = len <= MAX_PAYLOAD
+            && inside
+            && match kind {
+                CMD_READ => true,
+                CMD_WRITE => !e.read_only,
+                _ => false,
+            };
+        served.then_some(len)
+    }
+
     /// The next event the received bytes make, `Ok(None)` when more bytes are needed.
     pub fn poll(&mut self) -> Result<Option<Event>, ProtocolError> {
         loop {
@@ -753,6 +788,58 @@ mod tests {
             replies(&c.take_output()),
             vec![(OPT_ABORT, REP_ACK, vec![])]
         );
+    }
+
+    #[test]
+    fn the_data_a_header_will_take_is_known_before_it_is_parsed() {
+        let mut c = transmitting();
+        assert_eq!(c.next_data_len(), None, "nothing received");
+        let header = request(CMD_WRITE, 0, 1, 0, 8192);
+        c.receive(&header[..27]);
+        assert_eq!(c.next_data_len(), None, "a header not yet whole");
+        c.receive(&header[27..]);
+        assert_eq!(c.next_data_len(), Some(8192));
+        assert!(matches!(c.poll(), Ok(None)), "the payload is still to come");
+        assert_eq!(c.next_data_len(), None, "the payload is arriving");
+        c.receive(&[1; 8192]);
+        assert!(matches!(c.poll(), Ok(Some(Event::Command(_)))));
+        c.receive(&request(CMD_READ, 0, 2, 4096, 4096));
+        assert_eq!(c.next_data_len(), Some(4096));
+        let _ = c.poll();
+        // Requests answered with an error or moving no data take no buffer.
+        for (kind, len) in [
+            (CMD_READ, MAX_PAYLOAD + 1),
+            (CMD_FLUSH, 0),
+            (CMD_TRIM, 4096),
+        ] {
+            c.receive(&request(kind, 0, 3, 0, len));
+            assert_eq!(c.next_data_len(), None, "kind {kind}");
+            let _ = c.poll();
+        }
+        let mut ro = negotiating();
+        ro.receive(&go("ro"));
+        events(&mut ro);
+        ro.receive(&request(CMD_WRITE, 0, 4, 0, 4));
+        assert_eq!(ro.next_data_len(), None, "a write to a read-only export");
+        // Behind a refused write's payload: the header after it, once it is all there.
+        let mut c = transmitting();
+        c.receive(&request(CMD_WRITE, 0, 5, (1 << 20) - 2, 4)); // past the end: skipped
+        assert!(matches!(c.poll(), Ok(Some(Event::Error { .. }))));
+        c.receive(b"abc");
+        assert_eq!(
+            c.next_data_len(),
+            None,
+            "the skipped payload is not all there"
+        );
+        c.receive(b"d");
+        c.receive(&request(CMD_WRITE, 0, 6, 0, 4));
+        assert_eq!(
+            c.next_data_len(),
+            Some(4),
+            "the write behind the skipped payload"
+        );
+        c.receive(b"wxyz");
+        assert!(matches!(c.poll(), Ok(Some(Event::Command(_)))));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Drives the codec as a connection does, for the fuzz target (`fuzz/`) and the
 //! property tests: any input, cut into any pieces, must give the same events and the
-//! same handshake bytes as the whole input at once, and every request the codec lets
-//! through must be one the server can execute safely.
+//! same handshake bytes as the whole input at once, every request the codec lets
+//! through must be one the server can execute safely, and every read or write must have
+//! been announced by [`ServerCodec::next_data_len`] before the poll that took it (the
+//! server's memory budget depends on it).
 
 use super::{CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};
 use std::sync::Arc;
@@ -51,12 +53,27 @@ pub fn run(exports: &Arc<Vec<ExportInfo>>, input: &[u8], cuts: &[usize]) -> Tran
     points.sort_unstable();
     points.push(input.len());
     let mut at = 0;
+    // What the server holds of its memory budget for the request being parsed: taken
+    // from `next_data_len` before a poll, as the server does, and due on its command.
+    let mut held: Option<u32> = None;
     for p in points {
         codec.receive(&input[at..p]);
         at = p;
         loop {
+            if held.is_none() {
+                held = codec.next_data_len();
+            }
             let polled = codec.poll();
             t.output.extend(codec.take_output());
+            if let Ok(Some(Event::Command(c))) = &polled
+                && matches!(c.kind, CommandKind::Read | CommandKind::Write { .. })
+            {
+                assert_eq!(
+                    held.take(),
+                    Some(c.len),
+                    "a request's data was not announced by next_data_len"
+                );
+            }
             match polled {
                 Ok(Some(e)) => t.events.push(Ok(e)),
                 Ok(None) => break,

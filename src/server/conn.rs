@@ -76,6 +76,9 @@ pub struct Conn {
     sending_bytes: u64,
     /// Bytes whose replies went out (or were dropped) since the engine last asked.
     released: u64,
+    /// Bytes held for the request whose header is being parsed (or whose write
+    /// payload is arriving), before it is admitted.
+    pub reserved: u64,
 }
 
 impl Conn {
@@ -104,6 +107,7 @@ impl Conn {
             out_bytes: 0,
             sending_bytes: 0,
             released: 0,
+            reserved: 0,
         }
     }
 
@@ -115,6 +119,17 @@ impl Conn {
     /// The bytes released since the last call (their replies were sent or dropped).
     pub fn take_released(&mut self) -> u64 {
         std::mem::take(&mut self.released)
+    }
+
+    /// Gives back what was held for a request that will not be admitted (the
+    /// connection ended before it was whole); returns the bytes.
+    pub fn drop_reservation(&mut self) -> u64 {
+        let bytes = std::mem::take(&mut self.reserved);
+        self.pending_bytes = self
+            .pending_bytes
+            .checked_sub(bytes)
+            .expect("a reservation is held");
+        bytes
     }
 
     fn release(&mut self, bytes: u64) {

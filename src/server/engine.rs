@@ -281,6 +281,9 @@ struct Engine<'a> {
 /// before it stops being read: a client that does not read its replies cannot make the
 /// server hold more for it, nor take the whole budget from the other connections.
 const CONN_BYTES_LIMIT: u64 = 64 << 20;
+/// A connection holding nothing may always take a request this small, budget or not, so
+/// that small requests are served while large ones wait for room.
+const ALWAYS_BYTES: u64 = 1 << 20;
 
 impl Engine<'_> {
     fn now(&self) -> Nanos {
@@ -500,14 +503,29 @@ impl Engine<'_> {
             if c.parsed || c.receiving || !self.host.has_room(c.tenant) {
                 return Ok(());
             }
-            // The memory budget: a connection holding data waits while it holds its
-            // share, or while all connections together are at the budget (one holding
-            // nothing may always go on, so every connection makes progress).
-            if c.pending_bytes > 0
-                && (c.pending_bytes >= CONN_BYTES_LIMIT
-                    || self.inflight_bytes >= self.config.max_inflight_bytes)
-            {
-                return Ok(());
+            // The memory budget, checked before a header is parsed (a write's payload
+            // buffer is taken then): a request waits unless its data fits the
+            // connection's share and the budget; a connection holding nothing may
+            // always take a small one, so small requests are served while large ones
+            // wait for room.
+            if c.reserved == 0 {
+                let next = c.codec.next_data_len().map_or(0, u64::from);
+                let small = c.pending_bytes == 0 && next <= ALWAYS_BYTES;
+                let fits = c.pending_bytes + next <= CONN_BYTES_LIMIT
+                    && self.inflight_bytes + next <= self.config.max_inflight_bytes;
+                if !(small || fits) {
+                    if c.eof {
+                        // Draining, or the client is gone: what it sent that does not
+                        // fit is not served.
+                        c.parsed = true;
+                    }
+                    return Ok(());
+                }
+                if next > 0 {
+                    c.hold(next);
+                    c.reserved = next;
+                    self.inflight_bytes += next;
+                }
             }
             match c.codec.poll() {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command),
@@ -606,6 +624,9 @@ impl Engine<'_> {
     fn close_finished(&mut self) {
         for c in &mut self.conns {
             if c.as_ref().is_some_and(Conn::is_finished) {
+                if let Some(c) = c.as_mut() {
+                    self.inflight_bytes -= c.drop_reservation();
+                }
                 assert_eq!(
                     c.as_ref().map(|c| c.pending_bytes),
                     Some(0),
@@ -625,12 +646,19 @@ impl Engine<'_> {
             .expect("admitted from a live connection");
         let tenant = c.tenant;
         c.outstanding += 1;
+        // A read or write was held for when its header was checked (`pump`).
         let bytes = match command.kind {
-            CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
+            CommandKind::Read | CommandKind::Write { .. } => std::mem::take(&mut c.reserved),
             _ => 0,
         };
-        c.hold(bytes);
-        self.inflight_bytes += bytes;
+        assert_eq!(
+            bytes,
+            match command.kind {
+                CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
+                _ => 0,
+            },
+            "the request admitted is the one held for"
+        );
         let sub = Submission {
             tenant,
             conn: slot,
