@@ -518,6 +518,44 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     assert!(status.success(), "{err}");
 }
 
+/// A second server on an image another one serves refuses to start, naming the image;
+/// images the server creates are readable by their owner only.
+#[test]
+fn a_second_server_on_the_same_image_refuses_to_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let first_dir = tempdir();
+    let s = Server::start(first_dir.path(), TWO_TENANTS);
+    let mode = std::fs::metadata(first_dir.path().join("vm1.img"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "a new image is private to its owner");
+    let image = first_dir.path().join("vm1.img");
+    let second = tempdir();
+    let cfg = second.path().join("serve.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nunix = \"s.sock\"\n[[tenant]]\nname = \"x\"\nfile = \"{}\"\nsize = \"64m\"\n",
+            image.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("vm1.img") && err.contains("another process holds it"),
+        "{err}"
+    );
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
+
 #[test]
 fn clients_leaving_with_requests_in_flight_harm_nobody() {
     let dir = tempdir();

@@ -161,16 +161,29 @@ impl Files {
     }
 }
 
-/// Opens (creating a sparse file when missing) and makes sure it holds `size` bytes:
-/// a regular file smaller than that is grown, a block device must be large enough.
+/// Opens (creating a sparse file readable by its owner only when missing), locks it
+/// for this server alone and makes sure it holds `size` bytes: a regular file smaller
+/// than that is grown, a block device must be large enough.
 fn open_sized(path: &std::path::Path, size: u64) -> anyhow::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(path)
         .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
+    // An advisory lock: a second server on the same image would overwrite this one's
+    // data under its guests.
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "{}: cannot lock it for this server ({e}): another process holds it, another ioshare serving it perhaps",
+            path.display()
+        );
+    }
     let meta = f.metadata()?;
     let len = if meta.file_type().is_block_device() {
         f.seek(SeekFrom::End(0))?

@@ -436,6 +436,9 @@ fn tenant_config(
     if let Storage::Region { offset } = storage {
         check_region(offset, size, before, backend)?;
     }
+    if let Storage::Own(path) = &storage {
+        check_own_file(path, before, backend)?;
+    }
     Ok(TenantConfig {
         spec,
         size,
@@ -504,6 +507,66 @@ fn storage(
 
 /// A region of the shared file: aligned, inside the emulated device, and clear of every
 /// other tenant's region.
+/// What identifies a file however it is spelled: its device and inode when it exists,
+/// else its folder's canonical path and its name.
+#[derive(Debug, PartialEq)]
+enum FileKey {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+fn file_key(path: &Path) -> FileKey {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        return FileKey::Inode(m.dev(), m.ino());
+    }
+    let name = path.file_name().map(PathBuf::from).unwrap_or_default();
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    FileKey::Path(
+        folder
+            .canonicalize()
+            .unwrap_or_else(|_| folder.to_path_buf())
+            .join(name),
+    )
+}
+
+/// A tenant's own image must be no other tenant's image and not the shared backend
+/// file, under any spelling: two exports on the same bytes would overwrite each other.
+fn check_own_file(path: &Path, before: &[TenantConfig], backend: &Backend) -> Result<(), Invalid> {
+    let key = file_key(path);
+    if let Some((shared, _)) = &backend.shared
+        && file_key(shared) == key
+    {
+        return Err(Invalid::new(
+            "file",
+            format!(
+                "{} is backend.path ({}), which other tenants' regions live in",
+                path.display(),
+                shared.display()
+            ),
+        ));
+    }
+    for other in before {
+        if let Storage::Own(p) = &other.storage
+            && file_key(p) == key
+        {
+            return Err(Invalid::new(
+                "file",
+                format!(
+                    "{} is the same file as tenant '{}''s image ({})",
+                    path.display(),
+                    other.spec.name,
+                    p.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_region(
     offset: u64,
     size: u64,
@@ -655,6 +718,14 @@ mod tests {
             (
                 "[backend]\ndevice={model='fixed'}\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
                 "backend.device: only the emulated backend has a device model",
+            ),
+            (
+                "[[tenant]]\nname='a'\nfile='a.img'\nsize=4096\n[[tenant]]\nname='b'\nfile='./a.img'\nsize=4096",
+                "tenant 2 ('b').file: /srv/./a.img is the same file as tenant 'a''s image (/srv/a.img)",
+            ),
+            (
+                "[backend]\npath='shared.img'\n[[tenant]]\nname='a'\noffset=0\nsize=4096\n[[tenant]]\nname='b'\nfile='shared.img'\nsize=4096",
+                "tenant 2 ('b').file: /srv/shared.img is backend.path (/srv/shared.img)",
             ),
         ];
         for (text, want) in cases {
