@@ -31,14 +31,12 @@ pub struct ExportInfo {
 
 impl ExportInfo {
     fn transmission_flags(&self) -> u16 {
-        let mut f = TFLAG_HAS_FLAGS
-            | TFLAG_SEND_FLUSH
-            | TFLAG_SEND_FUA
-            | TFLAG_SEND_TRIM
-            | TFLAG_SEND_WRITE_ZEROES
-            | TFLAG_CAN_MULTI_CONN;
+        let mut f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_CAN_MULTI_CONN;
+        // A read-only export does not offer what it would refuse.
         if self.read_only {
             f |= TFLAG_READ_ONLY;
+        } else {
+            f |= TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES;
         }
         f
     }
@@ -121,7 +119,11 @@ pub enum ProtocolError {
         /// The payload length it announced, in bytes.
         len: u32,
     },
-    /// `NBD_OPT_EXPORT_NAME` named an export not in the table; it has no error reply.
+    /// The client set flags this server does not know: the protocol says drop it.
+    #[error("client flags {0:#x} include ones this server does not know")]
+    UnknownClientFlags(u32),
+    /// `NBD_OPT_EXPORT_NAME` named an export not in the table (the name as
+    /// [`printable`] shows it); that option has no error reply.
     #[error("NBD_OPT_EXPORT_NAME for unknown export '{0}'")]
     UnknownExport(String),
     /// A transmission request did not start with the request magic (the magic received
@@ -304,6 +306,7 @@ impl ServerCodec {
         if be32(&head[..4]) != REQUEST_MAGIC {
             return None;
         }
+        let flags = be16(&head[4..6]);
         let kind = be16(&head[6..8]);
         let offset = be64(&head[16..24]);
         let len = be32(&head[24..28]);
@@ -312,6 +315,7 @@ impl ServerCodec {
             .checked_add(u64::from(len))
             .is_some_and(|end| end <= e.size);
         let served = len <= MAX_PAYLOAD
+            && flags & !KNOWN_CMD_FLAGS == 0
             && inside
             && match kind {
                 CMD_READ => true,
@@ -391,6 +395,10 @@ impl ServerCodec {
         if flags & CLIENT_FIXED_NEWSTYLE == 0 {
             return Err(ProtocolError::NotFixedNewstyle(flags));
         }
+        // The protocol: a server MUST drop a client that sets flags it does not know.
+        if flags & !(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES) != 0 {
+            return Err(ProtocolError::UnknownClientFlags(flags));
+        }
         self.no_zeroes = flags & CLIENT_NO_ZEROES != 0;
         self.state = State::Options;
         Ok(Step::Again)
@@ -417,9 +425,8 @@ impl ServerCodec {
         self.pos += OPTION_HEADER + len as usize;
         match option {
             OPT_EXPORT_NAME => {
-                let name = String::from_utf8_lossy(&data).into_owned();
-                let Some(index) = self.find(&name) else {
-                    return Err(ProtocolError::UnknownExport(name));
+                let Some(index) = self.find_bytes(&data) else {
+                    return Err(ProtocolError::UnknownExport(printable(&data)));
                 };
                 let e = &self.exports[index];
                 let (size, flags) = (e.size, e.transmission_flags());
@@ -471,17 +478,17 @@ impl ServerCodec {
             let name = data.get(4..4 + name_len)?;
             let count = be16(data.get(4 + name_len..6 + name_len)?) as usize;
             let rest = data.get(6 + name_len..)?;
-            (rest.len() == 2 * count).then(|| String::from_utf8_lossy(name).into_owned())
+            (rest.len() == 2 * count).then_some(name)
         })();
         let Some(name) = parsed else {
             self.error(option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO request");
             return Ok(Step::Again);
         };
-        let Some(index) = self.find(&name) else {
+        let Some(index) = self.find_bytes(name) else {
             self.error(
                 option,
                 REP_ERR_UNKNOWN,
-                &format!("no export named '{name}'"),
+                &format!("no export named '{}'", printable(name)),
             );
             return Ok(Step::Again);
         };
@@ -504,6 +511,11 @@ impl ServerCodec {
             return Ok(Step::Event(Event::Selected { export: index }));
         }
         Ok(Step::Again)
+    }
+
+    /// An export by its name's exact bytes (a name that is not UTF-8 names none).
+    fn find_bytes(&self, name: &[u8]) -> Option<usize> {
+        std::str::from_utf8(name).ok().and_then(|n| self.find(n))
     }
 
     /// An export by exact name; the empty name picks the only export when there is one.
@@ -546,12 +558,13 @@ impl ServerCodec {
         self.after_large_write = false;
         let e = &self.exports[export];
         let fua = flags & CMD_FLAG_FUA != 0;
+        let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0;
         let end = offset.checked_add(len as u64);
         let past_end = end.is_none_or(|end| end > e.size);
         let error = |error| Ok(Step::Event(Event::Error { handle, error }));
         if kind == CMD_WRITE {
             // The payload follows whatever the answer.
-            let problem = if len > MAX_PAYLOAD {
+            let problem = if len > MAX_PAYLOAD || unknown_flags {
                 Some(EINVAL)
             } else if e.read_only {
                 Some(EPERM)
@@ -590,6 +603,7 @@ impl ServerCodec {
         self.pos += REQUEST_HEADER;
         let kind = match kind {
             CMD_DISC => return Ok(Step::Event(Event::Disconnect)),
+            _ if unknown_flags => return error(EINVAL),
             CMD_READ if len > MAX_PAYLOAD => return error(EINVAL),
             CMD_READ if past_end => return error(EINVAL),
             CMD_READ => CommandKind::Read,
@@ -620,6 +634,24 @@ enum Step {
     Again,
     NeedMore,
     Event(Event),
+}
+
+/// Command flags this server acts on (FUA; NO_HOLE, which zeroing always honours); a
+/// request with any other is answered `EINVAL`.
+const KNOWN_CMD_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
+
+/// Longest client-supplied string put in a message or a log line, in bytes.
+const PRINTABLE_BYTES: usize = 64;
+
+/// A client-supplied string fit for a log line: escaped (no control characters, no
+/// terminal escapes, invalid UTF-8 as `\xNN`) and cut to 64 bytes.
+pub fn printable(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(PRINTABLE_BYTES)];
+    let mut s: String = cut.escape_ascii().to_string();
+    if bytes.len() > PRINTABLE_BYTES {
+        s.push_str(&format!("… ({} bytes)", bytes.len()));
+    }
+    s
 }
 
 fn be16(b: &[u8]) -> u16 {
@@ -716,6 +748,55 @@ mod tests {
         c.receive(&(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES).to_be_bytes());
         assert_eq!(events(&mut c), vec![]);
         c
+    }
+
+    #[test]
+    fn protocol_details_follow_the_nbd_document() {
+        // A read-only export does not advertise trim or zeroing.
+        assert_eq!(exports()[1].transmission_flags() & TFLAG_SEND_TRIM, 0);
+        assert_eq!(
+            exports()[1].transmission_flags() & TFLAG_SEND_WRITE_ZEROES,
+            0
+        );
+        assert_ne!(exports()[0].transmission_flags() & TFLAG_SEND_TRIM, 0);
+        // Client flags it does not know: the connection is dropped.
+        let mut c = ServerCodec::new(exports());
+        c.receive(&(CLIENT_FIXED_NEWSTYLE | 1 << 7).to_be_bytes());
+        assert_eq!(c.poll(), Err(ProtocolError::UnknownClientFlags(0x81)));
+        // An export name that is not UTF-8 names no export, and is shown escaped.
+        let mut c = negotiating();
+        c.receive(&option(OPT_EXPORT_NAME, b"a\xff\x1b[31m"));
+        assert_eq!(
+            c.poll(),
+            Err(ProtocolError::UnknownExport("a\\xff\\x1b[31m".into()))
+        );
+        assert_eq!(printable(&[b'x'; 100]).len(), 64 + "… (100 bytes)".len());
+        // Command flags it does not know: EINVAL, and a write's payload is skipped.
+        let mut c = transmitting();
+        c.receive(&request(CMD_READ, 1 << 5, 1, 0, 512));
+        let mut write = request(CMD_WRITE, 1 << 6, 2, 0, 4);
+        write.extend_from_slice(b"abcd");
+        c.receive(&write);
+        c.receive(&request(CMD_READ, CMD_FLAG_FUA, 3, 0, 512));
+        assert_eq!(
+            events(&mut c),
+            vec![
+                Event::Error {
+                    handle: 1,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 2,
+                    error: EINVAL
+                },
+                Event::Command(Command {
+                    handle: 3,
+                    offset: 0,
+                    len: 512,
+                    kind: CommandKind::Read
+                }),
+            ]
+        );
     }
 
     #[test]
