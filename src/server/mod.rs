@@ -171,6 +171,18 @@ pub fn serve(
     };
     if let Some(a) = metrics_at {
         eprintln!("ioshare: metrics on http://{a}/metrics");
+        if !a.ip().is_loopback() {
+            eprintln!(
+                "ioshare: warning: server.metrics ({a}) is reachable beyond this machine: tenant names and their I/O figures are readable by anyone who can connect"
+            );
+        }
+    }
+    if let Some(a) = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok())
+        && !a.ip().is_loopback()
+    {
+        eprintln!(
+            "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and this server has no TLS or authentication: anyone who can connect reads and writes the exports"
+        );
     }
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
