@@ -129,6 +129,7 @@ const TWO_TENANTS: &str = r#"
 [[tenant]]
 name = "vm1"
 file = "vm1.img"
+create = true
 size = "64m"
 weight = 2
 slo = { iops = 200000.0, size = 4096, rt_us = 1000000 }
@@ -136,6 +137,7 @@ reservation_iops = 100.0
 [[tenant]]
 name = "vm2"
 file = "vm2.img"
+create = true
 size = "32m"
 slo = { iops = 200000.0, size = 4096, rt_us = 1000000 }
 reservation_iops = 100.0
@@ -376,7 +378,7 @@ fn bad_requests_get_errors_and_connections_stay_usable() {
     let s = Server::start(
         dir.path(),
         &format!(
-            "{TWO_TENANTS}\n[[tenant]]\nname = \"ro\"\nfile = \"ro.img\"\nsize = \"1m\"\nread_only = true\n"
+            "{TWO_TENANTS}\n[[tenant]]\nname = \"ro\"\nfile = \"ro.img\"\ncreate = true\nsize = \"1m\"\nread_only = true\n"
         ),
     );
     let mut c = Raw::connect(&s);
@@ -518,6 +520,30 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     assert!(status.success(), "{err}");
 }
 
+/// A missing image is an error naming it and the setting, not a blank disk.
+#[test]
+fn a_missing_image_is_an_error_unless_created() {
+    let dir = tempdir();
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nunix = \"s.sock\"\n[[tenant]]\nname = \"x\"\nfile = \"gone.img\"\nsize = \"1m\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gone.img: no such image; set create = true"),
+        "{err}"
+    );
+    assert!(!dir.path().join("gone.img").exists(), "nothing created");
+}
+
 /// A second server on an image another one serves refuses to start, naming the image;
 /// images the server creates are readable by their owner only.
 #[test]
@@ -606,8 +632,8 @@ fn serve_out_reports_the_run_like_the_simulator() {
     let out = dir.path().join("report");
     let s = Server::start_with(
         dir.path(),
-        "policy = \"sfq\"\n[[tenant]]\nname = \"a\"\nweight = 2\nfile = \"a.img\"\nsize = \"1m\"\n\
-         [[tenant]]\nname = \"b\"\nfile = \"b.img\"\nsize = \"1m\"\n",
+        "policy = \"sfq\"\n[[tenant]]\nname = \"a\"\nweight = 2\nfile = \"a.img\"\ncreate = true\nsize = \"1m\"\n\
+         [[tenant]]\nname = \"b\"\nfile = \"b.img\"\ncreate = true\nsize = \"1m\"\n",
         &["--out", out.to_str().unwrap()],
     );
     let mut a = Raw::connect(&s);
@@ -671,7 +697,7 @@ fn bad_config_names_the_field() {
     let cfg = dir.path().join("bad.toml");
     std::fs::write(
         &cfg,
-        "[server]\nqueue_depth = 0\n[[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = 4096\n",
+        "[server]\nqueue_depth = 0\n[[tenant]]\nname = \"a\"\nfile = \"a.img\"\ncreate = true\nsize = 4096\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
@@ -798,7 +824,7 @@ fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
     let dir = tempdir();
     let s = Server::start(
         dir.path(),
-        "policy = \"mclock\"\ndrain_timeout_s = 0.5\n[[tenant]]\nname = \"slow\"\nfile = \"slow.img\"\nsize = \"1m\"\nlimit_iops = 2.0\n",
+        "policy = \"mclock\"\ndrain_timeout_s = 0.5\n[[tenant]]\nname = \"slow\"\nfile = \"slow.img\"\ncreate = true\nsize = \"1m\"\nlimit_iops = 2.0\n",
     );
     let mut c = Raw::connect(&s);
     assert_eq!(c.go("slow"), vec![3, 3, 1]);
@@ -933,7 +959,7 @@ fn ext4_on_an_export_survives_unmount_and_server_restart() {
         return;
     }
     let dir = tempdir();
-    let config = "policy = \"sfq\"\n[backend]\ncache = \"none\"\n[[tenant]]\nname = \"fs\"\nfile = \"fs.img\"\nsize = \"96m\"\n[[tenant]]\nname = \"other\"\nfile = \"other.img\"\nsize = \"16m\"\n";
+    let config = "policy = \"sfq\"\n[backend]\ncache = \"none\"\n[[tenant]]\nname = \"fs\"\nfile = \"fs.img\"\ncreate = true\nsize = \"96m\"\n[[tenant]]\nname = \"other\"\nfile = \"other.img\"\ncreate = true\nsize = \"16m\"\n";
     let s = Server::start(dir.path(), config);
     let mut m = Mounts::default();
     let dev = attach(&mut m, &s, "fs", dir.path());
@@ -1005,8 +1031,8 @@ fn a_flooding_client_is_held_back_by_its_queue_bound() {
         dir.path(),
         &format!(
             "policy = \"mclock\"\nqueue_limit = 4\ndrain_timeout_s = 0.2\nmetrics = \"127.0.0.1:{port}\"\n\
-             [[tenant]]\nname = \"flood\"\nfile = \"flood.img\"\nsize = \"64m\"\nlimit_iops = 1.0\n\
-             [[tenant]]\nname = \"calm\"\nfile = \"calm.img\"\nsize = \"1m\"\n"
+             [[tenant]]\nname = \"flood\"\nfile = \"flood.img\"\ncreate = true\nsize = \"64m\"\nlimit_iops = 1.0\n\
+             [[tenant]]\nname = \"calm\"\nfile = \"calm.img\"\ncreate = true\nsize = \"1m\"\n"
         ),
     );
     let mut flood = Raw::connect(&s);
@@ -1147,6 +1173,7 @@ fn policy_refusals_are_held_back_by_default_and_errors_on_request() {
 [[tenant]]
 name = "vm1"
 file = "vm1.img"
+create = true
 size = "16m"
 slo = { iops = 400.0, size = 4096, rt_us = 5000 }
 "#;

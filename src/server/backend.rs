@@ -89,15 +89,17 @@ impl Files {
         Ok(())
     }
 
-    /// Opens (creating when missing) every file the configuration names.
+    /// Opens every file the configuration names (creating the shared file, and images
+    /// whose tenant says `create = true`, when missing).
     pub fn open(config: &ServerConfig) -> anyhow::Result<Files> {
         let mut files = Vec::new();
         let mut targets = Vec::new();
         let direct = config.cache == Cache::None;
         let mut open_pair = |path: &std::path::Path,
-                             size: u64|
+                             size: u64,
+                             create: bool|
          -> anyhow::Result<(RawFd, Option<RawFd>)> {
-            let f = open_sized(path, size)?;
+            let f = open_sized(path, size, create)?;
             let buffered = f.as_raw_fd();
             files.push(f);
             let d = if direct {
@@ -132,7 +134,8 @@ impl Files {
                     .max()
                     .unwrap_or(0)
                     .max(size.unwrap_or(0));
-                Some(open_pair(path, need)?)
+                // The shared file (or the emulated device's) is created when missing.
+                Some(open_pair(path, need, true)?)
             }
             _ => None,
         };
@@ -140,7 +143,7 @@ impl Files {
             targets.push(match &t.storage {
                 Storage::Nothing => None,
                 Storage::Own(path) => {
-                    let (buffered, direct) = open_pair(path, t.size)?;
+                    let (buffered, direct) = open_pair(path, t.size, t.create)?;
                     Some(Target {
                         buffered,
                         direct,
@@ -161,19 +164,29 @@ impl Files {
     }
 }
 
-/// Opens (creating a sparse file readable by its owner only when missing), locks it
+/// Opens (with `create`, creating a sparse file readable by its owner only when missing;
+/// without, a missing file is an error naming the setting), locks it
 /// for this server alone and makes sure it holds `size` bytes: a regular file smaller
 /// than that is grown, a block device must be large enough.
-fn open_sized(path: &std::path::Path, size: u64) -> anyhow::Result<File> {
+fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
+        .create(create)
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(|e| anyhow::anyhow!("{}: cannot open: {e}", path.display()))?;
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound && !create {
+                anyhow::anyhow!(
+                    "{}: no such image; set create = true on the tenant to create it (a missing image is not served as a blank disk)",
+                    path.display()
+                )
+            } else {
+                anyhow::anyhow!("{}: cannot open: {e}", path.display())
+            }
+        })?;
     // An advisory lock: a second server on the same image would overwrite this one's
     // data under its guests.
     // SAFETY: plain syscall on a descriptor we own.
@@ -541,7 +554,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("big.img"), vec![7u8; 3 << 20]).unwrap();
         let text = "[backend]\npath = 'shared.img'\nsize = '1m'\n\
-                    [[tenant]]\nname = 'new'\nfile = 'new.img'\nsize = '2m'\n\
+                    [[tenant]]\nname = 'new'\nfile = 'new.img'\ncreate = true\nsize = '2m'\n\
                     [[tenant]]\nname = 'big'\nfile = 'big.img'\nsize = '1m'\n\
                     [[tenant]]\nname = 'r'\noffset = '4m'\nsize = '1m'\n";
         let config = ServerConfig::parse(text, dir.path()).unwrap();

@@ -61,8 +61,11 @@ struct TenantFile {
     slo: Option<Slo>,
     reservation_iops: Option<f64>,
     limit_iops: Option<f64>,
-    /// Own image file (created sparse with `size` when missing).
+    /// Own image file (created sparse with `size` when missing and `create` is set).
     file: Option<PathBuf>,
+    /// Create `file` when it is missing (otherwise a missing image is an error).
+    #[serde(default)]
+    create: bool,
     /// Region of the shared backend file.
     offset: Option<ByteSize>,
     size: Option<ByteSize>,
@@ -116,6 +119,9 @@ pub struct TenantConfig {
     pub read_only: bool,
     /// Where its bytes live.
     pub storage: Storage,
+    /// Its own image may be created when missing (`create = true`); a missing image
+    /// is otherwise an error, not a blank disk served to a guest that expects its data.
+    pub create: bool,
 }
 
 /// A loaded, checked configuration.
@@ -439,11 +445,18 @@ fn tenant_config(
     if let Storage::Own(path) = &storage {
         check_own_file(path, before, backend)?;
     }
+    if t.create && t.file.is_none() {
+        return Err(Invalid::new(
+            "create",
+            "applies only to a tenant's own file",
+        ));
+    }
     Ok(TenantConfig {
         spec,
         size,
         read_only: t.read_only,
         storage,
+        create: t.create,
     })
 }
 
@@ -718,6 +731,10 @@ mod tests {
             (
                 "[backend]\ndevice={model='fixed'}\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
                 "backend.device: only the emulated backend has a device model",
+            ),
+            (
+                "[backend]\npath='shared.img'\n[[tenant]]\nname='a'\noffset=0\nsize=4096\ncreate=true",
+                "tenant 1 ('a').create: applies only to a tenant's own file",
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a.img'\nsize=4096\n[[tenant]]\nname='b'\nfile='./a.img'\nsize=4096",
