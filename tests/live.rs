@@ -520,6 +520,39 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     assert!(status.success(), "{err}");
 }
 
+/// A client that connects and says nothing is dropped after the handshake timeout;
+/// others are served meanwhile, and the server logs nothing for it.
+#[test]
+fn a_silent_client_is_dropped_after_the_handshake_timeout() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("handshake_timeout_s = 0.3\n{TWO_TENANTS}"),
+    );
+    let mut silent = UnixStream::connect(&s.socket).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut greeting = [0u8; 18];
+    silent.read_exact(&mut greeting).unwrap();
+    let t = Instant::now();
+    let mut rest = Vec::new();
+    let n = silent.read_to_end(&mut rest).unwrap_or(0);
+    assert_eq!(n, 0, "nothing more is sent to a silent client");
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "dropped after {waited:?}"
+    );
+    let mut c = Raw::connect(&s);
+    assert_eq!(c.go("vm2"), vec![3, 3, 1]);
+    c.request(0, 1, 0, 4096, &[]);
+    assert_eq!(c.reply(4096), (1, 0));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("connection 1:"), "{err}");
+}
+
 /// A missing image is an error naming it and the setting, not a blank disk.
 #[test]
 fn a_missing_image_is_an_error_unless_created() {

@@ -36,6 +36,7 @@ struct ServerFile {
     metrics: Option<String>,
     drain_timeout_s: Option<f64>,
     max_inflight_bytes: Option<ByteSize>,
+    handshake_timeout_s: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +152,8 @@ pub struct ServerConfig {
     /// arrival until the last byte of its reply is sent. Connections stop being read
     /// while it is reached.
     pub max_inflight_bytes: u64,
+    /// How long a client may take over its handshake (each read and write of it).
+    pub handshake_timeout: std::time::Duration,
     /// What serves the requests.
     pub backend: BackendKind,
     /// How the file backend uses the page cache.
@@ -202,6 +205,7 @@ impl ServerConfig {
             metrics: server.metrics,
             drain_timeout: server.drain_timeout,
             max_inflight_bytes: server.max_inflight_bytes,
+            handshake_timeout: server.handshake_timeout,
             backend: backend.kind,
             cache: backend.cache,
             shared: backend.shared,
@@ -229,6 +233,10 @@ impl ServerConfig {
             (
                 "server.max_inflight_bytes",
                 self.max_inflight_bytes == new.max_inflight_bytes,
+            ),
+            (
+                "server.handshake_timeout_s",
+                self.handshake_timeout == new.handshake_timeout,
             ),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
@@ -273,6 +281,7 @@ struct Server {
     metrics: Option<String>,
     drain_timeout: Nanos,
     max_inflight_bytes: u64,
+    handshake_timeout: std::time::Duration,
 }
 
 /// `server.max_inflight_bytes` by default.
@@ -314,6 +323,13 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             ),
         ));
     }
+    let handshake_timeout_s = s.handshake_timeout_s.unwrap_or(10.0);
+    if !(handshake_timeout_s > 0.0 && handshake_timeout_s <= 3600.0) {
+        return Err(field(
+            "handshake_timeout_s",
+            format!("must be in (0, 3600] seconds, got {handshake_timeout_s}"),
+        ));
+    }
     let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
     if !(0.0..=86_400.0).contains(&drain_timeout_s) {
         return Err(field(
@@ -341,6 +357,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         metrics: s.metrics,
         drain_timeout: secs_to_nanos(drain_timeout_s),
         max_inflight_bytes,
+        handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
     })
 }
 

@@ -38,7 +38,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOAD: AtomicBool = AtomicBool::new(false);
@@ -69,6 +69,19 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
+    }
+    /// Bounds every blocking read and write (`None`: no bound).
+    fn set_timeouts(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Stream::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
     }
 }
 
@@ -245,7 +258,12 @@ fn summarize(
 struct Listeners {
     unix: Option<UnixListener>,
     tcp: Option<TcpListener>,
+    /// When an accept failure (out of descriptors, say) was last logged.
+    failure_logged: std::cell::Cell<Option<Instant>>,
 }
+
+/// Accept failures are logged at most this often; the loop backs off after one.
+const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Listeners {
     /// Listens where the configuration says; non-blocking, so one poll serves both.
@@ -267,7 +285,11 @@ impl Listeners {
         if let Some(l) = &tcp {
             l.set_nonblocking(true)?;
         }
-        Ok(Listeners { unix, tcp })
+        Ok(Listeners {
+            unix,
+            tcp,
+            failure_logged: std::cell::Cell::new(None),
+        })
     }
 
     fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> {
@@ -304,18 +326,56 @@ impl Listeners {
         // SAFETY: `fds` is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if let Some(l) = &self.unix {
-            while let Ok((s, _)) = l.accept() {
-                let _ = s.set_nonblocking(false);
-                on(Stream::Unix(s));
+            loop {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        on(Stream::Unix(s));
+                    }
+                    Err(e) => {
+                        self.failed(e);
+                        break;
+                    }
+                }
             }
         }
         if let Some(l) = &self.tcp {
-            while let Ok((s, _)) = l.accept() {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_nodelay(true);
-                on(Stream::Tcp(s));
+            loop {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_nodelay(true);
+                        on(Stream::Tcp(s));
+                    }
+                    Err(e) => {
+                        self.failed(e);
+                        break;
+                    }
+                }
             }
         }
+    }
+
+    /// An accept failed: nothing waiting is no failure; anything else (out of
+    /// descriptors, most likely) is logged once in a while and backed off from, as the
+    /// connection still waits and the next poll returns at once.
+    fn failed(&self, e: std::io::Error) {
+        if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted
+        {
+            return;
+        }
+        if self
+            .failure_logged
+            .get()
+            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+        {
+            eprintln!(
+                "ioshare: cannot accept a connection: {e} (idle clients holding descriptors? raise `ulimit -n`); backing off, next report in {} s",
+                ACCEPT_FAILURE_LOG_EVERY.as_secs()
+            );
+            self.failure_logged.set(Some(Instant::now()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -350,9 +410,10 @@ fn accept_until_stopped(
                 None => eprintln!("ioshare: SIGHUP: no configuration file to reload"),
             }
         }
+        let timeout = config.handshake_timeout;
         listeners.accept(200, |stream| {
             next_conn += 1;
-            spawn_connection(stream, next_conn, &exports, handle, &registry);
+            spawn_connection(stream, next_conn, timeout, &exports, handle, &registry);
         });
         if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
             let now = stats.snapshot();
@@ -495,6 +556,7 @@ fn bind_unix(path: &PathBuf) -> anyhow::Result<UnixListener> {
 fn spawn_connection(
     stream: Stream,
     id: u64,
+    timeout: std::time::Duration,
     exports: &Arc<Vec<ExportInfo>>,
     engine: &EngineHandle,
     registry: &Registry,
@@ -507,14 +569,18 @@ fn spawn_connection(
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
-            if let Err(e) = connection(stream, id, exports, engine) {
+            if let Err(e) = connection(stream, id, timeout, exports, engine) {
                 // A client that hangs up mid-conversation is not news.
+                // Nor is one that sat silent past the handshake timeout (logged below
+                // would let idle clients fill the log).
                 let gone = e.downcast_ref::<std::io::Error>().is_some_and(|e| {
                     matches!(
                         e.kind(),
                         std::io::ErrorKind::BrokenPipe
                             | std::io::ErrorKind::ConnectionReset
                             | std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
                     )
                 });
                 if !gone {
@@ -533,9 +599,13 @@ fn spawn_connection(
 fn connection(
     mut stream: Stream,
     id: u64,
+    timeout: std::time::Duration,
     exports: Arc<Vec<ExportInfo>>,
     engine: EngineHandle,
 ) -> anyhow::Result<()> {
+    // A client that connects and says nothing (or reads nothing) is dropped after
+    // `server.handshake_timeout_s`, not kept with its thread and descriptors.
+    stream.set_timeouts(Some(timeout))?;
     let mut codec = ServerCodec::new(exports);
     let mut buf = vec![0u8; 64 << 10];
     stream.write_all(&codec.take_output())?;
@@ -564,6 +634,7 @@ fn connection(
             break e;
         }
     };
+    stream.set_timeouts(None)?;
     let fd: OwnedFd = match stream {
         Stream::Unix(s) => s.into(),
         Stream::Tcp(s) => s.into(),
