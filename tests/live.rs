@@ -553,6 +553,57 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
     assert!(!err.contains("connection 1:"), "{err}");
 }
 
+/// `max_connections` counts connections handshaking and served; more are closed at
+/// once, and a slot comes back when a connection closes.
+#[test]
+fn connections_beyond_the_limit_are_closed_and_slots_come_back() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), &format!("max_connections = 3\n{TWO_TENANTS}"));
+    let greets = |c: &mut UnixStream| {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).is_ok()
+    };
+    // Two served, one handshaking: the limit.
+    let mut served: Vec<Raw> = (0..2)
+        .map(|_| {
+            let mut c = Raw::connect(&s);
+            assert_eq!(c.go("vm1"), vec![3, 3, 1]);
+            c
+        })
+        .collect();
+    let mut idle = UnixStream::connect(&s.socket).unwrap();
+    assert!(greets(&mut idle));
+    let mut over = UnixStream::connect(&s.socket).unwrap();
+    assert!(
+        !greets(&mut over),
+        "the fourth is closed without a greeting"
+    );
+    // A served connection leaves: its slot comes back.
+    drop(served.pop());
+    let t = Instant::now();
+    let mut back = loop {
+        let mut c = UnixStream::connect(&s.socket).unwrap();
+        if greets(&mut c) {
+            break c;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the slot never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    back.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut c = Raw(back);
+    assert_eq!(c.go("vm2"), vec![3, 3, 1]);
+    c.request(0, 1, 0, 4096, &[]);
+    assert_eq!(c.reply(4096), (1, 0));
+    drop((served, idle, c));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("server.max_connections (3) reached"), "{err}");
+}
+
 /// A missing image is an error naming it and the setting, not a blank disk.
 #[test]
 fn a_missing_image_is_an_error_unless_created() {

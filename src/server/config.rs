@@ -37,6 +37,7 @@ struct ServerFile {
     drain_timeout_s: Option<f64>,
     max_inflight_bytes: Option<ByteSize>,
     handshake_timeout_s: Option<f64>,
+    max_connections: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -154,6 +155,8 @@ pub struct ServerConfig {
     pub max_inflight_bytes: u64,
     /// How long a client may take over its handshake (each read and write of it).
     pub handshake_timeout: std::time::Duration,
+    /// Connections open at once (handshaking and served); more are closed at accept.
+    pub max_connections: u32,
     /// What serves the requests.
     pub backend: BackendKind,
     /// How the file backend uses the page cache.
@@ -206,6 +209,7 @@ impl ServerConfig {
             drain_timeout: server.drain_timeout,
             max_inflight_bytes: server.max_inflight_bytes,
             handshake_timeout: server.handshake_timeout,
+            max_connections: server.max_connections,
             backend: backend.kind,
             cache: backend.cache,
             shared: backend.shared,
@@ -237,6 +241,10 @@ impl ServerConfig {
             (
                 "server.handshake_timeout_s",
                 self.handshake_timeout == new.handshake_timeout,
+            ),
+            (
+                "server.max_connections",
+                self.max_connections == new.max_connections,
             ),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
@@ -282,6 +290,7 @@ struct Server {
     drain_timeout: Nanos,
     max_inflight_bytes: u64,
     handshake_timeout: std::time::Duration,
+    max_connections: u32,
 }
 
 /// `server.max_inflight_bytes` by default.
@@ -323,6 +332,13 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             ),
         ));
     }
+    let max_connections = s.max_connections.unwrap_or(256);
+    if !(1..=1_000_000).contains(&max_connections) {
+        return Err(field(
+            "max_connections",
+            format!("must be 1 ..= 1000000, got {max_connections}"),
+        ));
+    }
     let handshake_timeout_s = s.handshake_timeout_s.unwrap_or(10.0);
     if !(handshake_timeout_s > 0.0 && handshake_timeout_s <= 3600.0) {
         return Err(field(
@@ -358,6 +374,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         drain_timeout: secs_to_nanos(drain_timeout_s),
         max_inflight_bytes,
         handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
+        max_connections,
     })
 }
 

@@ -19,6 +19,34 @@ const COPY_BELOW: usize = 16 << 10;
 /// The most iovecs one `sendmsg` takes (`IOV_MAX`); more go in the next send.
 const MAX_IOV: usize = 1024;
 
+/// One of the server's connections, counted against `server.max_connections` from its
+/// accept until it is dropped, wherever that happens (handshake thread or engine).
+#[derive(Debug)]
+pub struct Slot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Slot {
+    /// Takes a slot when fewer than `max` are taken.
+    pub fn take(
+        count: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        max: usize,
+    ) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(before > 0, "a connection slot is given back once");
+    }
+}
+
 /// A connection handed to the engine after its handshake.
 pub struct Attach {
     /// Number of the connection, for messages.
@@ -30,6 +58,8 @@ pub struct Attach {
     pub codec: ServerCodec,
     /// The tenant whose export it selected.
     pub tenant: TenantId,
+    /// Its place under `server.max_connections`, given back when it closes.
+    pub slot: Slot,
 }
 
 /// The engine's view of one connection.
@@ -68,6 +98,8 @@ pub struct Conn {
     pub broken: bool,
     /// Requests of this connection inside the engine, not answered yet.
     pub outstanding: u32,
+    /// Its place under `server.max_connections` (given back on drop).
+    _slot: Slot,
     /// Data bytes of this connection's requests from their admission until their
     /// replies are sent (or dropped): what it holds of the server's memory budget.
     pub pending_bytes: u64,
@@ -103,6 +135,7 @@ impl Conn {
             send_armed: false,
             broken: false,
             outstanding: 0,
+            _slot: a.slot,
             pending_bytes: 0,
             out_bytes: 0,
             sending_bytes: 0,
@@ -297,6 +330,7 @@ mod tests {
                 read_only: false,
             }])),
             tenant: 0,
+            slot: Slot::take(&Default::default(), 1).expect("a free slot"),
         })
     }
 

@@ -26,7 +26,7 @@ use crate::metrics::ScenarioResult;
 use crate::nbd::{Event, ExportInfo, ServerCodec};
 use crate::types::TenantId;
 use config::ServerConfig;
-use conn::Attach;
+use conn::{Attach, Slot};
 use engine::EngineHandle;
 use stats::LiveStats;
 use std::collections::HashMap;
@@ -402,6 +402,9 @@ fn accept_until_stopped(
     );
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
     let mut next_conn = 0u64;
+    // Connections open (handshaking or served), and when a refusal was last logged.
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut refusal_logged: Option<Instant> = None;
     let mut last = (Instant::now(), stats.snapshot());
     while !STOP.load(Ordering::SeqCst) {
         if RELOAD.swap(false, Ordering::SeqCst) {
@@ -411,9 +414,21 @@ fn accept_until_stopped(
             }
         }
         let timeout = config.handshake_timeout;
+        let max = config.max_connections as usize;
         listeners.accept(200, |stream| {
+            let Some(slot) = Slot::take(&open, max) else {
+                // Closed at once: a flood of idle clients cannot take every descriptor.
+                if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
+                    eprintln!(
+                        "ioshare: server.max_connections ({max}) reached: closing new connections (reported every {} s)",
+                        ACCEPT_FAILURE_LOG_EVERY.as_secs()
+                    );
+                    refusal_logged = Some(Instant::now());
+                }
+                return;
+            };
             next_conn += 1;
-            spawn_connection(stream, next_conn, timeout, &exports, handle, &registry);
+            spawn_connection(stream, next_conn, timeout, slot, &exports, handle, &registry);
         });
         if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
             let now = stats.snapshot();
@@ -557,6 +572,7 @@ fn spawn_connection(
     stream: Stream,
     id: u64,
     timeout: std::time::Duration,
+    slot: Slot,
     exports: &Arc<Vec<ExportInfo>>,
     engine: &EngineHandle,
     registry: &Registry,
@@ -569,7 +585,7 @@ fn spawn_connection(
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
-            if let Err(e) = connection(stream, id, timeout, exports, engine) {
+            if let Err(e) = connection(stream, id, timeout, slot, exports, engine) {
                 // A client that hangs up mid-conversation is not news.
                 // Nor is one that sat silent past the handshake timeout (logged below
                 // would let idle clients fill the log).
@@ -600,6 +616,7 @@ fn connection(
     mut stream: Stream,
     id: u64,
     timeout: std::time::Duration,
+    slot: Slot,
     exports: Arc<Vec<ExportInfo>>,
     engine: EngineHandle,
 ) -> anyhow::Result<()> {
@@ -645,6 +662,7 @@ fn connection(
         fd,
         codec,
         tenant: export as TenantId,
+        slot,
     });
     Ok(())
 }
