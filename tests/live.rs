@@ -428,6 +428,18 @@ fn rss(pid: u32) -> u64 {
     kib << 10
 }
 
+/// The most a process grew past `before` (bytes resident) over `samples` looks 100 ms
+/// apart.
+fn peak_growth(pid: u32, before: u64, samples: u32) -> u64 {
+    (0..samples)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            rss(pid).saturating_sub(before)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A client that pipelines 32 MiB reads and never reads the replies makes the server
 /// hold at most its per-connection bound of unsent reply data (64 MiB) and one request
 /// more, not a reply per request: the server stops reading that connection. Another
@@ -460,11 +472,7 @@ fn a_client_that_never_reads_its_replies_holds_bounded_memory() {
         .unwrap();
     let _ = greedy.0.write_all(&headers);
     // Let the server take what it will of them.
-    let mut grown = 0;
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(100));
-        grown = grown.max(rss(pid).saturating_sub(before));
-    }
+    let grown = peak_growth(pid, before, 20);
     assert!(
         grown <= 160 << 20,
         "the server grew by {} MiB for a client that reads nothing",
@@ -502,11 +510,7 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
             c
         })
         .collect();
-    let mut grown = 0;
-    for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(100));
-        grown = grown.max(rss(pid).saturating_sub(before));
-    }
+    let grown = peak_growth(pid, before, 10);
     // 24 × 32 MiB unbounded; the budget (128 MiB) plus slack for the allocator.
     assert!(
         grown <= 192 << 20,
