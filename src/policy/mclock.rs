@@ -165,31 +165,29 @@ impl MClock {
                 format!("must be in [0, 1], got {slack}"),
             ));
         }
-        let mut m = MClock {
-            late,
-            slack,
-            ..MClock::with_depth(tenants, depth)
-        };
-        m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
-        Ok(Box::new(m))
+        Ok(Box::new(MClock::with(tenants, depth, late, slack)))
     }
 
     /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight, and
-    /// no dispatch depth of its own.
+    /// no dispatch depth of its own (the paper's scheduler alone, without slack).
     pub fn new(tenants: &[TenantSpec]) -> Self {
-        Self::with_depth(tenants, DispatchDepth::fixed(tenants.len(), 0))
+        Self::with(
+            tenants,
+            DispatchDepth::fixed(tenants.len(), 0),
+            DEFAULT_LATE,
+            0.0,
+        )
     }
 
-    /// mClock with the dispatch depth `depth`.
-    pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
+    fn with(tenants: &[TenantSpec], depth: DispatchDepth, late: f64, slack: f64) -> Self {
         let mut m = MClock {
             tenants: Vec::new(),
             queued: 0,
             depth,
             last_weight_p: 0,
-            late: DEFAULT_LATE,
+            late,
             by_reservation: HashSet::new(),
-            slack: 0.0,
+            slack,
         };
         m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
         m
@@ -507,11 +505,12 @@ mod tests {
     #[test]
     fn a_reservation_kept_to_is_served_with_slack_and_one_exceeded_without() {
         let tenants = [spec("A", 1.0, Some(1000.0), None)];
-        let mut p = MClock {
-            slack: 0.25,
-            ..MClock::new(&tenants)
-        };
-        p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
+        let mut p = MClock::with(
+            &tenants,
+            DispatchDepth::fixed(tenants.len(), 0),
+            DEFAULT_LATE,
+            0.25,
+        );
         p.put(test_request(0, 0, 4096, 0), 0);
         assert_eq!(next(&mut p, 0), Some((0, 0)));
         // Within its reservation: the next R is 1 / 1,250 s on.

@@ -754,37 +754,37 @@ impl SwitchedBuckets {
         if self.tenants[t].queue.is_empty() {
             return;
         }
-        if self.tenants[t].bucket.is_none() {
-            let held = self.best_effort_held();
-            while !self.tenants[t].queue.is_empty()
-                && (!held || self.tenants[t].passed < self.best_effort_depth)
-            {
-                let r = self.tenants[t].queue.pop_front().expect("non-empty");
-                if r.arrival < now {
-                    self.tenants[t].throttled += 1;
-                }
-                self.pass(r, now);
-            }
-            return;
+        let held = self.best_effort_held();
+        if self.tenants[t].bucket.is_some() {
+            // A tenant within its agreed rate refills `refill_slack` faster (module doc).
+            let over = self.over_rate(t, now);
+            let tenant = &mut self.tenants[t];
+            let rho = if over {
+                tenant.rho_agreed
+            } else {
+                tenant.rho_slack
+            };
+            let b = tenant.bucket.as_mut().expect("checked above");
+            b.refill(now);
+            b.rho = rho;
         }
-        // A tenant within its agreed rate refills `refill_slack` faster (module doc).
-        let over = self.over_rate(t, now);
-        let tenant = &mut self.tenants[t];
-        let b = tenant.bucket.as_mut().expect("checked above");
-        b.refill(now);
-        b.rho = if over {
-            tenant.rho_agreed
-        } else {
-            tenant.rho_slack
-        };
-        while !tenant.queue.is_empty() && b.take() {
-            let r = tenant.queue.pop_front().expect("non-empty");
+        loop {
+            let tenant = &mut self.tenants[t];
+            if tenant.queue.is_empty() {
+                return;
+            }
+            let may = match tenant.bucket.as_mut() {
+                Some(b) => b.take(),
+                None => !held || tenant.passed < self.best_effort_depth,
+            };
+            if !may {
+                return;
+            }
+            let r = tenant.queue.pop_front().expect("not empty");
             if r.arrival < now {
                 tenant.throttled += 1;
             }
-            tenant.passed += 1;
-            self.admitted.insert(r.id, now);
-            self.storage.push_back(r);
+            self.pass(r, now);
         }
     }
 }
@@ -812,11 +812,9 @@ impl Policy for SwitchedBuckets {
         if first_offer && !on && mark > 0 && self.predicted_rt() > mark {
             self.judge(k, hwm + 1, now);
         }
+        let held = self.best_effort_held();
         let t = &mut self.tenants[k];
-        if t.bucket.is_none()
-            && self.best_effort_depth > 0
-            && (!t.queue.is_empty() || t.passed >= self.best_effort_depth)
-            && (self.rule == SwitchRule::AlwaysOn || self.any_breach)
+        if t.bucket.is_none() && held && (!t.queue.is_empty() || t.passed >= self.best_effort_depth)
         {
             // Best effort while the SLOs are at risk: it waits its turn (module doc).
             t.queue.push_back(request);

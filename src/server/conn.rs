@@ -109,7 +109,7 @@ pub struct Conn {
     /// Bytes whose replies went out (or were dropped) since the engine last asked.
     released: u64,
     /// Bytes held for the request whose header is being parsed (or whose write
-    /// payload is arriving), before it is admitted.
+    /// payload is arriving), before it is admitted ([`Self::reserve`]).
     pub reserved: u64,
 }
 
@@ -144,9 +144,12 @@ impl Conn {
         }
     }
 
-    /// A request holding `bytes` of data was admitted.
-    pub fn hold(&mut self, bytes: u64) {
+    /// Holds `bytes` for the request whose header is parsed next, until it is admitted
+    /// (then its reply releases them) or the connection ends.
+    pub fn reserve(&mut self, bytes: u64) {
+        assert_eq!(self.reserved, 0, "one request is reserved for at a time");
         self.pending_bytes += bytes;
+        self.reserved = bytes;
     }
 
     /// The bytes released since the last call (their replies were sent or dropped).
@@ -174,7 +177,7 @@ impl Conn {
     }
 
     /// Queues a simple reply (with its read data) behind the earlier ones; `bytes`: what
-    /// the request held (see [`Self::hold`]), released once the reply is sent.
+    /// the request held (see [`Self::reserve`]), released once the reply is sent.
     pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>, bytes: u64) {
         if self.broken {
             self.release(bytes);

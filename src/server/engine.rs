@@ -522,8 +522,7 @@ impl Engine<'_> {
                     return Ok(());
                 }
                 if next > 0 {
-                    c.hold(next);
-                    c.reserved = next;
+                    c.reserve(next);
                     self.inflight_bytes += next;
                 }
             }
