@@ -495,6 +495,25 @@ mod tests {
         }
     }
 
+    /// Completes `r` (dispatched at 0) at `finish`, lets the window end and reads the
+    /// depth gauge.
+    fn depth_after(p: &mut dyn Policy, r: Request, finish: Nanos) -> Option<f64> {
+        p.complete(
+            &Completion {
+                request: r,
+                start: 0,
+                finish,
+            },
+            finish,
+        );
+        let _ = p.dispatch(20_000_000);
+        p.observe(Detail::Gauges)
+            .gauges
+            .iter()
+            .find(|g| g.name == "depth")
+            .map(|g| g.value)
+    }
+
     /// With `depth = "auto"`, a completion of an SLO tenant later than 0.6 × its `rt`
     /// shortens the device queue at the window's end; one in time leaves it alone.
     #[test]
@@ -516,21 +535,7 @@ mod tests {
                 out += 1;
             }
             assert_eq!(out, 41, "no limit of its own yet");
-            let finish = finish_ms * 1_000_000;
-            p.complete(
-                &Completion {
-                    request: r,
-                    start: 0,
-                    finish,
-                },
-                finish,
-            );
-            let _ = p.dispatch(20_000_000);
-            p.observe(Detail::Gauges)
-                .gauges
-                .iter()
-                .find(|g| g.name == "depth")
-                .map(|g| g.value)
+            depth_after(p.as_mut(), r, finish_ms * 1_000_000)
         };
         assert_eq!(run(7), Some(41.0 - 5.0), "7 ms is late for a 10 ms rt");
         assert_eq!(run(6), Some(0.0), "6 ms is in time");
@@ -566,21 +571,7 @@ mod tests {
                     first = Some(r);
                 }
             }
-            let finish = 9_000_000;
-            p.complete(
-                &Completion {
-                    request: first.unwrap(),
-                    start: 0,
-                    finish,
-                },
-                finish,
-            );
-            let _ = p.dispatch(20_000_000);
-            p.observe(Detail::Gauges)
-                .gauges
-                .iter()
-                .find(|g| g.name == "depth")
-                .map(|g| g.value)
+            depth_after(p.as_mut(), first.unwrap(), 9_000_000)
         };
         assert_ne!(run(1), Some(0.0), "compliant and late: the depth shrinks");
         assert_eq!(run(200), Some(0.0), "past its reservation: not judged");
