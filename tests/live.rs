@@ -1315,3 +1315,130 @@ slo = { iops = 400.0, size = 4096, rt_us = 5000 }
         assert!(status.success(), "{err}");
     }
 }
+
+/// A CA, a server certificate for `localhost` and 127.0.0.1 and a client certificate,
+/// in the file names `qemu`'s `tls-creds-x509` and libnbd's `tls-certificates` read:
+/// `server/` (ca-cert.pem, server-cert.pem, server-key.pem), `client/` (ca-cert.pem,
+/// client-cert.pem, client-key.pem) and `anonymous/` (ca-cert.pem only).
+fn make_pki(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "ioshare test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>, cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf(
+        vec!["localhost".to_string(), "127.0.0.1".to_string()],
+        "localhost",
+    );
+    let (client_cert, client_key) = leaf(vec!["client".to_string()], "client");
+    for (sub, files) in [
+        (
+            "server",
+            vec![
+                ("server-cert.pem", &server_cert),
+                ("server-key.pem", &server_key),
+            ],
+        ),
+        (
+            "client",
+            vec![
+                ("client-cert.pem", &client_cert),
+                ("client-key.pem", &client_key),
+            ],
+        ),
+        ("anonymous", vec![]),
+    ] {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ca-cert.pem"), ca.pem()).unwrap();
+        for (name, text) in files {
+            std::fs::write(d.join(name), text).unwrap();
+        }
+    }
+}
+
+/// TLS on the TCP export (`tls = "require"`, client certificates asked for): qemu-io
+/// writes over TLS with a client certificate, nbdinfo reads it back over TLS, what it
+/// wrote is what the Unix socket (TLS offered, not required) reads in the clear; a
+/// client in the clear, or over TLS without a client certificate, gets nothing.
+#[test]
+fn tls_exports_serve_qemu_and_libnbd_and_refuse_the_clear() {
+    let dir = tempdir();
+    let pki = dir.path().join("pki");
+    make_pki(&pki);
+    let port = free_port();
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "tcp = \"127.0.0.1:{port}\"\ntls = \"require\"\n\
+             tls_cert = \"pki/server/server-cert.pem\"\ntls_key = \"pki/server/server-key.pem\"\n\
+             tls_client_ca = \"pki/server/ca-cert.pem\"\n{TWO_TENANTS}"
+        ),
+    );
+    let client = pki.join("client");
+    let creds = format!(
+        "tls-creds-x509,id=tls0,dir={},endpoint=client",
+        client.display()
+    );
+    let image = format!("driver=nbd,host=127.0.0.1,port={port},export=vm1,tls-creds=tls0");
+    let out = run(Command::new("qemu-io")
+        .args(["--object", &creds, "--image-opts", &image])
+        .args(["-c", "write -P 0xa7 1M 3M", "-c", "read -P 0xa7 1M 3M"]));
+    assert!(
+        !stdout(&out).contains("Pattern verification failed"),
+        "{}",
+        stdout(&out)
+    );
+    let tls_uri = |d: &Path| {
+        format!(
+            "nbds://127.0.0.1:{port}/vm1?tls-certificates={}",
+            d.display()
+        )
+    };
+    let info = run(Command::new("nbdinfo").arg("--json").arg(tls_uri(&client)));
+    assert!(stdout(&info).contains("\"TLS\": true"), "{}", stdout(&info));
+    // What went over TLS is on the export: read back in the clear on the Unix socket.
+    let out = run(Command::new("qemu-io")
+        .args([
+            "-f",
+            "raw",
+            "-c",
+            "read -P 0xa7 1M 3M",
+            "-c",
+            "read -P 0 0 1M",
+        ])
+        .arg(s.uri("vm1")));
+    assert!(
+        !stdout(&out).contains("Pattern verification failed"),
+        "{}",
+        stdout(&out)
+    );
+    // In the clear over TCP: refused (NBD_REP_ERR_TLS_REQD).
+    let clear = Command::new("nbdinfo")
+        .arg(format!("nbd://127.0.0.1:{port}/vm1"))
+        .output()
+        .unwrap();
+    assert!(!clear.status.success(), "served in the clear over TCP");
+    // Over TLS but without a client certificate: the handshake fails.
+    let anonymous = Command::new("nbdinfo")
+        .arg(tls_uri(&pki.join("anonymous")))
+        .output()
+        .unwrap();
+    assert!(
+        !anonymous.status.success(),
+        "served without a client certificate"
+    );
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}

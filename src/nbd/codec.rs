@@ -3,8 +3,10 @@
 //! with [`ServerCodec::poll`] and sends what [`ServerCodec::take_output`] hands back.
 //!
 //! It speaks the fixed newstyle handshake (`OPT_EXPORT_NAME`, `OPT_LIST`, `OPT_INFO`,
-//! `OPT_GO`, `OPT_ABORT`; other options are answered `ERR_UNSUP`, structured replies
-//! included: replies are simple) and parses transmission requests. Every request that
+//! `OPT_GO`, `OPT_ABORT`, and `OPT_STARTTLS` where TLS is offered or required, the
+//! handshake itself run by the caller: [`Event::StartTls`]; other options are answered
+//! `ERR_UNSUP`, structured replies included: replies are simple) and parses
+//! transmission requests. Every request that
 //! cannot be served (past the end, over 32 MiB, a write to a read-only export, an
 //! unknown command) becomes [`Event::Error`] so the connection answers it and stays
 //! usable; a write's payload is consumed even then, so the stream stays in step. Only
@@ -100,6 +102,25 @@ pub enum Event {
     },
     /// The client is done (`NBD_CMD_DISC`, `NBD_OPT_ABORT`): send what is pending, close.
     Disconnect,
+    /// The client asked for TLS (`NBD_OPT_STARTTLS`) and was answered `NBD_REP_ACK`:
+    /// send the output in the clear, then run the TLS handshake over the connection
+    /// (bytes the client sent already, [`ServerCodec::take_unparsed`], are its first
+    /// TLS bytes), then call [`ServerCodec::tls_started`]. Nothing is parsed until then.
+    StartTls,
+}
+
+/// Whether a connection may or must use TLS (the NBD protocol's "TLS" section: a
+/// server without it, one that offers it, and one in *forced TLS* mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPolicy {
+    /// `NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_UNSUP`.
+    Off,
+    /// A client may start TLS; it may also go on in the clear.
+    Offered,
+    /// Until TLS runs, every option but `NBD_OPT_STARTTLS` and `NBD_OPT_ABORT` is
+    /// answered `NBD_REP_ERR_TLS_REQD`, and `NBD_OPT_EXPORT_NAME` (which has no error
+    /// reply) closes the connection.
+    Required,
 }
 
 /// Bytes that break the protocol's framing; the connection must be closed.
@@ -122,6 +143,10 @@ pub enum ProtocolError {
     /// The client set flags this server does not know: the protocol says drop it.
     #[error("client flags {0:#x} include ones this server does not know")]
     UnknownClientFlags(u32),
+    /// `NBD_OPT_EXPORT_NAME` before TLS on a connection that requires it; that option
+    /// has no error reply, so the protocol says close.
+    #[error("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS where TLS is required")]
+    TlsRequired,
     /// `NBD_OPT_EXPORT_NAME` named an export not in the table (the name as
     /// [`printable`] shows it); that option has no error reply.
     #[error("NBD_OPT_EXPORT_NAME for unknown export '{0}'")]
@@ -136,6 +161,8 @@ pub enum ProtocolError {
 enum State {
     ClientFlags,
     Options,
+    /// `NBD_OPT_STARTTLS` was acknowledged; the TLS handshake runs outside the codec.
+    AwaitTls,
     Transmission {
         export: usize,
     },
@@ -191,11 +218,19 @@ pub struct ServerCodec {
     after_large_write: bool,
     output: Vec<u8>,
     no_zeroes: bool,
+    tls: TlsPolicy,
+    /// TLS runs on the connection ([`Self::tls_started`]).
+    tls_active: bool,
 }
 
 impl ServerCodec {
-    /// A connection just accepted; the greeting is already in the output.
+    /// A connection just accepted, without TLS; the greeting is already in the output.
     pub fn new(exports: Arc<Vec<ExportInfo>>) -> Self {
+        Self::with_tls(exports, TlsPolicy::Off)
+    }
+
+    /// A connection just accepted under `tls`; the greeting is already in the output.
+    pub fn with_tls(exports: Arc<Vec<ExportInfo>>, tls: TlsPolicy) -> Self {
         let mut output = Vec::with_capacity(64);
         output.extend_from_slice(&INIT_MAGIC.to_be_bytes());
         output.extend_from_slice(&OPTION_MAGIC.to_be_bytes());
@@ -210,7 +245,31 @@ impl ServerCodec {
             after_large_write: false,
             output,
             no_zeroes: false,
+            tls,
+            tls_active: false,
         }
+    }
+
+    /// The TLS handshake that [`Event::StartTls`] asked for succeeded: option
+    /// negotiation goes on over it, from scratch (nothing negotiated in the clear
+    /// carries over; this server keeps no such state).
+    pub fn tls_started(&mut self) {
+        assert_eq!(self.state, State::AwaitTls, "TLS starts only when asked");
+        self.tls_active = true;
+        self.state = State::Options;
+    }
+
+    /// Whether TLS runs on the connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// Takes the bytes received and not parsed: after [`Event::StartTls`], the first
+    /// bytes of the client's TLS handshake, if it sent them before reading the reply.
+    pub fn take_unparsed(&mut self) -> Vec<u8> {
+        let bytes = self.available().to_vec();
+        self.pos = self.end;
+        bytes
     }
 
     /// Bytes received from the client (a copy; a server receiving from a socket uses
@@ -330,7 +389,7 @@ impl ServerCodec {
         loop {
             let result = match self.state {
                 // Whatever follows a disconnect or an error is ignored.
-                State::Closed => return Ok(None),
+                State::Closed | State::AwaitTls => return Ok(None),
                 State::ClientFlags => self.client_flags(),
                 State::Options => self.option(),
                 State::Transmission { export } => self.request(export),
@@ -423,7 +482,39 @@ impl ServerCodec {
         }
         let data = head[OPTION_HEADER..OPTION_HEADER + len as usize].to_vec();
         self.pos += OPTION_HEADER + len as usize;
+        let clear = self.tls == TlsPolicy::Required && !self.tls_active;
         match option {
+            OPT_STARTTLS => {
+                if self.tls == TlsPolicy::Off {
+                    self.error(
+                        option,
+                        REP_ERR_UNSUP,
+                        "TLS is not configured on this server",
+                    );
+                } else if self.tls_active {
+                    self.error(option, REP_ERR_INVALID, "TLS is already running");
+                } else if !data.is_empty() {
+                    self.error(option, REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+                } else {
+                    self.reply(option, REP_ACK, &[]);
+                    self.state = State::AwaitTls;
+                    return Ok(Step::Event(Event::StartTls));
+                }
+                Ok(Step::Again)
+            }
+            OPT_EXPORT_NAME if clear => Err(ProtocolError::TlsRequired),
+            OPT_ABORT => {
+                self.reply(option, REP_ACK, &[]);
+                Ok(Step::Event(Event::Disconnect))
+            }
+            _ if clear => {
+                self.error(
+                    option,
+                    REP_ERR_TLS_REQD,
+                    "this server requires TLS: send NBD_OPT_STARTTLS first",
+                );
+                Ok(Step::Again)
+            }
             OPT_EXPORT_NAME => {
                 let Some(index) = self.find_bytes(&data) else {
                     return Err(ProtocolError::UnknownExport(printable(&data)));
@@ -437,10 +528,6 @@ impl ServerCodec {
                 }
                 self.state = State::Transmission { export: index };
                 Ok(Step::Event(Event::Selected { export: index }))
-            }
-            OPT_ABORT => {
-                self.reply(option, REP_ACK, &[]);
-                Ok(Step::Event(Event::Disconnect))
             }
             OPT_LIST => {
                 if !data.is_empty() {
@@ -457,11 +544,11 @@ impl ServerCodec {
                 Ok(Step::Again)
             }
             OPT_INFO | OPT_GO => self.info_or_go(option, &data),
-            OPT_STRUCTURED_REPLY | OPT_STARTTLS => {
+            OPT_STRUCTURED_REPLY => {
                 self.error(
                     option,
                     REP_ERR_UNSUP,
-                    "this server sends simple replies only, without TLS",
+                    "this server sends simple replies only",
                 );
                 Ok(Step::Again)
             }
@@ -844,6 +931,81 @@ mod tests {
         // Still negotiating: a good GO works.
         c.receive(&go("a"));
         assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+    }
+
+    fn negotiating_with(tls: TlsPolicy) -> ServerCodec {
+        let mut c = ServerCodec::with_tls(exports(), tls);
+        let _ = c.take_output();
+        c.receive(&(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES).to_be_bytes());
+        assert_eq!(events(&mut c), vec![]);
+        c
+    }
+
+    /// Forced TLS (the NBD document's "TLS" section): before `NBD_OPT_STARTTLS` every
+    /// option but `NBD_OPT_ABORT` is answered `NBD_REP_ERR_TLS_REQD`, and
+    /// `NBD_OPT_EXPORT_NAME` closes; `NBD_OPT_STARTTLS` is acknowledged, nothing is
+    /// parsed until the caller's handshake is done, the client's early TLS bytes are
+    /// handed over, and then options are served; a second `NBD_OPT_STARTTLS` is invalid.
+    #[test]
+    fn forced_tls_answers_nothing_before_starttls() {
+        let mut c = negotiating_with(TlsPolicy::Required);
+        c.receive(&option(OPT_LIST, &[]));
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![]);
+        let r = replies(&c.take_output());
+        assert_eq!(
+            r.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(),
+            vec![(OPT_LIST, REP_ERR_TLS_REQD), (OPT_GO, REP_ERR_TLS_REQD)]
+        );
+        let mut starttls = option(OPT_STARTTLS, &[]);
+        starttls.extend_from_slice(b"\x16\x03\x01client hello");
+        c.receive(&starttls);
+        assert_eq!(events(&mut c), vec![Event::StartTls]);
+        assert_eq!(
+            replies(&c.take_output()),
+            vec![(OPT_STARTTLS, REP_ACK, vec![])]
+        );
+        assert_eq!(c.take_unparsed(), b"\x16\x03\x01client hello");
+        c.receive(&go("a"));
+        assert_eq!(
+            events(&mut c),
+            vec![],
+            "nothing parsed before the handshake"
+        );
+        c.tls_started();
+        assert!(c.tls_active());
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        let r = replies(&c.take_output());
+        assert_eq!(r.last().map(|x| (x.0, x.1)), Some((OPT_GO, REP_ACK)));
+        // NBD_OPT_EXPORT_NAME has no error reply: before TLS it closes.
+        let mut c = negotiating_with(TlsPolicy::Required);
+        c.receive(&option(OPT_EXPORT_NAME, b"a"));
+        assert_eq!(c.poll(), Err(ProtocolError::TlsRequired));
+        // Aborting needs no TLS.
+        let mut c = negotiating_with(TlsPolicy::Required);
+        c.receive(&option(OPT_ABORT, &[]));
+        assert_eq!(events(&mut c), vec![Event::Disconnect]);
+    }
+
+    #[test]
+    fn starttls_twice_or_unconfigured_or_with_data_is_refused() {
+        let mut c = negotiating_with(TlsPolicy::Offered);
+        c.receive(&option(OPT_STARTTLS, b"x"));
+        c.receive(&option(OPT_STARTTLS, &[]));
+        assert_eq!(events(&mut c), vec![Event::StartTls]);
+        c.tls_started();
+        c.receive(&option(OPT_STARTTLS, &[]));
+        assert_eq!(events(&mut c), vec![]);
+        let kinds: Vec<u32> = replies(&c.take_output()).iter().map(|x| x.1).collect();
+        assert_eq!(kinds, vec![REP_ERR_INVALID, REP_ACK, REP_ERR_INVALID]);
+        // Offered, a client may also go on in the clear.
+        let mut c = negotiating_with(TlsPolicy::Offered);
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        let mut c = negotiating();
+        c.receive(&option(OPT_STARTTLS, &[]));
+        assert_eq!(events(&mut c), vec![]);
+        assert_eq!(replies(&c.take_output())[0].1, REP_ERR_UNSUP);
     }
 
     #[test]

@@ -130,6 +130,11 @@ pub fn check(exports: &[ExportInfo], t: &Transcript) {
             Ok(Event::Error { .. }) => {
                 assert!(selected.is_some(), "a request error before transmission");
             }
+            Ok(Event::StartTls) => {
+                assert!(selected.is_none(), "TLS started during transmission");
+                // The codec parses nothing more until the caller's TLS handshake.
+                over = true;
+            }
             Ok(Event::Disconnect) | Err(_) => over = true,
         }
     }

@@ -7,4 +7,4 @@ pub mod codec;
 pub mod fuzzing;
 pub mod proto;
 
-pub use codec::{Command, CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};
+pub use codec::{Command, CommandKind, Event, ExportInfo, ProtocolError, ServerCodec, TlsPolicy};

@@ -65,6 +65,8 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 /// Option error `NBD_REP_ERR_INVALID`: the option is malformed or invalid.
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// `NBD_REP_ERR_TLS_REQD`: the server requires TLS before this option.
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// Option error `NBD_REP_ERR_UNKNOWN`: the requested export is not available.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 /// Option error `NBD_REP_ERR_TOO_BIG`: the option's payload is too large.

@@ -38,6 +38,10 @@ struct ServerFile {
     max_inflight_bytes: Option<ByteSize>,
     handshake_timeout_s: Option<f64>,
     max_connections: Option<u32>,
+    tls: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -157,6 +161,8 @@ pub struct ServerConfig {
     pub handshake_timeout: std::time::Duration,
     /// Connections open at once (handshaking and served); more are closed at accept.
     pub max_connections: u32,
+    /// TLS for the exports (`NBD_OPT_STARTTLS`).
+    pub tls: Tls,
     /// What serves the requests.
     pub backend: BackendKind,
     /// How the file backend uses the page cache.
@@ -210,6 +216,7 @@ impl ServerConfig {
             max_inflight_bytes: server.max_inflight_bytes,
             handshake_timeout: server.handshake_timeout,
             max_connections: server.max_connections,
+            tls: server.tls,
             backend: backend.kind,
             cache: backend.cache,
             shared: backend.shared,
@@ -246,6 +253,7 @@ impl ServerConfig {
                 "server.max_connections",
                 self.max_connections == new.max_connections,
             ),
+            ("server.tls*", self.tls == new.tls),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
             ("backend.path/size", self.shared == new.shared),
@@ -291,6 +299,100 @@ struct Server {
     max_inflight_bytes: u64,
     handshake_timeout: std::time::Duration,
     max_connections: u32,
+    tls: Tls,
+}
+
+/// Whether clients may or must use TLS (`server.tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    /// No TLS: `NBD_OPT_STARTTLS` is refused (`"off"`).
+    Off,
+    /// Offered: a client may start TLS or go on in the clear (`"on"`).
+    On,
+    /// Required of TCP clients: nothing is served to one until it starts TLS
+    /// (`"require"`). Clients on the Unix socket (mode 0600, local) may still use it.
+    Require,
+}
+
+/// `server.tls` and its credentials, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// Whether TLS is off, offered or required.
+    pub mode: TlsMode,
+    /// The server's certificate chain (PEM), leaf first.
+    pub cert: Option<PathBuf>,
+    /// The server's private key (PEM: PKCS #8, PKCS #1 or SEC1).
+    pub key: Option<PathBuf>,
+    /// CA certificates (PEM) a client must present a certificate signed by; `None`:
+    /// clients are not asked for one.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Whether a `server.tcp` address is on this machine only (the loopback range or
+/// `localhost`); anything else, a name included, may be reached from the network.
+pub fn is_loopback_address(address: &str) -> bool {
+    if let Ok(a) = address.parse::<std::net::SocketAddr>() {
+        return a.ip().is_loopback();
+    }
+    address
+        .rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
+}
+
+fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, Invalid> {
+    let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
+    let network = s.tcp.as_deref().filter(|a| !is_loopback_address(a));
+    let has_cert = s.tls_cert.is_some() || s.tls_key.is_some();
+    let mode = match s.tls.as_deref() {
+        Some("off") => TlsMode::Off,
+        Some("on") => TlsMode::On,
+        Some("require") => TlsMode::Require,
+        Some(other) => {
+            return Err(field(
+                "tls",
+                format!("must be \"off\", \"on\" or \"require\", got \"{other}\""),
+            ));
+        }
+        // Tenants' data does not cross a network in the clear unless asked for.
+        None if network.is_some() => TlsMode::Require,
+        None if has_cert => TlsMode::On,
+        None => TlsMode::Off,
+    };
+    let (cert, key) = (s.tls_cert.clone().map(at), s.tls_key.clone().map(at));
+    let client_ca = s.tls_client_ca.clone().map(at);
+    if mode == TlsMode::Off {
+        if let Some(name) = [
+            ("tls_cert", cert.is_some()),
+            ("tls_key", key.is_some()),
+            ("tls_client_ca", client_ca.is_some()),
+        ]
+        .iter()
+        .find_map(|(n, set)| set.then_some(*n))
+        {
+            return Err(field(name, "is set but server.tls = \"off\"".into()));
+        }
+    } else if cert.is_none() || key.is_none() {
+        let why = match (s.tls.is_none(), network) {
+            (true, Some(address)) => format!(
+                "server.tcp = \"{address}\" is not a loopback address, so TLS is required by \
+                 default: set server.tls_cert and server.tls_key (PEM), or server.tls = \"off\" \
+                 to serve the tenants' data unencrypted to the network"
+            ),
+            _ => "TLS needs server.tls_cert and server.tls_key (PEM files)".into(),
+        };
+        let missing = if cert.is_none() {
+            "tls_cert"
+        } else {
+            "tls_key"
+        };
+        return Err(field(missing, why));
+    }
+    Ok(Tls {
+        mode,
+        cert,
+        key,
+        client_ca,
+    })
 }
 
 /// `server.max_inflight_bytes` by default.
@@ -298,6 +400,7 @@ pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 512 << 20;
 
 fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Server, Invalid> {
     let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
+    let tls = tls_section(&s, at)?;
     let queue_depth = s.queue_depth.unwrap_or(32);
     if !(1..=4096).contains(&queue_depth) {
         return Err(field(
@@ -375,6 +478,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         max_inflight_bytes,
         handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
         max_connections,
+        tls,
     })
 }
 
@@ -692,6 +796,55 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    /// TLS is required by default where TCP is not loopback, and then needs its
+    /// certificate; offered when a certificate is given; off otherwise.
+    #[test]
+    fn tls_defaults_follow_the_tcp_address() {
+        let t = "[[tenant]]\nname = \"vm1\"\nfile = \"vm1.img\"\nsize = \"1g\"\n";
+        let cert = "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";
+        let mode = |server: &str| parse(&format!("[server]\n{server}{t}")).map(|c| c.tls.mode);
+        assert_eq!(mode("tcp = \"127.0.0.1:10809\"\n"), Ok(TlsMode::Off));
+        assert_eq!(mode("tcp = \"localhost:10809\"\n"), Ok(TlsMode::Off));
+        assert_eq!(mode("tcp = \"[::1]:10809\"\n"), Ok(TlsMode::Off));
+        assert_eq!(mode(cert), Ok(TlsMode::On));
+        assert_eq!(
+            mode(&format!("tcp = \"0.0.0.0:10809\"\n{cert}")),
+            Ok(TlsMode::Require)
+        );
+        assert_eq!(
+            mode("tcp = \"0.0.0.0:10809\"\ntls = \"off\"\n"),
+            Ok(TlsMode::Off)
+        );
+        let c = parse(&format!("[server]\n{cert}tls_client_ca = \"ca.pem\"\n{t}")).unwrap();
+        assert_eq!(c.tls.cert, Some(PathBuf::from("/srv/c.pem")));
+        assert_eq!(c.tls.client_ca, Some(PathBuf::from("/srv/ca.pem")));
+        for (server, says) in [
+            (
+                "tcp = \"0.0.0.0:10809\"\n",
+                "server.tls_cert: server.tcp = \"0.0.0.0:10809\" is not a loopback address, so TLS is required by default",
+            ),
+            (
+                "tls = \"require\"\n",
+                "server.tls_cert: TLS needs server.tls_cert",
+            ),
+            (
+                "tls = \"on\"\ntls_cert = \"c.pem\"\n",
+                "server.tls_key: TLS needs",
+            ),
+            (
+                "tls = \"off\"\ntls_client_ca = \"ca.pem\"\n",
+                "server.tls_client_ca: is set but server.tls = \"off\"",
+            ),
+            (
+                "tls = \"yes\"\n",
+                "server.tls: must be \"off\", \"on\" or \"require\"",
+            ),
+        ] {
+            let e = mode(server).unwrap_err();
+            assert!(e.contains(says), "{server}: {e}");
+        }
     }
 
     #[test]

@@ -530,8 +530,12 @@ impl Engine<'_> {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command),
                 Ok(Some(Event::Error { handle, error })) => c.reply(handle, error, None, 0),
                 Ok(Some(Event::Disconnect)) => c.parsed = true,
-                Ok(Some(Event::Selected { .. })) => {
-                    eprintln!("ioshare: connection {}: a second export selection", c.id);
+                Ok(Some(Event::Selected { .. } | Event::StartTls)) => {
+                    // The codec makes neither once transmission runs.
+                    eprintln!(
+                        "ioshare: connection {}: a handshake event in transmission",
+                        c.id
+                    );
                     c.parsed = true;
                 }
                 Ok(None) if c.eof => c.parsed = true,

@@ -20,10 +20,11 @@ pub mod conn;
 pub mod engine;
 pub mod prometheus;
 pub mod stats;
+pub mod tls;
 
 use crate::metrics::Recorder;
 use crate::metrics::ScenarioResult;
-use crate::nbd::{Event, ExportInfo, ServerCodec};
+use crate::nbd::{Event, ExportInfo, ServerCodec, TlsPolicy};
 use crate::types::TenantId;
 use config::ServerConfig;
 use conn::{Attach, Slot};
@@ -42,6 +43,8 @@ use std::time::{Duration, Instant};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOAD: AtomicBool = AtomicBool::new(false);
+/// TLS connections whose relay still runs (a drain waits for them to flush).
+static RELAYS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 extern "C" fn on_signal(signal: libc::c_int) {
     if signal == libc::SIGHUP {
@@ -81,6 +84,76 @@ impl Stream {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
             }
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// A handshaking connection: in the clear, or over TLS once the client started it.
+enum Transport {
+    Plain(Stream),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, Stream>>),
+}
+
+impl Read for Transport {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read(buf),
+            Transport::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Transport {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.write(buf),
+            Transport::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.flush(),
+            Transport::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// What the handshake offers: the TLS policy for connections on the TCP listener and
+/// on the Unix socket, and the configuration that serves it.
+#[derive(Clone)]
+struct TlsOffer {
+    tcp: TlsPolicy,
+    unix: TlsPolicy,
+    config: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl TlsOffer {
+    fn new(tls: &config::Tls) -> anyhow::Result<TlsOffer> {
+        let (tcp, unix) = match tls.mode {
+            config::TlsMode::Off => (TlsPolicy::Off, TlsPolicy::Off),
+            config::TlsMode::On => (TlsPolicy::Offered, TlsPolicy::Offered),
+            config::TlsMode::Require => (TlsPolicy::Required, TlsPolicy::Offered),
+        };
+        let config = match tls.mode {
+            config::TlsMode::Off => None,
+            _ => Some(tls::server_config(tls)?),
+        };
+        Ok(TlsOffer { tcp, unix, config })
+    }
+
+    fn policy(&self, stream: &Stream) -> TlsPolicy {
+        match stream {
+            Stream::Tcp(_) => self.tcp,
+            Stream::Unix(_) => self.unix,
         }
     }
 }
@@ -152,6 +225,7 @@ pub fn serve(
             .map(|s| (s.name.clone(), s.weight))
             .collect::<Vec<_>>(),
     ));
+    let offer = TlsOffer::new(&config.tls)?;
     let listeners = Listeners::bind(&config)?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
@@ -193,9 +267,15 @@ pub fn serve(
     if let Some(a) = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok())
         && !a.ip().is_loopback()
     {
-        eprintln!(
-            "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and this server has no TLS or authentication: anyone who can connect reads and writes the exports"
-        );
+        match (config.tls.mode, &config.tls.client_ca) {
+            (config::TlsMode::Require, Some(_)) => {}
+            (config::TlsMode::Require, None) => eprintln!(
+                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
+            ),
+            _ => eprintln!(
+                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and TLS is not required (server.tls): anyone who can connect reads and writes the exports"
+            ),
+        }
     }
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
@@ -204,8 +284,14 @@ pub fn serve(
         config.policy.label,
         config.queue_depth
     );
-    let registry =
-        accept_until_stopped(&mut config, source.as_deref(), &listeners, &handle, &stats);
+    let registry = accept_until_stopped(
+        &mut config,
+        source.as_deref(),
+        &listeners,
+        &handle,
+        &stats,
+        &offer,
+    );
     eprintln!("ioshare: stopping: serving what was received, then syncing");
     drop(listeners);
     if let Some(p) = &config.unix {
@@ -219,6 +305,11 @@ pub fn serve(
     let outcome = engine_thread
         .join()
         .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
+    // The engine closed its ends; TLS relays send what is left and close.
+    let waiting = Instant::now();
+    while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     summarize(&config, &stats, outcome, out.as_deref(), clock)
 }
 
@@ -388,6 +479,7 @@ fn accept_until_stopped(
     listeners: &Listeners,
     handle: &EngineHandle,
     stats: &LiveStats,
+    offer: &TlsOffer,
 ) -> Registry {
     let exports: Arc<Vec<ExportInfo>> = Arc::new(
         config
@@ -428,7 +520,9 @@ fn accept_until_stopped(
                 return;
             };
             next_conn += 1;
-            spawn_connection(stream, next_conn, timeout, slot, &exports, handle, &registry);
+            spawn_connection(
+                stream, next_conn, timeout, slot, &exports, handle, &registry, offer,
+            );
         });
         if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
             let now = stats.snapshot();
@@ -568,6 +662,7 @@ fn bind_unix(path: &PathBuf) -> anyhow::Result<UnixListener> {
     Ok(l)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_connection(
     stream: Stream,
     id: u64,
@@ -576,16 +671,22 @@ fn spawn_connection(
     exports: &Arc<Vec<ExportInfo>>,
     engine: &EngineHandle,
     registry: &Registry,
+    offer: &TlsOffer,
 ) {
     let Ok(clone) = stream.try_clone() else {
         return;
     };
     registry.lock().expect("registry").insert(id, clone);
     let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
+    let tls = (offer.policy(&stream), offer.config.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
-            if let Err(e) = connection(stream, id, timeout, slot, exports, engine) {
+            let handed_off = || {
+                registry.lock().expect("registry").remove(&id);
+            };
+            if let Err(e) = connection(stream, id, timeout, slot, exports, engine, tls, handed_off)
+            {
                 // A client that hangs up mid-conversation is not news.
                 // Nor is one that sat silent past the handshake timeout (logged below
                 // would let idle clients fill the log).
@@ -610,24 +711,30 @@ fn spawn_connection(
     }
 }
 
-/// Runs one connection's handshake, then hands it to the engine, which serves its
-/// requests from then on.
+/// Runs one connection's handshake (TLS included, when the client starts it), then
+/// hands it to the engine, which serves its requests from then on; over TLS, this
+/// thread then relays between the client and the engine ([`tls::relay`]).
+/// `handed_off` runs once the engine has the connection (a drain no longer cuts it).
+#[allow(clippy::too_many_arguments)]
 fn connection(
-    mut stream: Stream,
+    stream: Stream,
     id: u64,
     timeout: std::time::Duration,
     slot: Slot,
     exports: Arc<Vec<ExportInfo>>,
     engine: EngineHandle,
+    (policy, tls): (TlsPolicy, Option<Arc<rustls::ServerConfig>>),
+    handed_off: impl FnOnce(),
 ) -> anyhow::Result<()> {
     // A client that connects and says nothing (or reads nothing) is dropped after
     // `server.handshake_timeout_s`, not kept with its thread and descriptors.
     stream.set_timeouts(Some(timeout))?;
-    let mut codec = ServerCodec::new(exports);
+    let mut codec = ServerCodec::with_tls(exports, policy);
     let mut buf = vec![0u8; 64 << 10];
-    stream.write_all(&codec.take_output())?;
+    let mut io = Transport::Plain(stream);
+    io.write_all(&codec.take_output())?;
     let export = loop {
-        let n = stream.read(&mut buf)?;
+        let n = io.read(&mut buf)?;
         if n == 0 {
             return Ok(());
         }
@@ -636,33 +743,73 @@ fn connection(
         let selected = match codec.poll() {
             Ok(Some(Event::Selected { export })) => Some(export),
             Ok(Some(Event::Disconnect)) => {
-                stream.write_all(&codec.take_output())?;
+                io.write_all(&codec.take_output())?;
                 return Ok(());
+            }
+            Ok(Some(Event::StartTls)) => {
+                io.write_all(&codec.take_output())?;
+                let (Transport::Plain(plain), Some(config)) = (io, tls.clone()) else {
+                    unreachable!("the codec starts TLS once, where it is offered");
+                };
+                let mut conn = rustls::ServerConnection::new(config)?;
+                let early = codec.take_unparsed();
+                if !early.is_empty() {
+                    conn.read_tls(&mut early.as_slice())?;
+                }
+                let mut owned = rustls::StreamOwned::new(conn, plain);
+                while owned.conn.is_handshaking() {
+                    owned
+                        .conn
+                        .complete_io(&mut owned.sock)
+                        .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
+                }
+                codec.tls_started();
+                io = Transport::Tls(Box::new(owned));
+                None
             }
             Ok(Some(_)) => unreachable!("requests come only after an export is selected"),
             Ok(None) => None,
             Err(e) => {
-                let _ = stream.write_all(&codec.take_output());
+                let _ = io.write_all(&codec.take_output());
                 return Err(anyhow::anyhow!("handshake: {e}"));
             }
         };
-        stream.write_all(&codec.take_output())?;
+        io.write_all(&codec.take_output())?;
         if let Some(e) = selected {
             break e;
         }
     };
-    stream.set_timeouts(None)?;
-    let fd: OwnedFd = match stream {
-        Stream::Unix(s) => s.into(),
-        Stream::Tcp(s) => s.into(),
+    let attach = |fd: OwnedFd, codec: ServerCodec, slot: Slot| {
+        // A stopping engine drops the connection, which closes it.
+        engine.attach(Attach {
+            id,
+            fd,
+            codec,
+            tenant: export as TenantId,
+            slot,
+        });
     };
-    // A stopping engine drops the connection, which closes it.
-    engine.attach(Attach {
-        id,
-        fd,
-        codec,
-        tenant: export as TenantId,
-        slot,
-    });
+    match io {
+        Transport::Plain(stream) => {
+            stream.set_timeouts(None)?;
+            let fd: OwnedFd = match stream {
+                Stream::Unix(s) => s.into(),
+                Stream::Tcp(s) => s.into(),
+            };
+            attach(fd, codec, slot);
+            handed_off();
+        }
+        Transport::Tls(owned) => {
+            let (conn, sock) = owned.into_parts();
+            sock.set_timeouts(None)?;
+            let (ours, engines) = UnixStream::pair()?;
+            RELAYS.fetch_add(1, Ordering::SeqCst);
+            attach(engines.into(), codec, slot);
+            handed_off();
+            let relayed = tls::relay(conn, sock, ours);
+            RELAYS.fetch_sub(1, Ordering::SeqCst);
+            relayed?;
+        }
+    }
     Ok(())
 }
