@@ -1442,3 +1442,42 @@ fn tls_exports_serve_qemu_and_libnbd_and_refuse_the_clear() {
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
 }
+
+/// The metrics endpoint answers a scrape while connections that send nothing are open
+/// (it answered one connection at a time, each allowed 2 s: ten idle ones held a
+/// scrape for 20 s); they are still open when the scrape is answered, and closed by
+/// the server once their time is up.
+#[test]
+fn idle_metrics_connections_do_not_hold_up_a_scrape() {
+    let dir = tempdir();
+    let port = free_port();
+    let s = Server::start(
+        dir.path(),
+        &format!("metrics = \"127.0.0.1:{port}\"\n{TWO_TENANTS}"),
+    );
+    let idle: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let (status, text) = http_get(port, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(text.contains("ioshare_policy_info"), "{text}");
+    let mut byte = [0u8; 1];
+    for c in &idle {
+        c.set_nonblocking(true).unwrap();
+        let e = (&*c)
+            .read(&mut byte)
+            .expect_err("nothing was sent to an idle scraper");
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "still open");
+    }
+    for c in &idle {
+        c.set_nonblocking(false).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(
+            (&*c).read(&mut byte).unwrap(),
+            0,
+            "closed after its deadline"
+        );
+    }
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}

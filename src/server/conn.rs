@@ -19,8 +19,9 @@ const COPY_BELOW: usize = 16 << 10;
 /// The most iovecs one `sendmsg` takes (`IOV_MAX`); more go in the next send.
 const MAX_IOV: usize = 1024;
 
-/// One of the server's connections, counted against `server.max_connections` from its
-/// accept until it is dropped, wherever that happens (handshake thread or engine).
+/// A place under a cap of open connections, from accept until it is dropped wherever
+/// that happens: the exports' connections under `server.max_connections` (handshake
+/// thread or engine), the metrics endpoint's under its own.
 #[derive(Debug)]
 pub struct Slot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 

@@ -2,8 +2,10 @@
 //! example config) answers the per-tenant counters, latency histograms and the policy's
 //! state in the Prometheus text format (version 0.0.4).
 //!
-//! One thread serves the requests one after another: a scrape is a few kilobytes and
-//! the endpoint is for a monitoring system, not for the public.
+//! Each connection is answered on a thread of its own, at most [`MAX_SCRAPES`] at once
+//! (more are closed as they come), and must send its request within [`DEADLINE`] in
+//! all: idle or slow connections cannot hold up a scrape (one thread answering them in
+//! turn, 10 idle connections delayed a scrape by 20 s).
 
 use super::stats::{LATENCY_BUCKETS_NS, LiveStats, TenantCounters};
 use crate::policy::Gauge;
@@ -11,7 +13,13 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+/// Connections answered at once.
+pub const MAX_SCRAPES: usize = 16;
+/// How long a connection has to send its request and take the answer.
+pub const DEADLINE: Duration = Duration::from_secs(2);
 
 /// What is exported besides the counters.
 pub struct MetricsSource {
@@ -26,23 +34,42 @@ pub fn spawn(addr: &str, source: MetricsSource) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("server.metrics: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
+    let source = Arc::new(source);
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                // A scraper that misbehaves is dropped; the server goes on.
-                let _ = answer(stream, &source);
+                // Past the cap the connection is closed at once (dropped here).
+                let Some(slot) = super::conn::Slot::take(&busy, MAX_SCRAPES) else {
+                    continue;
+                };
+                let source = source.clone();
+                let _ = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        // A scraper that misbehaves is dropped; the server goes on.
+                        let _ = answer(stream, &source);
+                        drop(slot);
+                    });
             }
         })?;
     Ok(local)
 }
 
 fn answer(mut stream: TcpStream, source: &MetricsSource) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let deadline = Instant::now() + DEADLINE;
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))
+    };
+    stream.set_write_timeout(Some(DEADLINE))?;
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        stream.set_read_timeout(Some(left()?))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
