@@ -373,7 +373,7 @@ impl ServerCodec {
         let inside = offset
             .checked_add(u64::from(len))
             .is_some_and(|end| end <= e.size);
-        let served = len <= MAX_PAYLOAD
+        let served = (1..=MAX_PAYLOAD).contains(&len)
             && flags & !KNOWN_CMD_FLAGS == 0
             && inside
             && match kind {
@@ -651,7 +651,9 @@ impl ServerCodec {
         let error = |error| Ok(Step::Event(Event::Error { handle, error }));
         if kind == CMD_WRITE {
             // The payload follows whatever the answer.
-            let problem = if len > MAX_PAYLOAD || unknown_flags {
+            // A write of nothing is refused as nbdkit refuses it (the NBD document
+            // leaves it open; the backend would call it a short write).
+            let problem = if len > MAX_PAYLOAD || len == 0 || unknown_flags {
                 Some(EINVAL)
             } else if e.read_only {
                 Some(EPERM)
@@ -691,6 +693,7 @@ impl ServerCodec {
         let kind = match kind {
             CMD_DISC => return Ok(Step::Event(Event::Disconnect)),
             _ if unknown_flags => return error(EINVAL),
+            CMD_READ | CMD_TRIM | CMD_WRITE_ZEROES if len == 0 => return error(EINVAL),
             CMD_READ if len > MAX_PAYLOAD => return error(EINVAL),
             CMD_READ if past_end => return error(EINVAL),
             CMD_READ => CommandKind::Read,
@@ -1171,6 +1174,15 @@ mod tests {
         bytes.extend(request(CMD_WRITE, 0, 10, (1 << 20) - 1, 2)); // past the end
         bytes.extend_from_slice(b"!!");
         bytes.extend(request(42, 0, 11, 0, 0)); // unknown command
+        // Zero-length data requests (a write of nothing has no payload).
+        for (kind, handle) in [
+            (CMD_WRITE, 14),
+            (CMD_READ, 15),
+            (CMD_TRIM, 16),
+            (CMD_WRITE_ZEROES, 17),
+        ] {
+            bytes.extend(request(kind, 0, handle, 4096, 0));
+        }
         bytes.extend(request(CMD_READ, 0, 12, 0, 512));
         bytes.extend(request(CMD_DISC, 0, 13, 0, 0));
         let mut got = Vec::new();
@@ -1204,6 +1216,22 @@ mod tests {
                 },
                 Event::Error {
                     handle: 11,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 14,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 15,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 16,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 17,
                     error: EINVAL
                 },
                 Event::Command(Command {
