@@ -1481,3 +1481,47 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
 }
+
+/// An image truncated while served: a read past its new end is answered with an error
+/// (it read back zeroes, which a guest takes for its data) and logged; reads before the
+/// end go on.
+#[test]
+fn a_read_past_a_shrunken_image_is_an_error_not_zeroes() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    run(Command::new("qemu-io")
+        .args([
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x3c 0 1M",
+            "-c",
+            "write -P 0x3c 8M 1M",
+        ])
+        .arg(s.uri("vm1")));
+    let image = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("vm1.img"))
+        .unwrap();
+    image.set_len(4 << 20).unwrap();
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read -P 0x3c 8M 4k"])
+        .arg(s.uri("vm1"))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("Input/output error"), "{said}");
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read -P 0x3c 0 1M"])
+        .arg(s.uri("vm1")));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("vm1: a read at byte 8388608 met the end of its image"),
+        "{err}"
+    );
+}

@@ -67,6 +67,10 @@ pub enum Next {
     Again,
     /// The request is over; the reply carries this NBD error value (0: success).
     Done(u32),
+    /// A read met the end of its file before its end: the image is shorter than when
+    /// it was opened (truncated while served). The reply is `EIO`, not zeroes the guest
+    /// would take for its data; the server says so in its log.
+    PastEnd,
 }
 
 /// Opens every tenant's storage as the configuration says.
@@ -360,10 +364,8 @@ impl Transfer {
             (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => Next::Done(0),
             (Stage::Transfer, CommandKind::Read) => {
                 if n == 0 {
-                    // Past the end of a file: the rest reads as zeroes.
-                    let done = l.done as usize;
-                    l.buf.as_mut().expect("read buffer")[done..].fill(0);
-                    return Next::Done(0);
+                    // Images are at least their export's size when opened.
+                    return Next::PastEnd;
                 }
                 l.done += n;
                 if l.done < len {
@@ -450,16 +452,13 @@ mod tests {
     }
 
     #[test]
-    fn a_short_read_goes_again_and_a_read_past_the_end_is_zeroes() {
+    fn a_short_read_goes_again_and_a_read_past_the_end_is_an_error() {
         let mut t = Transfer::new(CommandKind::Read, 0, 8192);
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(4096), Next::Again);
         let _ = t.entry(target(false, 0));
-        // End of file after 4 KiB: the rest reads as zeroes.
-        assert_eq!(t.step(0), Next::Done(0));
-        let data = t.into_read_data().expect("a read has data");
-        assert_eq!(data.len(), 8192);
-        assert!(data[4096..].iter().all(|&b| b == 0));
+        // End of file after 4 KiB: the image shrank; no zeroes stand in for data.
+        assert_eq!(t.step(0), Next::PastEnd);
     }
 
     #[test]

@@ -206,6 +206,7 @@ pub fn run(
         due: BinaryHeap::new(),
         model_done: Vec::new(),
         inflight_bytes: 0,
+        past_end_logged: vec![None; config.tenants.len()],
     };
     engine.run(&rx)?;
     if let Err(e) = engine.files.sync_all() {
@@ -275,7 +276,12 @@ struct Engine<'a> {
     /// Data bytes of every connection's requests from admission until their replies
     /// are sent: held under `server.max_inflight_bytes` by not reading connections.
     inflight_bytes: u64,
+    /// When a read past the end of each tenant's image was last logged.
+    past_end_logged: Vec<Option<Instant>>,
 }
+
+/// How often a tenant's reads past the end of its image are logged.
+const PAST_END_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Request data one connection may hold (requests in the server, replies not yet sent)
 /// before it stops being read: a client that does not read its replies cannot make the
@@ -732,26 +738,50 @@ impl Engine<'_> {
                 .get_mut(&id)
                 .expect("completion of a known request");
             let target = self.files.target(l.sub.tenant as usize);
-            match l.io.step(result) {
+            let (tenant, offset) = (l.sub.tenant as usize, l.io.offset());
+            let error = match l.io.step(result) {
                 Next::Again => {
                     let target = target.expect("only file requests go again");
-                    push(&mut self.ring, l.io.entry(target).user_data(id))?
+                    push(&mut self.ring, l.io.entry(target).user_data(id))?;
+                    continue;
                 }
-                Next::Done(error) if self.model.is_some() => {
-                    // The data is there; the reply waits for the model's finish time.
-                    l.io_result = Some(error);
-                    if let Some(at) = l.model_finish {
-                        self.due.push(Reverse((at, id)));
-                    }
+                Next::Done(error) => error,
+                Next::PastEnd => {
+                    self.past_end(tenant, offset);
+                    proto::EIO
                 }
-                Next::Done(error) => {
-                    let l = self.live.remove(&id).expect("known");
-                    let now = self.now();
-                    self.complete(l, error, now);
+            };
+            if self.model.is_some() {
+                // The data is there; the reply waits for the model's finish time.
+                let l = self.live.get_mut(&id).expect("known");
+                l.io_result = Some(error);
+                if let Some(at) = l.model_finish {
+                    self.due.push(Reverse((at, id)));
                 }
+            } else {
+                let l = self.live.remove(&id).expect("known");
+                let now = self.now();
+                self.complete(l, error, now);
             }
         }
         Ok(())
+    }
+
+    /// A read of `tenant` at `offset` met the end of its image: logged, at most once
+    /// every [`PAST_END_LOG_EVERY`] per tenant.
+    fn past_end(&mut self, tenant: usize, offset: u64) {
+        let logged = &mut self.past_end_logged[tenant];
+        if logged.is_some_and(|at: Instant| at.elapsed() < PAST_END_LOG_EVERY) {
+            return;
+        }
+        *logged = Some(Instant::now());
+        let t = &self.config.tenants[tenant];
+        eprintln!(
+            "ioshare: {}: a read at byte {offset} met the end of its image, which is shorter than the export's {} bytes (truncated while served?); answered EIO, not zeroes (reported at most every {} s)",
+            t.spec.name,
+            t.size,
+            PAST_END_LOG_EVERY.as_secs()
+        );
     }
 
     /// Emulated backend: answers the requests whose model finish time has passed.
