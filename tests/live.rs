@@ -1525,3 +1525,30 @@ fn a_read_past_a_shrunken_image_is_an_error_not_zeroes() {
         "{err}"
     );
 }
+
+/// A client that reconnects in a loop with a bad handshake gets its first lines logged,
+/// then about one a second; what was held back is counted with its next line.
+#[test]
+fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    let bad = |s: &Server| {
+        let mut c = UnixStream::connect(&s.socket).unwrap();
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).unwrap();
+        c.write_all(&0u32.to_be_bytes()).unwrap(); // no FIXED_NEWSTYLE
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+    };
+    for _ in 0..300 {
+        bad(&s);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    bad(&s);
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    let lines = err.matches("lack FIXED_NEWSTYLE").count();
+    // The burst of 20, about one a second of the loop, and the one after the pause.
+    assert!((21..=40).contains(&lines), "{lines} lines logged:\n{err}");
+    assert!(err.contains("line(s) from local were not logged"), "{err}");
+}

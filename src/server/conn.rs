@@ -52,6 +52,8 @@ impl Drop for Slot {
 pub struct Attach {
     /// Number of the connection, for messages.
     pub id: u64,
+    /// Who is connected ([`super::logs`]).
+    pub peer: std::sync::Arc<str>,
     /// The socket, past its handshake.
     pub fd: OwnedFd,
     /// The codec that ran the handshake; it may already hold requests the client sent
@@ -67,6 +69,8 @@ pub struct Attach {
 pub struct Conn {
     /// Connection number (for logs).
     pub id: u64,
+    /// Who is connected: its log lines are rate-limited per peer ([`super::logs`]).
+    pub peer: std::sync::Arc<str>,
     /// The socket.
     pub fd: OwnedFd,
     /// The tenant whose export it selected.
@@ -119,6 +123,7 @@ impl Conn {
     pub fn new(a: Attach) -> Self {
         Conn {
             id: a.id,
+            peer: a.peer,
             fd: a.fd,
             tenant: a.tenant,
             codec: a.codec,
@@ -327,6 +332,7 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         Conn::new(Attach {
             id: 1,
+            peer: "local".into(),
             fd: a.into(),
             codec: ServerCodec::new(Arc::new(vec![ExportInfo {
                 name: "x".into(),

@@ -538,10 +538,10 @@ impl Engine<'_> {
                 Ok(Some(Event::Disconnect)) => c.parsed = true,
                 Ok(Some(Event::Selected { .. } | Event::StartTls)) => {
                     // The codec makes neither once transmission runs.
-                    eprintln!(
-                        "ioshare: connection {}: a handshake event in transmission",
-                        c.id
-                    );
+                    let id = c.id;
+                    super::logs::PeerLog::global().line(&c.peer, || {
+                        format!("ioshare: connection {id}: a handshake event in transmission")
+                    });
                     c.parsed = true;
                 }
                 Ok(None) if c.eof => c.parsed = true,
@@ -551,7 +551,9 @@ impl Engine<'_> {
                     return push(&mut self.ring, e);
                 }
                 Err(e) => {
-                    eprintln!("ioshare: connection {}: {e}", c.id);
+                    let id = c.id;
+                    super::logs::PeerLog::global()
+                        .line(&c.peer, || format!("ioshare: connection {id}: {e}"));
                     c.parsed = true;
                 }
             }
@@ -577,11 +579,13 @@ impl Engine<'_> {
             e => {
                 // A client that hangs up mid-conversation is not news.
                 if e != -libc::ECONNRESET {
-                    eprintln!(
-                        "ioshare: connection {}: receive: {}",
-                        c.id,
-                        std::io::Error::from_raw_os_error(-e)
-                    );
+                    let id = c.id;
+                    super::logs::PeerLog::global().line(&c.peer, || {
+                        format!(
+                            "ioshare: connection {id}: receive: {}",
+                            std::io::Error::from_raw_os_error(-e)
+                        )
+                    });
                 }
                 c.eof = true;
             }
@@ -610,11 +614,13 @@ impl Engine<'_> {
         if result < 0
             && ![libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN].contains(&-result)
         {
-            eprintln!(
-                "ioshare: connection {}: send: {}",
-                c.id,
-                std::io::Error::from_raw_os_error(-result)
-            );
+            let id = c.id;
+            super::logs::PeerLog::global().line(&c.peer, || {
+                format!(
+                    "ioshare: connection {id}: send: {}",
+                    std::io::Error::from_raw_os_error(-result)
+                )
+            });
         }
         let again = c.sent(result);
         self.inflight_bytes -= c.take_released();

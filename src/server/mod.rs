@@ -18,6 +18,7 @@ pub mod backend;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod logs;
 pub mod prometheus;
 pub mod stats;
 pub mod tls;
@@ -84,6 +85,19 @@ impl Stream {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
             }
+        }
+    }
+}
+
+impl Stream {
+    /// Who is connected, for the per-peer log budget: a TCP client's address without
+    /// its port, `local` on the Unix socket.
+    fn peer(&self) -> Arc<str> {
+        match self {
+            Stream::Unix(_) => "local".into(),
+            Stream::Tcp(s) => s
+                .peer_addr()
+                .map_or_else(|_| "unknown".into(), |a| a.ip().to_string().into()),
         }
     }
 }
@@ -679,14 +693,23 @@ fn spawn_connection(
     registry.lock().expect("registry").insert(id, clone);
     let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
     let tls = (offer.policy(&stream), offer.config.clone());
+    let peer = stream.peer();
     let spawned = std::thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
             let handed_off = || {
                 registry.lock().expect("registry").remove(&id);
             };
-            if let Err(e) = connection(stream, id, timeout, slot, exports, engine, tls, handed_off)
-            {
+            if let Err(e) = connection(
+                stream,
+                (id, peer.clone()),
+                timeout,
+                slot,
+                exports,
+                engine,
+                tls,
+                handed_off,
+            ) {
                 // A client that hangs up mid-conversation is not news.
                 // Nor is one that sat silent past the handshake timeout (logged below
                 // would let idle clients fill the log).
@@ -701,7 +724,8 @@ fn spawn_connection(
                     )
                 });
                 if !gone {
-                    eprintln!("ioshare: connection {id}: {e}");
+                    logs::PeerLog::global()
+                        .line(&peer, || format!("ioshare: connection {id} ({peer}): {e}"));
                 }
             }
             registry.lock().expect("registry").remove(&id);
@@ -718,7 +742,7 @@ fn spawn_connection(
 #[allow(clippy::too_many_arguments)]
 fn connection(
     stream: Stream,
-    id: u64,
+    (id, peer): (u64, Arc<str>),
     timeout: std::time::Duration,
     slot: Slot,
     exports: Arc<Vec<ExportInfo>>,
@@ -783,6 +807,7 @@ fn connection(
         // A stopping engine drops the connection, which closes it.
         engine.attach(Attach {
             id,
+            peer: peer.clone(),
             fd,
             codec,
             tenant: export as TenantId,

@@ -1,0 +1,109 @@
+//! Log lines a client can cause (a bad handshake, a protocol error, a failed send), at
+//! most [`BURST`] at once and [`PER_SECOND`] after that per peer: a client reconnecting
+//! in a loop with garbage cannot fill the disk with the server's log, and the lines of
+//! everyone else still get through. What is held back is counted and said with the
+//! peer's next line.
+//!
+//! A peer is a TCP client's address without its port (a client can take new ports at
+//! will) or `local` for the Unix socket. The table is bounded ([`MAX_PEERS`]).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// Lines a peer may log at once.
+pub const BURST: f64 = 20.0;
+/// Lines a peer may log per second after its burst.
+pub const PER_SECOND: f64 = 1.0;
+/// Peers remembered; past that, those back at a full burst are forgotten first.
+pub const MAX_PEERS: usize = 4096;
+
+#[derive(Debug)]
+struct Budget {
+    tokens: f64,
+    last: Instant,
+    held_back: u64,
+}
+
+/// Per-peer log budgets.
+#[derive(Debug, Default)]
+pub struct PeerLog {
+    peers: Mutex<HashMap<String, Budget>>,
+}
+
+impl PeerLog {
+    /// The server's table.
+    pub fn global() -> &'static PeerLog {
+        static LOG: OnceLock<PeerLog> = OnceLock::new();
+        LOG.get_or_init(PeerLog::default)
+    }
+
+    /// Whether `peer` may log a line at `now`; `Some(n)`: yes, after saying that `n`
+    /// of its lines were held back since its last one.
+    pub fn admit(&self, peer: &str, now: Instant) -> Option<u64> {
+        let mut peers = self.peers.lock().expect("peer log");
+        if !peers.contains_key(peer) && peers.len() >= MAX_PEERS {
+            let full = |b: &Budget| {
+                b.tokens + now.duration_since(b.last).as_secs_f64() * PER_SECOND >= BURST
+            };
+            peers.retain(|_, b| !full(b));
+            if peers.len() >= MAX_PEERS {
+                peers.clear();
+            }
+        }
+        let b = peers.entry(peer.to_string()).or_insert(Budget {
+            tokens: BURST,
+            last: now,
+            held_back: 0,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * PER_SECOND).min(BURST);
+        b.last = now;
+        if b.tokens < 1.0 {
+            b.held_back += 1;
+            return None;
+        }
+        b.tokens -= 1.0;
+        Some(std::mem::take(&mut b.held_back))
+    }
+
+    /// Writes `line()` to stderr if `peer` may log now.
+    pub fn line(&self, peer: &str, line: impl FnOnce() -> String) {
+        if let Some(held_back) = self.admit(peer, Instant::now()) {
+            if held_back > 0 {
+                eprintln!("ioshare: {held_back} line(s) from {peer} were not logged (too many)");
+            }
+            eprintln!("{}", line());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_peer_gets_its_burst_then_a_line_a_second_and_the_count_of_what_was_held() {
+        let log = PeerLog::default();
+        let t0 = Instant::now();
+        for _ in 0..BURST as usize {
+            assert_eq!(log.admit("10.0.0.1", t0), Some(0));
+        }
+        assert_eq!(log.admit("10.0.0.1", t0), None);
+        assert_eq!(log.admit("10.0.0.1", t0), None);
+        assert_eq!(log.admit("local", t0), Some(0), "others are not held back");
+        let later = t0 + Duration::from_millis(1500);
+        assert_eq!(log.admit("10.0.0.1", later), Some(2), "two were held back");
+        assert_eq!(log.admit("10.0.0.1", later), None);
+    }
+
+    #[test]
+    fn the_table_stays_bounded() {
+        let log = PeerLog::default();
+        let t0 = Instant::now();
+        for i in 0..(MAX_PEERS + 10) {
+            let _ = log.admit(&format!("peer{i}"), t0);
+        }
+        assert!(log.peers.lock().unwrap().len() <= MAX_PEERS);
+    }
+}
