@@ -1552,3 +1552,69 @@ fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
     assert!((21..=40).contains(&lines), "{lines} lines logged:\n{err}");
     assert!(err.contains("line(s) from local were not logged"), "{err}");
 }
+
+/// The hardening issue's memory target: 200 connections stalled after a 32 MiB write
+/// header, plus one client pipelining 1,000 32 MiB reads and reading no reply, hold the
+/// server within `max_inflight_bytes` (512 MiB by default) + 64 MiB, and another
+/// tenant's 4 KiB reads are all answered meanwhile (their p99 is printed; timing is
+/// for benchmarks, not asserted).
+#[test]
+fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    let pid = s.child.id();
+    let mut reader = Raw::connect(&s);
+    reader.go("vm2");
+    reader.request(0, 1, 0, 4096, &[]);
+    assert_eq!(reader.reply(4096), (1, 0));
+    let before = rss(pid);
+    let stalled: Vec<Raw> = (0..200)
+        .map(|i| {
+            let mut c = Raw::connect(&s);
+            c.go("vm1");
+            c.request(1, i, 0, 32 << 20, &[7; 512]);
+            c
+        })
+        .collect();
+    let mut greedy = Raw::connect(&s);
+    greedy.go("vm1");
+    let mut headers = Vec::new();
+    for h in 0..1000u64 {
+        headers.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        headers.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
+        headers.extend_from_slice(&h.to_be_bytes());
+        headers.extend_from_slice(&((h % 2) * (32 << 20)).to_be_bytes());
+        headers.extend_from_slice(&(32u32 << 20).to_be_bytes());
+    }
+    greedy
+        .0
+        .set_write_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let _ = greedy.0.write_all(&headers);
+    let sampler = std::thread::spawn(move || peak_growth(pid, before, 30));
+    let mut took = Vec::new();
+    for i in 0..200u64 {
+        let t = Instant::now();
+        reader.request(0, 10 + i, (i % 64) * 4096, 4096, &[]);
+        assert_eq!(reader.reply(4096), (10 + i, 0), "another tenant is served");
+        took.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let grown = sampler.join().unwrap();
+    took.sort();
+    println!(
+        "4 KiB reads beside 200 stalled writes and 1,000 unread 32 MiB reads: p50 {:?}, p99 {:?}, max {:?}; server grew {} MiB",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1],
+        grown >> 20
+    );
+    assert!(
+        grown <= (512 + 64) << 20,
+        "the server grew by {} MiB, past max_inflight_bytes + 64 MiB",
+        grown >> 20
+    );
+    drop((stalled, greedy));
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+}
