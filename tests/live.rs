@@ -20,6 +20,11 @@ impl Server {
 
     /// With more arguments after `serve CONFIG`.
     fn start_with(dir: &Path, config: &str, args: &[&str]) -> Server {
+        Server::start_limited(dir, config, args, None)
+    }
+
+    /// With at most `nofile` descriptors (`ulimit -n`), when given.
+    fn start_limited(dir: &Path, config: &str, args: &[&str], nofile: Option<u64>) -> Server {
         let cfg = dir.join("serve.toml");
         std::fs::write(
             &cfg,
@@ -27,14 +32,30 @@ impl Server {
         )
         .unwrap();
         let socket = dir.join("s.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ioshare"));
+        command
             .arg("serve")
             .arg(&cfg)
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command.spawn().unwrap();
         let t = Instant::now();
         while UnixStream::connect(&socket).is_err() {
             assert!(
@@ -560,7 +581,7 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
 /// `max_connections` counts connections handshaking and served; more are closed at
 /// once, and a slot comes back when a connection closes.
 #[test]
-fn connections_beyond_the_limit_are_closed_and_slots_come_back() {
+fn connections_beyond_the_limit_evict_idle_handshakes_and_slots_come_back() {
     let dir = tempdir();
     let s = Server::start(dir.path(), &format!("max_connections = 3\n{TWO_TENANTS}"));
     let greets = |c: &mut UnixStream| {
@@ -578,11 +599,21 @@ fn connections_beyond_the_limit_are_closed_and_slots_come_back() {
         .collect();
     let mut idle = UnixStream::connect(&s.socket).unwrap();
     assert!(greets(&mut idle));
-    let mut over = UnixStream::connect(&s.socket).unwrap();
-    assert!(
-        !greets(&mut over),
-        "the fourth is closed without a greeting"
+    // A fourth takes the place of the one idle in its handshake, which is closed.
+    let mut fourth = UnixStream::connect(&s.socket).unwrap();
+    assert!(greets(&mut fourth), "the fourth is greeted");
+    let mut rest = Vec::new();
+    assert_eq!(
+        idle.read_to_end(&mut rest).unwrap(),
+        0,
+        "the idle one is closed"
     );
+    fourth.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut fourth = Raw(fourth);
+    assert_eq!(fourth.go("vm2"), vec![3, 3, 1]);
+    // Now all three are served: a fifth is closed without a greeting.
+    let mut over = UnixStream::connect(&s.socket).unwrap();
+    assert!(!greets(&mut over), "nothing to evict: the fifth is closed");
     // A served connection leaves: its slot comes back.
     drop(served.pop());
     let t = Instant::now();
@@ -602,7 +633,7 @@ fn connections_beyond_the_limit_are_closed_and_slots_come_back() {
     assert_eq!(c.go("vm2"), vec![3, 3, 1]);
     c.request(0, 1, 0, 4096, &[]);
     assert_eq!(c.reply(4096), (1, 0));
-    drop((served, idle, c));
+    drop((served, fourth, c));
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
     assert!(err.contains("server.max_connections (3) reached"), "{err}");
@@ -1617,4 +1648,53 @@ fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
     drop((stalled, greedy));
     let (status, err) = s.stop();
     assert!(status.success(), "{err}");
+}
+
+/// The hardening issue's connection target: a server limited to 1,024 descriptors,
+/// 5,000 connections attempted that never say a word (the handshake timeout set to an
+/// hour, so none leaves on its own), and a new client is served all the same: at
+/// `max_connections` the connection longest in its handshake makes room. The server
+/// never runs out of descriptors.
+#[test]
+fn a_new_client_is_served_beside_five_thousand_idle_connections() {
+    let dir = tempdir();
+    let s = Server::start_limited(
+        dir.path(),
+        &format!("handshake_timeout_s = 3600\n{TWO_TENANTS}"),
+        &[],
+        Some(1024),
+    );
+    // This side holds every connection it makes.
+    let mut own = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on this process's own limit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut own) };
+    own.rlim_cur = own.rlim_max.min(8192);
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &own) };
+    let attempts = (own.rlim_cur as usize).saturating_sub(256).min(5000);
+    assert!(
+        attempts > 2000,
+        "this process may open only {} descriptors",
+        own.rlim_cur
+    );
+    let idle: Vec<UnixStream> = (0..attempts)
+        .map(|_| UnixStream::connect(&s.socket).unwrap())
+        .collect();
+    let t = Instant::now();
+    let out = run(Command::new("nbdinfo").arg("--size").arg(s.uri("vm2")));
+    println!(
+        "nbdinfo beside {attempts} idle connection attempts (nofile 1024): {:?}",
+        t.elapsed()
+    );
+    assert_eq!(stdout(&out).trim(), (32u64 << 20).to_string());
+    drop(idle);
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("cannot accept"), "out of descriptors: {err}");
+    assert!(
+        err.contains("server.max_connections (256) reached"),
+        "{err}"
+    );
 }

@@ -369,6 +369,24 @@ struct Listeners {
 
 /// Accept failures are logged at most this often; the loop backs off after one.
 const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How long a new connection waits for the slot of the handshake closed for it, when
+/// more than [`EVICTION_ALLOWANCE`] closed ones have not given theirs back yet.
+const EVICTION_WAIT: Duration = Duration::from_millis(200);
+/// Connections over `server.max_connections` while the handshakes closed for them end.
+const EVICTION_ALLOWANCE: usize = 64;
+
+/// Closes the connection that has been in its handshake longest (the registry holds
+/// only connections still handshaking; the lowest number came first). False when none
+/// is: every connection is served.
+fn evict_oldest_handshake(registry: &Registry) -> bool {
+    let mut handshaking = registry.lock().expect("registry");
+    let Some(&oldest) = handshaking.keys().min() else {
+        return false;
+    };
+    let stream = handshaking.remove(&oldest).expect("present");
+    stream.shutdown(Shutdown::Both);
+    true
+}
 
 impl Listeners {
     /// Listens where the configuration says; non-blocking, so one poll serves both.
@@ -522,15 +540,43 @@ fn accept_until_stopped(
         let timeout = config.handshake_timeout;
         let max = config.max_connections as usize;
         listeners.accept(200, |stream| {
-            let Some(slot) = Slot::take(&open, max) else {
-                // Closed at once: a flood of idle clients cannot take every descriptor.
-                if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
+            let slot = Slot::take(&open, max).or_else(|| {
+                // At the cap, the connection that has sat longest in its handshake
+                // makes room: idle clients cannot lock out a new one, which needs
+                // milliseconds to finish its own handshake.
+                let evicted = evict_oldest_handshake(&registry);
+                if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+                {
                     eprintln!(
-                        "ioshare: server.max_connections ({max}) reached: closing new connections (reported every {} s)",
+                        "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
+                        if evicted {
+                            "closing the connections longest in their handshake for new ones"
+                        } else {
+                            "every one is served; closing new connections"
+                        },
                         ACCEPT_FAILURE_LOG_EVERY.as_secs()
                     );
                     refusal_logged = Some(Instant::now());
                 }
+                if !evicted {
+                    return None;
+                }
+                // Its thread gives the slot back as its read fails; meanwhile the new
+                // connection may go a little over the cap, not wait for that.
+                let waiting = Instant::now();
+                loop {
+                    if let Some(slot) = Slot::take(&open, max + EVICTION_ALLOWANCE) {
+                        return Some(slot);
+                    }
+                    if waiting.elapsed() > EVICTION_WAIT {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            // Without a slot the connection is closed at once: a flood of clients
+            // cannot take every descriptor.
+            let Some(slot) = slot else {
                 return;
             };
             next_conn += 1;
