@@ -60,6 +60,9 @@ pub struct Transfer {
     direct: bool,
 }
 
+/// The most zeroes written at once where the file system cannot zero a range.
+const ZERO_CHUNK: usize = 1 << 20;
+
 /// What comes after a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -328,8 +331,13 @@ impl Transfer {
                     .build()
             }
             (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
-                let buf = self.buf.get_or_insert_with(|| IoBuf::zeroed(len as usize));
-                let ptr = buf[done..].as_ptr();
+                // A zeroing request may cover 4 GiB: zeroes go out a chunk at a time
+                // from one buffer, not from one the request's size.
+                let buf = self
+                    .buf
+                    .get_or_insert_with(|| IoBuf::zeroed((len as usize).min(ZERO_CHUNK)));
+                let ptr = buf.as_ptr();
+                let rest = rest.min(buf.len() as u32);
                 opcode::Write::new(types::Fd(target.buffered), ptr, rest)
                     .offset(at)
                     .rw_flags(dsync(*fua))
@@ -515,6 +523,23 @@ mod tests {
         assert_eq!(t.step(4096), Next::Again, "a short write goes again");
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(4096), Next::Done(0));
+        // 3 GiB of zeroes: written a megabyte at a time from one 1 MiB buffer.
+        let len = 3u32 << 30;
+        let mut t = Transfer::new(CommandKind::WriteZeroes { fua: false }, 0, len);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.buf.as_ref().map(|b| b.len()), Some(ZERO_CHUNK));
+        let chunks = len as usize / ZERO_CHUNK;
+        for i in 0..chunks {
+            let next = t.step(ZERO_CHUNK as i32);
+            if i + 1 < chunks {
+                assert_eq!(next, Next::Again);
+                let _ = t.entry(target(false, 0));
+            } else {
+                assert_eq!(next, Next::Done(0));
+            }
+        }
     }
 
     #[test]
