@@ -21,9 +21,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size (examples: 4096, \"4k\", \"30g\")"))?;
+    if num.is_empty() {
+        return Err(format!(
+            "'{text}' is not a size (examples: 4096, \"4k\", \"30g\")"
+        ));
+    }
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -36,9 +38,24 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
             ));
         }
     };
+    let not_a_size = || format!("'{text}' is not a size (examples: 4096, \"4k\", \"30g\")");
+    let too_large = || format!("'{text}' is too large (sizes end below 16 EiB)");
+    // Whole numbers exactly (a region's offset near 2^64 must not be rounded).
+    if !num.contains('.') {
+        let n: u64 = num.parse().map_err(|e: std::num::ParseIntError| {
+            if *e.kind() == std::num::IntErrorKind::PosOverflow {
+                too_large()
+            } else {
+                not_a_size()
+            }
+        })?;
+        return n.checked_mul(mult).ok_or_else(too_large);
+    }
+    let value: f64 = num.parse().map_err(|_| not_a_size())?;
     let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
-        return Err(format!("'{text}' is too large"));
+    // 2^64 itself does not fit (`u64::MAX as f64` is 2^64).
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(too_large());
     }
     if bytes.fract() != 0.0 {
         return Err(format!("'{text}' is not a whole number of bytes"));
@@ -99,6 +116,22 @@ mod tests {
         );
         assert!(parse_bytes("big").unwrap_err().contains("not a size"));
         assert!(parse_bytes("0.3k").unwrap_err().contains("whole number"));
+        // Exact near 2^64, and 2^64 itself refused, not saturated.
+        assert_eq!(parse_bytes("18446744073709547520"), Ok(u64::MAX - 4095));
+        assert_eq!(parse_bytes("9223372036854775809"), Ok((1 << 63) + 1));
+        assert_eq!(parse_bytes("16777215t"), Ok(u64::MAX - (1 << 40) + 1));
+        assert!(parse_bytes("16777216t").unwrap_err().contains("too large"));
+        assert!(
+            parse_bytes("18446744073709551616")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert!(
+            parse_bytes("16777216.0t")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert!(parse_bytes("").unwrap_err().contains("not a size"));
     }
 
     #[test]

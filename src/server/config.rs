@@ -971,4 +971,51 @@ mod tests {
             assert!(got.contains(want), "{text:?}: {got:?}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Region arithmetic anywhere in the 64-bit range, sizes as exact byte strings:
+        /// the configuration is never accepted with two regions that overlap or one that
+        /// runs past 2^64, and reading it never panics.
+        #[test]
+        fn regions_are_refused_exactly_when_they_overlap_or_overflow(
+            a in region(), b in region(),
+        ) {
+            let text = format!(
+                "[backend]\npath='d'\n[[tenant]]\nname='a'\noffset='{}'\nsize='{}'\n\
+                 [[tenant]]\nname='b'\noffset='{}'\nsize='{}'\n",
+                a.0, a.1, b.0, b.1
+            );
+            let parsed = parse(&text);
+            let end = |(o, n): (u64, u64)| u128::from(o) + u128::from(n);
+            let fits = |r: (u64, u64)| end(r) <= u128::from(u64::MAX) && r.1 > 0;
+            let apart = end(a) <= u128::from(b.0) || end(b) <= u128::from(a.0);
+            let aligned = [a.0, a.1, b.0, b.1].iter().all(|x| x % 4096 == 0);
+            proptest::prop_assert_eq!(
+                parsed.is_ok(),
+                fits(a) && fits(b) && apart && aligned,
+                "{:?}", parsed.map(|c| c.tenants.len())
+            );
+        }
+
+        /// Any bytes in a configuration's place: an error naming what is wrong, never a
+        /// panic.
+        #[test]
+        fn garbage_configs_are_errors_not_panics(text in "(\\[server\\]|\\[\\[tenant\\]\\]|[a-z_]{1,12} = ('[a-z0-9.]{0,8}'|-?[0-9]{1,20}|true)|\n){0,12}") {
+            let _ = parse(&text);
+        }
+    }
+
+    /// Offsets and sizes: mostly 4 KiB multiples, near 0 or near 2^64, sometimes not.
+    fn region() -> impl proptest::strategy::Strategy<Value = (u64, u64)> {
+        use proptest::prelude::*;
+        let value = prop_oneof![
+            (0u64..64).prop_map(|k| k * 4096),
+            (0u64..64).prop_map(|k| u64::MAX - 4095 - k * 4096),
+            (0u64..(1 << 52)).prop_map(|k| k * 4096),
+            any::<u64>(),
+        ];
+        (value.clone(), value.prop_filter("a size", |&n| n > 0))
+    }
 }
