@@ -71,6 +71,13 @@ impl Server {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
     }
 
+    /// SIGTERM; the server must exit 0. Returns what it wrote to stderr.
+    fn stopped(self) -> String {
+        let (status, err) = self.stop();
+        assert!(status.success(), "{err}");
+        err
+    }
+
     /// SIGTERM; returns the exit status and what the server wrote to stderr.
     fn stop(self) -> (std::process::ExitStatus, String) {
         let (status, _, err) = self.stop_with_stdout();
@@ -182,8 +189,7 @@ fn nbdinfo_lists_and_qemu_img_opens_every_export() {
         info.contains("virtual size: 32 MiB (33554432 bytes)"),
         "{info}"
     );
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 fn fio_verify(uri: &str, bs: &str, size: &str) -> Command {
@@ -433,8 +439,7 @@ fn bad_requests_get_errors_and_connections_stay_usable() {
     let _ = bad.read_to_end(&mut rest);
     c.request(0, 6, 0, 4, &[]);
     assert_eq!(c.reply(4), (6, 0));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// Resident memory of a process, from /proc (bytes).
@@ -502,8 +507,7 @@ fn a_client_that_never_reads_its_replies_holds_bounded_memory() {
     warm.request(0, 2, 4096, 4096, &[]);
     assert_eq!(warm.reply(4096), (2, 0), "another tenant is still served");
     drop(greedy);
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// Clients that send a 32 MiB write header and then nothing hold no more than the
@@ -541,8 +545,7 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     reader.request(0, 2, 4096, 4096, &[]);
     assert_eq!(reader.reply(4096), (2, 0), "small reads are still served");
     drop(stalled);
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// A client that connects and says nothing is dropped after the handshake timeout;
@@ -573,8 +576,7 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
     assert_eq!(c.go("vm2"), vec![3, 3, 1]);
     c.request(0, 1, 0, 4096, &[]);
     assert_eq!(c.reply(4096), (1, 0));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(!err.contains("connection 1:"), "{err}");
 }
 
@@ -634,8 +636,7 @@ fn connections_beyond_the_limit_evict_idle_handshakes_and_slots_come_back() {
     c.request(0, 1, 0, 4096, &[]);
     assert_eq!(c.reply(4096), (1, 0));
     drop((served, fourth, c));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(err.contains("server.max_connections (3) reached"), "{err}");
 }
 
@@ -697,8 +698,7 @@ fn a_second_server_on_the_same_image_refuses_to_start() {
         err.contains("vm1.img") && err.contains("another process holds it"),
         "{err}"
     );
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 #[test]
@@ -717,8 +717,7 @@ fn clients_leaving_with_requests_in_flight_harm_nobody() {
     c.go("vm2");
     c.request(0, 1, 0, 4096, &[]);
     assert_eq!(c.reply(4096), (1, 0));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(err.contains("vm1: ") && err.contains("0 errors"), "{err}");
 }
 
@@ -740,8 +739,7 @@ fn null_backend_succeeds_at_once_and_reads_zeroes() {
     c.0.read_exact(&mut h).unwrap();
     assert_eq!(&h[4..8], &[0, 0, 0, 0], "no error");
     assert_eq!(&h[16..], &[0, 0, 0, 0], "zeroes");
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(err.contains("n: 3 requests"), "{err}");
 }
 
@@ -927,8 +925,7 @@ fn metrics_endpoint_and_sighup_reload() {
     assert_eq!(weight(port), Some(5.0), "a refused reload applies nothing");
     let info = stdout(&run(Command::new("qemu-img").arg("info").arg(s.uri("vm1"))));
     assert!(info.contains("(67108864 bytes)"), "{info}");
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(err.contains("reload: vm1: weight 2 -> 5"), "{err}");
     assert!(
         err.contains(
@@ -952,8 +949,7 @@ fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
     }
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(
         t.elapsed() < Duration::from_secs(5),
         "drain took {:?}",
@@ -1124,8 +1120,7 @@ fn ext4_on_an_export_survives_unmount_and_server_restart() {
     check(&root);
     // ...then take everything down, restart the server, and look once more.
     m.detach();
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
     let s = Server::start(dir.path(), config);
     let dev = attach(&mut m, &s, "fs", dir.path());
     run(Command::new("e2fsck").args(["-f", "-n"]).arg(&dev));
@@ -1138,8 +1133,7 @@ fn ext4_on_an_export_survives_unmount_and_server_restart() {
         other.iter().all(|&b| b == 0),
         "the other export was written"
     );
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 #[test]
@@ -1202,8 +1196,7 @@ fn a_flooding_client_is_held_back_by_its_queue_bound() {
     calm.request(0, 1, 0, 4096, &[]);
     assert_eq!(calm.reply(4096), (1, 0));
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
     drop(flood);
     flooding.join().unwrap();
 }
@@ -1248,8 +1241,7 @@ fn emulated_backend_never_answers_before_the_model() {
     assert!(slowest_qd1 < Duration::from_secs(1), "{slowest_qd1:?}");
     order.sort();
     assert_eq!(order, (10..18).collect::<Vec<_>>());
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(err.contains("emulating fixed: 2000 µs"), "{err}");
 }
 
@@ -1274,8 +1266,7 @@ fn emulated_aged_ssd_keeps_every_byte() {
     for out in [&a, &b] {
         assert!(stdout(out).contains("err= 0"), "{}", stdout(out));
     }
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(
         err.contains("emulating ssd nvme-p4500 (aged), 1 GiB"),
         "{err}"
@@ -1342,8 +1333,7 @@ slo = { iops = 400.0, size = 4096, rt_us = 5000 }
             );
             assert_eq!(refused, Some(0.0));
         }
-        let (status, err) = s.stop();
-        assert!(status.success(), "{err}");
+        s.stopped();
     }
 }
 
@@ -1470,8 +1460,7 @@ fn tls_exports_serve_qemu_and_libnbd_and_refuse_the_clear() {
         !anonymous.status.success(),
         "served without a client certificate"
     );
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// The metrics endpoint answers a scrape while connections that send nothing are open
@@ -1509,8 +1498,7 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
             "closed after its deadline"
         );
     }
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// An image truncated while served: a read past its new end is answered with an error
@@ -1549,8 +1537,7 @@ fn a_read_past_a_shrunken_image_is_an_error_not_zeroes() {
     run(Command::new("qemu-io")
         .args(["-f", "raw", "-c", "read -P 0x3c 0 1M"])
         .arg(s.uri("vm1")));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(
         err.contains("vm1: a read at byte 8388608 met the end of its image"),
         "{err}"
@@ -1576,8 +1563,7 @@ fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
     }
     std::thread::sleep(Duration::from_millis(1500));
     bad(&s);
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     let lines = err.matches("lack FIXED_NEWSTYLE").count();
     // The burst of 20, about one a second of the loop, and the one after the pause.
     assert!((21..=40).contains(&lines), "{lines} lines logged:\n{err}");
@@ -1646,8 +1632,7 @@ fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
         grown >> 20
     );
     drop((stalled, greedy));
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    s.stopped();
 }
 
 /// The hardening issue's connection target: a server limited to 1,024 descriptors,
@@ -1690,8 +1675,7 @@ fn a_new_client_is_served_beside_five_thousand_idle_connections() {
     );
     assert_eq!(stdout(&out).trim(), (32u64 << 20).to_string());
     drop(idle);
-    let (status, err) = s.stop();
-    assert!(status.success(), "{err}");
+    let err = s.stopped();
     assert!(!err.contains("cannot accept"), "out of descriptors: {err}");
     assert!(
         err.contains("server.max_connections (256) reached"),
