@@ -42,6 +42,7 @@ struct ServerFile {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
+    tls_psk: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -326,6 +327,9 @@ pub struct Tls {
     /// CA certificates (PEM) a client must present a certificate signed by; `None`:
     /// clients are not asked for one.
     pub client_ca: Option<PathBuf>,
+    /// Pre-shared keys instead of certificates: a file of `identity:hexkey` lines, as
+    /// qemu's `tls-creds-psk` and nbdkit's `--tls-psk` read.
+    pub psk: Option<PathBuf>,
 }
 
 /// Whether a `server.tcp` address is on this machine only (the loopback range or
@@ -342,7 +346,7 @@ pub fn is_loopback_address(address: &str) -> bool {
 fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, Invalid> {
     let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
     let network = s.tcp.as_deref().filter(|a| !is_loopback_address(a));
-    let has_cert = s.tls_cert.is_some() || s.tls_key.is_some();
+    let has_cert = s.tls_cert.is_some() || s.tls_key.is_some() || s.tls_psk.is_some();
     let mode = match s.tls.as_deref() {
         Some("off") => TlsMode::Off,
         Some("on") => TlsMode::On,
@@ -360,25 +364,43 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
     };
     let (cert, key) = (s.tls_cert.clone().map(at), s.tls_key.clone().map(at));
     let client_ca = s.tls_client_ca.clone().map(at);
-    if mode == TlsMode::Off {
-        if let Some(name) = [
+    let psk = s.tls_psk.clone().map(at);
+    if psk.is_some()
+        && let Some(name) = [
             ("tls_cert", cert.is_some()),
             ("tls_key", key.is_some()),
             ("tls_client_ca", client_ca.is_some()),
         ]
         .iter()
         .find_map(|(n, set)| set.then_some(*n))
+    {
+        return Err(field(
+                name,
+                "give either certificates (tls_cert, tls_key, tls_client_ca) or pre-shared keys (tls_psk), not both".into(),
+            ));
+    }
+    if mode == TlsMode::Off {
+        if let Some(name) = [
+            ("tls_cert", cert.is_some()),
+            ("tls_key", key.is_some()),
+            ("tls_client_ca", client_ca.is_some()),
+            ("tls_psk", psk.is_some()),
+        ]
+        .iter()
+        .find_map(|(n, set)| set.then_some(*n))
         {
             return Err(field(name, "is set but server.tls = \"off\"".into()));
         }
-    } else if cert.is_none() || key.is_none() {
+    } else if psk.is_none() && (cert.is_none() || key.is_none()) {
         let why = match (s.tls.is_none(), network) {
             (true, Some(address)) => format!(
                 "server.tcp = \"{address}\" is not a loopback address, so TLS is required by \
-                 default: set server.tls_cert and server.tls_key (PEM), or server.tls = \"off\" \
+                 default: set server.tls_cert and server.tls_key (PEM) or server.tls_psk, or server.tls = \"off\" \
                  to serve the tenants' data unencrypted to the network"
             ),
-            _ => "TLS needs server.tls_cert and server.tls_key (PEM files)".into(),
+            _ => {
+                "TLS needs server.tls_cert and server.tls_key (PEM files), or server.tls_psk".into()
+            }
         };
         let missing = if cert.is_none() {
             "tls_cert"
@@ -392,6 +414,7 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
         cert,
         key,
         client_ca,
+        psk,
     })
 }
 
@@ -817,6 +840,11 @@ mod tests {
             mode("tcp = \"0.0.0.0:10809\"\ntls = \"off\"\n"),
             Ok(TlsMode::Off)
         );
+        assert_eq!(
+            mode("tcp = \"0.0.0.0:10809\"\ntls_psk = \"k.psk\"\n"),
+            Ok(TlsMode::Require),
+            "pre-shared keys instead of a certificate"
+        );
         let c = parse(&format!("[server]\n{cert}tls_client_ca = \"ca.pem\"\n{t}")).unwrap();
         assert_eq!(c.tls.cert, Some(PathBuf::from("/srv/c.pem")));
         assert_eq!(c.tls.client_ca, Some(PathBuf::from("/srv/ca.pem")));
@@ -840,6 +868,14 @@ mod tests {
             (
                 "tls = \"yes\"\n",
                 "server.tls: must be \"off\", \"on\" or \"require\"",
+            ),
+            (
+                "tls_psk = \"k.psk\"\ntls_cert = \"c.pem\"\n",
+                "server.tls_cert: give either certificates",
+            ),
+            (
+                "tls = \"off\"\ntls_psk = \"k.psk\"\n",
+                "server.tls_psk: is set but server.tls = \"off\"",
             ),
         ] {
             let e = mode(server).unwrap_err();

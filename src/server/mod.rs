@@ -56,6 +56,7 @@ extern "C" fn on_signal(signal: libc::c_int) {
 }
 
 /// A client connection over either kind of socket.
+#[derive(Debug)]
 enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
@@ -115,6 +116,7 @@ impl AsRawFd for Stream {
 enum Transport {
     Plain(Stream),
     Tls(Box<rustls::StreamOwned<rustls::ServerConnection, Stream>>),
+    Psk(Box<openssl::ssl::SslStream<tls::Prepended<Stream>>>),
 }
 
 impl Read for Transport {
@@ -122,6 +124,7 @@ impl Read for Transport {
         match self {
             Transport::Plain(s) => s.read(buf),
             Transport::Tls(s) => s.read(buf),
+            Transport::Psk(s) => s.read(buf),
         }
     }
 }
@@ -131,12 +134,14 @@ impl Write for Transport {
         match self {
             Transport::Plain(s) => s.write(buf),
             Transport::Tls(s) => s.write(buf),
+            Transport::Psk(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Transport::Plain(s) => s.flush(),
             Transport::Tls(s) => s.flush(),
+            Transport::Psk(s) => s.flush(),
         }
     }
 }
@@ -147,7 +152,7 @@ impl Write for Transport {
 struct TlsOffer {
     tcp: TlsPolicy,
     unix: TlsPolicy,
-    config: Option<Arc<rustls::ServerConfig>>,
+    config: Option<tls::Credentials>,
 }
 
 impl TlsOffer {
@@ -159,7 +164,7 @@ impl TlsOffer {
         };
         let config = match tls.mode {
             config::TlsMode::Off => None,
-            _ => Some(tls::server_config(tls)?),
+            _ => Some(tls::credentials(tls)?),
         };
         Ok(TlsOffer { tcp, unix, config })
     }
@@ -281,9 +286,10 @@ pub fn serve(
     if let Some(a) = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok())
         && !a.ip().is_loopback()
     {
-        match (config.tls.mode, &config.tls.client_ca) {
-            (config::TlsMode::Require, Some(_)) => {}
-            (config::TlsMode::Require, None) => eprintln!(
+        let authenticated = config.tls.client_ca.is_some() || config.tls.psk.is_some();
+        match (config.tls.mode, authenticated) {
+            (config::TlsMode::Require, true) => {}
+            (config::TlsMode::Require, false) => eprintln!(
                 "ioshare: warning: server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
             ),
             _ => eprintln!(
@@ -793,7 +799,7 @@ fn connection(
     slot: Slot,
     exports: Arc<Vec<ExportInfo>>,
     engine: EngineHandle,
-    (policy, tls): (TlsPolicy, Option<Arc<rustls::ServerConfig>>),
+    (policy, tls): (TlsPolicy, Option<tls::Credentials>),
     handed_off: impl FnOnce(),
 ) -> anyhow::Result<()> {
     // A client that connects and says nothing (or reads nothing) is dropped after
@@ -818,23 +824,38 @@ fn connection(
             }
             Ok(Some(Event::StartTls)) => {
                 io.write_all(&codec.take_output())?;
-                let (Transport::Plain(plain), Some(config)) = (io, tls.clone()) else {
+                let (Transport::Plain(plain), Some(credentials)) = (io, tls.clone()) else {
                     unreachable!("the codec starts TLS once, where it is offered");
                 };
-                let mut conn = rustls::ServerConnection::new(config)?;
                 let early = codec.take_unparsed();
-                if !early.is_empty() {
-                    conn.read_tls(&mut early.as_slice())?;
-                }
-                let mut owned = rustls::StreamOwned::new(conn, plain);
-                while owned.conn.is_handshaking() {
-                    owned
-                        .conn
-                        .complete_io(&mut owned.sock)
-                        .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
-                }
+                io = match credentials {
+                    tls::Credentials::X509(config) => {
+                        let mut conn = rustls::ServerConnection::new(config)?;
+                        if !early.is_empty() {
+                            conn.read_tls(&mut early.as_slice())?;
+                        }
+                        let mut owned = rustls::StreamOwned::new(conn, plain);
+                        while owned.conn.is_handshaking() {
+                            owned
+                                .conn
+                                .complete_io(&mut owned.sock)
+                                .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
+                        }
+                        Transport::Tls(Box::new(owned))
+                    }
+                    tls::Credentials::Psk(context) => {
+                        let ssl = openssl::ssl::Ssl::new(&context)?;
+                        let stream = ssl
+                            .accept(tls::Prepended::new(early, plain))
+                            .map_err(|e| {
+                                anyhow::anyhow!(
+                                    "TLS handshake (PSK; an unknown identity or a wrong key fails it): {e}"
+                                )
+                            })?;
+                        Transport::Psk(Box::new(stream))
+                    }
+                };
                 codec.tls_started();
-                io = Transport::Tls(Box::new(owned));
                 None
             }
             Ok(Some(_)) => unreachable!("requests come only after an export is selected"),
@@ -871,16 +892,42 @@ fn connection(
             handed_off();
         }
         Transport::Tls(owned) => {
-            let (conn, sock) = owned.into_parts();
-            sock.set_timeouts(None)?;
-            let (ours, engines) = UnixStream::pair()?;
-            RELAYS.fetch_add(1, Ordering::SeqCst);
-            attach(engines.into(), codec, slot);
-            handed_off();
-            let relayed = tls::relay(conn, sock, ours);
-            RELAYS.fetch_sub(1, Ordering::SeqCst);
-            relayed?;
+            let (conn, net) = owned.into_parts();
+            net.set_timeouts(None)?;
+            relay_from(
+                tls::RustlsSession { conn, net },
+                codec,
+                slot,
+                attach,
+                handed_off,
+            )?;
+        }
+        Transport::Psk(ssl) => {
+            ssl.get_ref().get_ref().set_timeouts(None)?;
+            let session = tls::OpensslSession {
+                ssl: *ssl,
+                blocked: false,
+            };
+            relay_from(session, codec, slot, attach, handed_off)?;
         }
     }
     Ok(())
+}
+
+/// Hands the engine one end of a socket pair and relays between it and the TLS
+/// `session` on this thread until the connection ends.
+fn relay_from(
+    session: impl tls::Session,
+    codec: ServerCodec,
+    slot: Slot,
+    attach: impl FnOnce(OwnedFd, ServerCodec, Slot),
+    handed_off: impl FnOnce(),
+) -> std::io::Result<()> {
+    let (ours, engines) = UnixStream::pair()?;
+    RELAYS.fetch_add(1, Ordering::SeqCst);
+    attach(engines.into(), codec, slot);
+    handed_off();
+    let relayed = tls::relay(session, ours);
+    RELAYS.fetch_sub(1, Ordering::SeqCst);
+    relayed
 }

@@ -1,20 +1,22 @@
 //! TLS for the exports: the NBD protocol's `NBD_OPT_STARTTLS` (its "TLS" section), with
-//! X.509 certificates as `nbdkit --tls` and `qemu-nbd --tls-creds` use them, through
-//! rustls.
+//! X.509 certificates through rustls or pre-shared keys through OpenSSL, as `nbdkit
+//! --tls`/`--tls-psk` and qemu's `tls-creds-x509`/`tls-creds-psk` use them.
+//!
+//! Two libraries because rustls, the project's TLS library, has no external pre-shared
+//! keys; OpenSSL's (TLS 1.3 with (EC)DHE, or TLS 1.2 `ECDHE-PSK`/`DHE-PSK`) are what
+//! GnuTLS clients such as qemu and libnbd speak. Both sit behind one [`Session`] and
+//! one [`relay`].
 //!
 //! The handshake thread runs the TLS handshake and the option negotiation over it
 //! (blocking, under `server.handshake_timeout_s`). Once an export is selected, the
 //! engine's io_uring ring serves the connection's plaintext as it serves any other: the
 //! thread that ran the handshake stays as the connection's *relay* between the client's
 //! socket (TLS records) and one end of a socket pair whose other end the engine holds.
-//! The relay reads from the engine only while rustls has nothing left to send and
-//! buffers at most [`RELAY_BUFFER`] of decrypted requests, so the memory budget the
-//! engine keeps (`server.max_inflight_bytes`) still bounds what a client can make the
-//! server hold; a connection costs a thread while TLS runs on it, as it did while
-//! handshaking (bounded by `server.max_connections`).
-//!
-//! Not supported: TLS pre-shared keys (`--tls-psk`, `tls-creds-psk`): rustls has no
-//! external PSKs.
+//! The relay takes from the engine one chunk at a time, the next once the last went
+//! out, and buffers at most [`RELAY_BUFFER`] of decrypted requests, so the memory
+//! budget the engine keeps (`server.max_inflight_bytes`) still bounds what a client can
+//! make the server hold; a connection costs a thread while TLS runs on it, as it did
+//! while handshaking (bounded by `server.max_connections`).
 
 // poll(2) and fcntl(2) on the relay's descriptors.
 #![allow(unsafe_code)]
@@ -23,6 +25,7 @@ use super::config::Tls;
 use anyhow::Context as _;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -90,41 +93,301 @@ fn would_block(e: &std::io::Error) -> bool {
     )
 }
 
-/// Relays between a client's TLS socket `net` and the engine's end of a socket pair
-/// (`local` is this side's) until both sides are done. `tls` has finished its
-/// handshake; plaintext it already decrypted goes to the engine first. Returns when the
-/// engine closed its end (after a TLS close to the client) or the client went away
-/// (the engine then reads end of stream and finishes what it holds).
-pub fn relay<S: Read + Write + AsRawFd>(
-    mut tls: rustls::ServerConnection,
-    mut net: S,
+/// The TLS library's credentials: X.509 through rustls, or pre-shared keys through
+/// OpenSSL (rustls has no external PSKs; OpenSSL's are what GnuTLS clients, qemu's and
+/// libnbd's, speak).
+#[derive(Clone)]
+pub enum Credentials {
+    /// A certificate chain and key, and maybe client CAs.
+    X509(Arc<rustls::ServerConfig>),
+    /// Identities and their keys.
+    Psk(openssl::ssl::SslContext),
+}
+
+/// The credentials `tls` names.
+pub fn credentials(tls: &Tls) -> anyhow::Result<Credentials> {
+    match &tls.psk {
+        Some(path) => Ok(Credentials::Psk(psk_context(path)?)),
+        None => Ok(Credentials::X509(server_config(tls)?)),
+    }
+}
+
+/// Reads a PSK file: one `identity:key` a line, the key in hex (qemu's `keys.psk`,
+/// nbdkit's `--tls-psk`, `psktool`'s output). Blank lines and `#` comments are skipped.
+pub fn read_psk_file(path: &std::path::Path) -> anyhow::Result<HashMap<Vec<u8>, Vec<u8>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("server.tls_psk: {}", path.display()))?;
+    let mut keys = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("server.tls_psk: {} line {}", path.display(), i + 1);
+        let Some((identity, hex)) = line.split_once(':') else {
+            anyhow::bail!("{}: expected identity:hexkey", at());
+        };
+        if identity.is_empty() || identity.len() > 128 {
+            anyhow::bail!("{}: the identity must be 1 to 128 bytes", at());
+        }
+        // ASCII first: slicing two bytes of a multi-byte character would panic.
+        let key = (hex.is_ascii() && hex.len() % 2 == 0)
+            .then(|| {
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|j| u8::from_str_radix(&hex[j..j + 2], 16).ok())
+                    .collect::<Option<Vec<u8>>>()
+            })
+            .flatten()
+            .filter(|k| (16..=MAX_PSK).contains(&k.len()))
+            .with_context(|| format!("{}: the key must be 16 to {MAX_PSK} bytes in hex", at()))?;
+        if keys.insert(identity.as_bytes().to_vec(), key).is_some() {
+            anyhow::bail!("{}: identity '{identity}' given twice", at());
+        }
+    }
+    if keys.is_empty() {
+        anyhow::bail!("server.tls_psk: {}: no keys in it", path.display());
+    }
+    Ok(keys)
+}
+
+/// The longest key OpenSSL's PSK callback takes (`PSK_MAX_PSK_LEN`).
+const MAX_PSK: usize = 256;
+
+fn psk_context(path: &std::path::Path) -> anyhow::Result<openssl::ssl::SslContext> {
+    use openssl::ssl::{SslContextBuilder, SslMethod, SslMode, SslVersion};
+    let keys = read_psk_file(path)?;
+    let mut b = SslContextBuilder::new(SslMethod::tls_server()).context("OpenSSL")?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))
+        .context("OpenSSL")?;
+    // No certificate: PSK key exchanges only (TLS 1.3 uses its PSK with (EC)DHE).
+    b.set_cipher_list("kECDHEPSK:kDHEPSK:!eNULL:!MD5:!RC4:!3DES")
+        .context("OpenSSL cipher list")?;
+    b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
+    b.set_psk_server_callback(move |_ssl, identity, out| {
+        // An unknown identity fails the handshake (no key: zero bytes).
+        let key = identity.and_then(|id| keys.get(id));
+        match key {
+            Some(k) if k.len() <= out.len() => {
+                out[..k.len()].copy_from_slice(k);
+                Ok(k.len())
+            }
+            _ => Ok(0),
+        }
+    });
+    Ok(b.build())
+}
+
+/// Bytes the client sent before the TLS handshake began, read before the socket's.
+#[derive(Debug)]
+pub struct Prepended<S> {
+    early: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Prepended<S> {
+    /// `early` first, then `inner`.
+    pub fn new(early: Vec<u8>, inner: S) -> Self {
+        Prepended {
+            early,
+            at: 0,
+            inner,
+        }
+    }
+
+    /// The socket.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Read> Read for Prepended<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at < self.early.len() {
+            let n = buf.len().min(self.early.len() - self.at);
+            buf[..n].copy_from_slice(&self.early[self.at..self.at + n]);
+            self.at += n;
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
+impl<S: Write> Write for Prepended<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A TLS session the relay drives over a non-blocking socket.
+pub trait Session {
+    /// Decrypted bytes into `buf`: `Some(n)` (0: the client closed), `None` when
+    /// nothing more can be had until the socket is ready.
+    fn read_plain(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>>;
+    /// Takes plaintext for the client; 0 while what it took before still waits for
+    /// the socket.
+    fn write_plain(&mut self, buf: &[u8]) -> std::io::Result<usize>;
+    /// Sends what waits for the socket; true when nothing does.
+    fn flush(&mut self) -> std::io::Result<bool>;
+    /// Starts the TLS close (the engine is done).
+    fn close(&mut self);
+    /// The socket.
+    fn fd(&self) -> std::os::fd::RawFd;
+}
+
+/// rustls over a socket.
+pub struct RustlsSession<S> {
+    /// The connection, its handshake done.
+    pub conn: rustls::ServerConnection,
+    /// The client's socket.
+    pub net: S,
+}
+
+impl<S: Read + Write + AsRawFd> Session for RustlsSession<S> {
+    fn read_plain(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        loop {
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if would_block(&e) => {}
+                // Closed without a TLS close: the client is gone all the same.
+                Err(_) => return Ok(Some(0)),
+            }
+            match self.conn.read_tls(&mut self.net) {
+                Ok(0) => return Ok(Some(0)),
+                Ok(_) => {
+                    if let Err(e) = self.conn.process_new_packets() {
+                        // Send the alert, then give up on the client.
+                        let _ = self.conn.write_tls(&mut self.net);
+                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                    }
+                }
+                Err(e) if would_block(&e) => return Ok(None),
+                Err(_) => return Ok(Some(0)),
+            }
+        }
+    }
+
+    fn write_plain(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Bounded: more is taken only once what was taken went out.
+        if self.conn.wants_write() {
+            return Ok(0);
+        }
+        self.conn.writer().write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<bool> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut self.net) {
+                Ok(_) => {}
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    fn close(&mut self) {
+        self.conn.send_close_notify();
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.net.as_raw_fd()
+    }
+}
+
+/// OpenSSL (pre-shared keys) over a socket.
+pub struct OpensslSession<S> {
+    /// The stream, its handshake done.
+    pub ssl: openssl::ssl::SslStream<Prepended<S>>,
+    /// A write waits for the socket to take what OpenSSL has of it.
+    pub blocked: bool,
+}
+
+impl<S: Read + Write + AsRawFd> OpensslSession<S> {
+    fn failed(&mut self, e: openssl::ssl::Error) -> std::io::Result<Option<usize>> {
+        use openssl::ssl::ErrorCode;
+        match e.code() {
+            ErrorCode::WANT_READ => Ok(None),
+            ErrorCode::WANT_WRITE => {
+                self.blocked = true;
+                Ok(None)
+            }
+            ErrorCode::ZERO_RETURN => Ok(Some(0)),
+            ErrorCode::SYSCALL if e.io_error().is_none() => Ok(Some(0)),
+            _ => match e.into_io_error() {
+                Ok(io) if would_block(&io) => Ok(None),
+                Ok(io) => Err(io),
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+        }
+    }
+}
+
+impl<S: Read + Write + AsRawFd> Session for OpensslSession<S> {
+    fn read_plain(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        match self.ssl.ssl_read(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => self.failed(e),
+        }
+    }
+
+    fn write_plain(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.ssl.ssl_write(buf) {
+            Ok(n) => {
+                self.blocked = false;
+                Ok(n)
+            }
+            Err(e) => {
+                self.blocked = true;
+                self.failed(e).map(|_| 0)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<bool> {
+        // OpenSSL writes to the socket itself; what it could not is retried with the
+        // same bytes by the next `write_plain`.
+        Ok(!self.blocked)
+    }
+
+    fn close(&mut self) {
+        let _ = self.ssl.shutdown();
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        self.ssl.get_ref().get_ref().as_raw_fd()
+    }
+}
+
+/// Relays between a client's TLS `session` and the engine's end of a socket pair
+/// (`local` is this side's) until both sides are done. The session's handshake is
+/// done; its socket is made non-blocking here. Returns when the engine closed its end
+/// (after a TLS close to the client) or the client went away (the engine then reads
+/// end of stream and finishes what it holds).
+pub fn relay(
+    mut session: impl Session,
     mut local: std::os::unix::net::UnixStream,
 ) -> std::io::Result<()> {
     local.set_nonblocking(true)?;
-    set_nonblocking(net.as_raw_fd())?;
-    // Bounded by reading from the engine only when nothing waits to be sent.
-    tls.set_buffer_limit(None);
+    set_nonblocking(session.fd())?;
     let mut to_engine: Vec<u8> = Vec::with_capacity(CHUNK);
     let mut at = 0usize;
+    let mut from_engine: Vec<u8> = Vec::with_capacity(CHUNK);
+    let mut out_at = 0usize;
     let mut chunk = vec![0u8; CHUNK];
     let (mut client_done, mut engine_done, mut engine_told) = (false, false, false);
     loop {
-        // Take what rustls decrypted (up to the bound: the rest stays with it).
-        {
-            while to_engine.len() < RELAY_BUFFER {
-                match tls.reader().read(&mut chunk) {
-                    Ok(0) => {
-                        client_done = true;
-                        break;
-                    }
-                    Ok(n) => to_engine.extend_from_slice(&chunk[..n]),
-                    Err(e) if would_block(&e) => break,
-                    // Closed without a TLS close: the client is gone all the same.
-                    Err(_) => {
-                        client_done = true;
-                        break;
-                    }
-                }
+        // Client to engine: what the session decrypts, up to the bound.
+        while !client_done && to_engine.len() < RELAY_BUFFER {
+            match session.read_plain(&mut chunk)? {
+                Some(0) => client_done = true,
+                Some(n) => to_engine.extend_from_slice(&chunk[..n]),
+                None => break,
             }
         }
         while at < to_engine.len() {
@@ -146,40 +409,57 @@ pub fn relay<S: Read + Write + AsRawFd>(
             let _ = local.shutdown(std::net::Shutdown::Write);
             engine_told = true;
         }
-        while tls.wants_write() {
-            match tls.write_tls(&mut net) {
-                Ok(_) => {}
-                Err(e) if would_block(&e) => break,
-                Err(_) => return Ok(()),
+        // Engine to client: a chunk at a time, the next read once it was all taken.
+        if !engine_done && from_engine.is_empty() {
+            from_engine.resize(CHUNK, 0);
+            match local.read(&mut from_engine) {
+                Ok(n) if n > 0 => from_engine.truncate(n),
+                Err(e) if would_block(&e) => from_engine.clear(),
+                // End of stream or an error: the engine is done with the connection.
+                _ => {
+                    from_engine.clear();
+                    engine_done = true;
+                    session.close();
+                }
             }
         }
-        if engine_done && !tls.wants_write() {
+        while out_at < from_engine.len() {
+            let n = session.write_plain(&from_engine[out_at..])?;
+            if n == 0 {
+                break;
+            }
+            out_at += n;
+        }
+        if out_at == from_engine.len() {
+            from_engine.clear();
+            out_at = 0;
+        }
+        let flushed = session.flush()?;
+        if engine_done && from_engine.is_empty() && flushed {
             return Ok(());
         }
         let net_in = !client_done && to_engine.len() < RELAY_BUFFER;
-        let local_in = !engine_done && !tls.wants_write();
-        let net_out = tls.wants_write();
+        let net_out = !flushed || !from_engine.is_empty();
         let mut fds = [
             libc::pollfd {
                 // A client that is done is not polled (its hang-up would wake every
                 // poll) unless something still goes to it.
-                fd: if net_in || net_out {
-                    net.as_raw_fd()
-                } else {
-                    -1
-                },
+                fd: if net_in || net_out { session.fd() } else { -1 },
                 events: (if net_in { libc::POLLIN } else { 0 })
                     | (if net_out { libc::POLLOUT } else { 0 }),
                 revents: 0,
             },
             libc::pollfd {
                 fd: local.as_raw_fd(),
-                events: (if local_in { libc::POLLIN } else { 0 })
-                    | (if to_engine.is_empty() {
-                        0
-                    } else {
-                        libc::POLLOUT
-                    }),
+                events: (if !engine_done && from_engine.is_empty() {
+                    libc::POLLIN
+                } else {
+                    0
+                }) | (if to_engine.is_empty() {
+                    0
+                } else {
+                    libc::POLLOUT
+                }),
                 revents: 0,
             },
         ];
@@ -187,41 +467,8 @@ pub fn relay<S: Read + Write + AsRawFd>(
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            if would_block(&e) {
-                continue;
-            }
-            return Err(e);
-        }
-        let ready = |f: &libc::pollfd, what: libc::c_short| {
-            f.revents & (what | libc::POLLHUP | libc::POLLERR) != 0
-        };
-        if net_in && ready(&fds[0], libc::POLLIN) {
-            match tls.read_tls(&mut net) {
-                Ok(0) => client_done = true,
-                Ok(_) => {
-                    if let Err(e) = tls.process_new_packets() {
-                        // Send the alert, then give up on the client.
-                        let _ = tls.write_tls(&mut net);
-                        let _ = local.shutdown(std::net::Shutdown::Write);
-                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
-                    }
-                }
-                Err(e) if would_block(&e) => {}
-                Err(_) => client_done = true,
-            }
-        }
-        if ready(&fds[1], libc::POLLIN) && !engine_done {
-            match local.read(&mut chunk) {
-                Ok(0) => {
-                    engine_done = true;
-                    tls.send_close_notify();
-                }
-                Ok(n) => tls.writer().write_all(&chunk[..n])?,
-                Err(e) if would_block(&e) => {}
-                Err(_) => {
-                    engine_done = true;
-                    tls.send_close_notify();
-                }
+            if !would_block(&e) {
+                return Err(e);
             }
         }
     }
@@ -238,4 +485,52 @@ fn set_nonblocking(fd: std::os::fd::RawFd) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psk_files_are_read_as_qemu_writes_them_and_mistakes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |text: &str| {
+            let p = dir.path().join("keys.psk");
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let key = "00112233445566778899aabbccddeeff";
+        let keys = read_psk_file(&file(&format!(
+            "# comment\nalice:{key}\n\nbob:{key}{key}\n"
+        )))
+        .unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[b"alice".as_slice()].len(), 16);
+        assert_eq!(keys[b"bob".as_slice()][..2], [0x00, 0x11]);
+        for (text, says) in [
+            ("alice\n", "line 1: expected identity:hexkey"),
+            (
+                "alice:0011\n",
+                "line 1: the key must be 16 to 256 bytes in hex",
+            ),
+            (&format!("alice:{key}x\n"), "line 1: the key must be"),
+            (
+                &format!("alice:{}\n", "zz".repeat(16)),
+                "line 1: the key must be",
+            ),
+            (
+                &format!("alice:{key}\nalice:{key}\n"),
+                "line 2: identity 'alice' given twice",
+            ),
+            (&format!(":{key}\n"), "the identity must be 1 to 128 bytes"),
+            ("# nothing\n", "no keys in it"),
+            (
+                &format!("alice:é{}\n", &key[..30]),
+                "line 1: the key must be",
+            ),
+        ] {
+            let e = read_psk_file(&file(text)).unwrap_err().to_string();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
 }
