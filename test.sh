@@ -12,6 +12,10 @@ for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdfuse:libnbd-bin nb
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+# Building needs OpenSSL's headers (TLS with pre-shared keys).
+if ! pkg-config --exists openssl 2>/dev/null; then
+    need+=(libssl-dev pkg-config)
+fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${need[*]}"
