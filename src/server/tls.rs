@@ -344,10 +344,9 @@ impl<S: Read + Write + AsRawFd> Session for OpensslSession<S> {
                 self.blocked = false;
                 Ok(n)
             }
-            Err(e) => {
-                self.blocked = true;
-                self.failed(e).map(|_| 0)
-            }
+            // WANT_WRITE marks the write blocked (`failed`); WANT_READ waits for the
+            // socket to be readable, which the relay polls for anyway.
+            Err(e) => self.failed(e).map(|_| 0),
         }
     }
 
@@ -425,23 +424,32 @@ pub fn relay(
                 }
             }
         }
-        while out_at < from_engine.len() {
-            let n = session.write_plain(&from_engine[out_at..])?;
-            if n == 0 {
+        // Twice: sending what waited may make room for the rest (rustls takes more
+        // only once it sent what it had).
+        let mut flushed = false;
+        for _ in 0..2 {
+            while out_at < from_engine.len() {
+                let n = session.write_plain(&from_engine[out_at..])?;
+                if n == 0 {
+                    break;
+                }
+                out_at += n;
+            }
+            flushed = session.flush()?;
+            if !flushed || out_at == from_engine.len() {
                 break;
             }
-            out_at += n;
         }
         if out_at == from_engine.len() {
             from_engine.clear();
             out_at = 0;
         }
-        let flushed = session.flush()?;
         if engine_done && from_engine.is_empty() && flushed {
             return Ok(());
         }
         let net_in = !client_done && to_engine.len() < RELAY_BUFFER;
-        let net_out = !flushed || !from_engine.is_empty();
+        // Plaintext waits only behind what the session could not send yet.
+        let net_out = !flushed;
         let mut fds = [
             libc::pollfd {
                 // A client that is done is not polled (its hang-up would wake every
