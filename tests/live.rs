@@ -694,8 +694,15 @@ fn a_second_server_on_the_same_image_refuses_to_start() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
+    // The holder is named: its pid and command line, which names its configuration.
+    let holder = format!(
+        "process {} ({} serve {})",
+        s.child.id(),
+        env!("CARGO_BIN_EXE_ioshare"),
+        first_dir.path().join("serve.toml").display()
+    );
     assert!(
-        err.contains("vm1.img") && err.contains("another process holds it"),
+        err.contains("vm1.img") && err.contains(&format!("{holder} holds it")),
         "{err}"
     );
     s.stopped();

@@ -175,6 +175,35 @@ impl Files {
 /// without, a missing file is an error naming the setting), locks it
 /// for this server alone and makes sure it holds `size` bytes: a regular file smaller
 /// than that is grown, a block device must be large enough.
+/// Who holds an `flock` on the file `meta` describes, from `/proc/locks`: its pid and
+/// command line (an ioshare server names its configuration there), cut to a line.
+fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = meta.dev();
+    // The kernel's encoding of a device number (glibc's `major`/`minor`).
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid = locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&id.as_str())).then(|| f[4].to_string())
+    })?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let words = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .collect::<Vec<_>>()
+        .join(&b' ');
+    let command: String = words.escape_ascii().to_string().chars().take(300).collect();
+    Some(if command.is_empty() {
+        format!("process {pid}")
+    } else {
+        format!("process {pid} ({command})")
+    })
+}
+
 fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
@@ -199,8 +228,13 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result
     // SAFETY: plain syscall on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
+        let holder = f
+            .metadata()
+            .ok()
+            .and_then(|m| lock_holder(&m))
+            .unwrap_or_else(|| "another process".into());
         anyhow::bail!(
-            "{}: cannot lock it for this server ({e}): another process holds it, another ioshare serving it perhaps",
+            "{}: cannot lock it for this server ({e}): {holder} holds it",
             path.display()
         );
     }
