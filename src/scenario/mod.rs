@@ -49,7 +49,8 @@ struct TenantFile {
     limit_iops: Option<f64>,
     offset: Option<ByteSize>,
     size: Option<ByteSize>,
-    workload: WorkloadConfig,
+    /// Read with [`WorkloadConfig::from_value`], so its errors name the tenant too.
+    workload: toml::Value,
 }
 
 /// One tenant of a scenario.
@@ -323,9 +324,8 @@ fn tenant_setup(
             ),
         ));
     }
-    let workload = t
-        .workload
-        .resolve()
+    let workload = WorkloadConfig::from_value(t.workload)
+        .and_then(|w| w.resolve())
         .map_err(|e| Invalid::new("workload", e))?;
     if let Some(limit) = queue_limit
         && let Some(depth) = workload.phases.iter().find_map(|p| match p.arrivals {
@@ -489,6 +489,37 @@ mod tests {
             &BASE.replace("size = \"4k\"", "size = 0"),
             "tenant 2 ('b').workload: size must be > 0",
         );
+        // Inside a workload table: the tenant, the key and the problem (an untagged
+        // enum said only that nothing matched).
+        for (from, to, says) in [
+            (
+                "iodepth = 4",
+                "iodepth = 4.5",
+                "tenant 2 ('b').workload: iodepth: invalid type: floating point `4.5`, expected u32",
+            ),
+            (
+                "size = \"4k\"",
+                "size = \"abc\"",
+                "tenant 2 ('b').workload: size: 'abc' is not a size",
+            ),
+            (
+                "\"randwrite\"",
+                "\"zigzag\"",
+                "tenant 2 ('b').workload: pattern: unknown variant `zigzag`",
+            ),
+            (
+                "iodepth = 4",
+                "iodepth = 4, bogus = 1",
+                "tenant 2 ('b').workload: bogus: unknown field `bogus`",
+            ),
+            (
+                "workload = \"varmail\"",
+                "workload = 5",
+                "tenant 1 ('a').workload: must be a stand-in's name or a table, got integer 5",
+            ),
+        ] {
+            expect_err(&BASE.replace(from, to), says);
+        }
         expect_err(
             &BASE.replace(
                 "weight = 3",

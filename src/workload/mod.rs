@@ -69,9 +69,8 @@ pub struct WorkloadTable {
     pub phases: Option<Vec<WorkloadTable>>,
 }
 
-/// A workload in a scenario: a stand-in name or a table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// A workload in a scenario: a stand-in name or a table ([`WorkloadConfig::from_value`]).
+#[derive(Debug, Clone)]
 pub enum WorkloadConfig {
     /// A stand-in's name, with its defaults.
     Named(String),
@@ -308,6 +307,27 @@ impl Knobs {
 pub const STANDIN_IODEPTH: u32 = 16;
 
 impl WorkloadConfig {
+    /// Reads a scenario's `workload` value: a stand-in's name or a table. Errors name
+    /// the key and the problem (an untagged enum would only say that nothing matched).
+    pub fn from_value(value: toml::Value) -> Result<Self, String> {
+        match value {
+            toml::Value::String(name) => Ok(WorkloadConfig::Named(name)),
+            toml::Value::Table(_) => serde_path_to_error::deserialize::<_, WorkloadTable>(value)
+                .map(WorkloadConfig::Table)
+                .map_err(|e| {
+                    let problem = e.inner().message().trim_end().to_string();
+                    match e.path().to_string().as_str() {
+                        "." | "" => problem,
+                        path => format!("{path}: {problem}"),
+                    }
+                }),
+            other => Err(format!(
+                "must be a stand-in's name or a table, got {} {other}",
+                other.type_str()
+            )),
+        }
+    }
+
     /// Validates and resolves the workload. Errors say what is wrong; the caller adds
     /// where (file, tenant).
     pub fn resolve(&self) -> Result<Workload, String> {
