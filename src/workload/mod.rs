@@ -199,6 +199,33 @@ struct Knobs {
     idle: bool,
 }
 
+/// The deepest closed loop a tenant may keep (fio's own `iodepth` limit is 65,536 too).
+pub const MAX_IODEPTH: u32 = 65_536;
+/// The highest open-loop rate a tenant may offer: ten million requests a second, above
+/// any single device the presets model.
+pub const MAX_RATE_IOPS: f64 = 10_000_000.0;
+
+/// Settings one table may not give together: one of them would silently win.
+fn conflicts(t: &WorkloadTable) -> Result<(), String> {
+    if t.iodepth.is_some() && t.rate_iops.is_some() {
+        return Err(
+            "iodepth (a closed loop) and rate_iops (an open loop) together: give one".into(),
+        );
+    }
+    if t.size.is_some() && t.size_mean.is_some() {
+        return Err("size (fixed) and size_mean (drawn) together: give one".into());
+    }
+    if t.read_mix.is_some()
+        && matches!(
+            t.pattern,
+            Some(Pattern::Read | Pattern::RandRead | Pattern::Write | Pattern::RandWrite)
+        )
+    {
+        return Err("read_mix applies to the mixed patterns rw and randrw only".into());
+    }
+    Ok(())
+}
+
 impl Knobs {
     fn apply(&mut self, t: &WorkloadTable) {
         if t.pattern.is_some() {
@@ -277,8 +304,10 @@ impl Knobs {
             Arrivals::Idle
         } else {
             match (self.iodepth, self.rate_iops) {
-                (_, Some(r)) if !(r.is_finite() && r > 0.0) => {
-                    return Err(format!("rate_iops must be > 0, got {r}"));
+                (_, Some(r)) if !(r.is_finite() && r > 0.0 && r <= MAX_RATE_IOPS) => {
+                    return Err(format!(
+                        "rate_iops must be in (0, {MAX_RATE_IOPS}], got {r}"
+                    ));
                 }
                 (_, Some(r)) => Arrivals::Open {
                     rate_iops: r,
@@ -286,6 +315,9 @@ impl Knobs {
                 },
                 (Some(0), None) => {
                     return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into());
+                }
+                (Some(d), None) if d > MAX_IODEPTH => {
+                    return Err(format!("iodepth must be at most {MAX_IODEPTH}, got {d}"));
                 }
                 (Some(d), None) => Arrivals::Closed { iodepth: d },
                 (None, None) => Arrivals::Closed { iodepth: 1 },
@@ -367,6 +399,7 @@ impl WorkloadConfig {
         if table.duration_s.is_some() {
             return Err("duration_s belongs to a phase, not to the workload".into());
         }
+        conflicts(&table)?;
         base.apply(&table);
         let phases = match &table.phases {
             None => vec![base.resolve(0, None)?],
@@ -379,6 +412,7 @@ impl WorkloadConfig {
                     if p.phases.is_some() || p.standin.is_some() {
                         return Err(ctx("phases cannot contain `phases` or `standin`".into()));
                     }
+                    conflicts(p).map_err(ctx)?;
                     let mut knobs = base.clone();
                     knobs.apply(p);
                     let end = match p.duration_s {
@@ -507,6 +541,44 @@ mod tests {
         toml::from_str::<WorkloadTable>(toml_text)
             .map(WorkloadConfig::Table)
             .unwrap()
+    }
+
+    /// Two settings of which one would silently win, and numbers past their range, are
+    /// refused with what to do.
+    #[test]
+    fn conflicting_and_unbounded_settings_are_refused() {
+        for (text, says) in [
+            (
+                "pattern = 'randread'\niodepth = 4\nrate_iops = 100",
+                "give one",
+            ),
+            (
+                "pattern = 'randread'\nsize = '4k'\nsize_mean = '8k'",
+                "give one",
+            ),
+            ("pattern = 'randread'\nread_mix = 0.3", "rw and randrw only"),
+            (
+                "pattern = 'randread'\niodepth = 1000000000",
+                "iodepth must be at most 65536",
+            ),
+            (
+                "pattern = 'randread'\nrate_iops = 1e12",
+                "rate_iops must be in (0, 10000000]",
+            ),
+            (
+                "pattern = 'randrw'\niodepth = 4\n[[phases]]\nduration_s = 1\niodepth = 2\nrate_iops = 5",
+                "phase 1: iodepth (a closed loop) and rate_iops",
+            ),
+        ] {
+            let e = table(text).resolve().unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        // A phase may switch from a closed to an open loop: one setting per table.
+        let w = table("pattern = 'randrw'\nread_mix = 0.7\niodepth = 4\n[[phases]]\nduration_s = 1\n[[phases]]\nrate_iops = 50")
+            .resolve()
+            .unwrap();
+        assert_eq!(w.phases[1].read_mix, 0.7);
+        assert!(matches!(w.phases[1].arrivals, Arrivals::Open { .. }));
     }
 
     #[test]
