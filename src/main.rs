@@ -329,10 +329,21 @@ fn override_scenario(
         if !(d.is_finite() && d > 0.0) {
             bail!("--duration must be > 0");
         }
-        s.duration = ioshare::types::secs_to_nanos(d);
-        if s.warmup >= s.duration {
-            s.warmup = 0;
+        let duration = ioshare::types::secs_to_nanos(d);
+        if s.warmup >= duration {
+            bail!(
+                "--duration {d} s is not longer than the scenario's warmup_s ({} s), which is not measured: give a longer --duration",
+                s.warmup as f64 / 1e9
+            );
         }
+        s.duration = duration;
+    }
+    if let Some((i, p)) = policies
+        .iter()
+        .enumerate()
+        .find(|(i, p)| policies[..*i].contains(p))
+    {
+        bail!("--policy {p} is given twice (the {} time)", ordinal(i + 1));
     }
     if !policies.is_empty() {
         // A name that matches one of the scenario's labels keeps its parameters.
@@ -354,7 +365,33 @@ fn override_scenario(
     Ok(())
 }
 
+/// "2nd", "3rd", "4th".
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, x) if x != 11 => "st",
+        (2, x) if x != 12 => "nd",
+        (3, x) if x != 13 => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// Fails now, not after the run, when `--out` cannot take the report: the folder is
+/// created and a file written into it and removed.
+fn check_out(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("--out {}: cannot create it: {e}", dir.display()))?;
+    let probe = dir.join(".ioshare-write-test");
+    std::fs::write(&probe, b"")
+        .map_err(|e| anyhow::anyhow!("--out {}: cannot write into it: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 fn simulate(all: &[Scenario], out: Option<&Path>, progress: bool) -> Result<()> {
+    if let Some(dir) = out {
+        check_out(dir)?;
+    }
     let show = progress && std::io::stderr().is_terminal();
     if show
         && all.iter().any(|s| {

@@ -73,7 +73,7 @@ fn bad_scenario_names_file_field_and_problem() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8(o.stderr).unwrap();
     assert!(
-        err.contains("bad.toml: tenant 1 ('x').weight: must be > 0, got -1"),
+        err.contains("bad.toml: tenant 1 ('x').weight: must be in (0, 1000000], got -1"),
         "{err}"
     );
 
@@ -103,5 +103,40 @@ fn list_names_policies_presets_and_standins() {
     let s = String::from_utf8(o.stdout).unwrap();
     for name in ["none", "sata-840pro", "nvme-p4500", "fileserver", "msnmeta"] {
         assert!(s.contains(name), "{name} missing from:\n{s}");
+    }
+}
+
+/// Command-line mistakes are refused before anything runs, exit status 2, saying
+/// what to change: a policy named twice, a run no longer than its unmeasured warm-up,
+/// an `--out` that cannot be written (it used to fail after the whole run).
+#[test]
+fn flag_mistakes_are_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("cli.toml");
+    std::fs::write(&scenario, format!("warmup_s = 1\n{SCENARIO}")).unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let blocked = blocker.join("out").display().to_string();
+    for (args, says) in [
+        (
+            vec!["--policy", "none", "--policy", "none"],
+            "--policy none is given twice",
+        ),
+        (
+            vec!["--duration", "0.5"],
+            "--duration 0.5 s is not longer than the scenario's warmup_s (1 s)",
+        ),
+        (vec!["--out", blocked.as_str()], "cannot create it"),
+    ] {
+        let o = ioshare()
+            .arg("sim")
+            .arg(&scenario)
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
     }
 }

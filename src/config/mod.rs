@@ -98,6 +98,18 @@ pub fn tenant_field(n: usize, name: &str) -> String {
     format!("tenant {n} ('{name}')")
 }
 
+/// A number as a person reads it in an error: `1e308`, not 309 digits.
+pub fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e7).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The largest weight: a million to one is beyond any share a device can measure.
+pub const MAX_WEIGHT: f64 = 1.0e6;
+
 /// A tenant's weight, SLO, reservation and limit as a file gives them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct QosFields {
@@ -116,8 +128,12 @@ impl QosFields {
     /// parts, positive reservation and limit with the reservation not above the limit.
     pub fn spec(self, name: &str) -> Result<TenantSpec, Invalid> {
         let weight = self.weight.unwrap_or(1.0);
-        if !(weight.is_finite() && weight > 0.0) {
-            return Err(Invalid::new("weight", format!("must be > 0, got {weight}")));
+        // Bounded above too: 1e308 beside 1 made share errors of `inf`.
+        if !(weight.is_finite() && weight > 0.0 && weight <= MAX_WEIGHT) {
+            return Err(Invalid::new(
+                "weight",
+                format!("must be in (0, {MAX_WEIGHT}], got {}", shown(weight)),
+            ));
         }
         if let Some(slo) = &self.slo
             && !(slo.iops.is_finite() && slo.iops > 0.0 && slo.size > 0 && slo.rt_us > 0)

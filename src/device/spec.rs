@@ -218,10 +218,11 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, Invalid> {
             if d.preset.is_some() || d.precondition.is_some() || d.aging_passes.is_some() {
                 return Err("the fixed model takes no preset, precondition or aging_passes".into());
             }
-            toml::Value::Table(d.overrides)
+            let p = toml::Value::Table(d.overrides)
                 .try_into::<FixedParams>()
-                .map(DeviceSpec::Fixed)
-                .map_err(crate::config::parse_problem)
+                .map_err(crate::config::parse_problem)?;
+            check_fixed(&p)?;
+            Ok(DeviceSpec::Fixed(p))
         }
         "ssd" => {
             let preset_name = d.preset.unwrap_or_else(|| "sata-840pro".into());
@@ -342,6 +343,36 @@ where
         .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())
 }
 
+/// The fixed model's numbers in the ranges where it means something: a device with no
+/// bandwidth completes nothing, a negative latency is no latency.
+fn check_fixed(p: &FixedParams) -> Result<(), Invalid> {
+    let ranges = [
+        (
+            "capacity_gib",
+            p.capacity_gib,
+            1.0 / 1024.0 / 256.0,
+            1024.0 * 1024.0,
+        ),
+        ("latency_us", p.latency_us, 0.0, 60.0e6),
+        ("bandwidth_mb_s", p.bandwidth_mb_s, 0.001, 1.0e6),
+    ];
+    for (field, v, lo, hi) in ranges {
+        if !(v.is_finite() && v >= lo && v <= hi) {
+            return Err(Invalid::new(
+                field,
+                format!("must be in [{lo}, {hi}], got {v}"),
+            ));
+        }
+    }
+    if !(1..=65_536).contains(&p.parallelism) {
+        return Err(Invalid::new(
+            "parallelism",
+            format!("must be 1 ..= 65536, got {}", p.parallelism),
+        ));
+    }
+    Ok(())
+}
+
 fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
     let pages = p.capacity_gib * (1u64 << 30) as f64 / 4096.0;
     if !(pages >= 1.0 && pages * (1.0 + p.op_ratio) < u32::MAX as f64 / 2.0) {
@@ -393,6 +424,24 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
 mod tests {
     use super::*;
     use crate::types::Op;
+
+    #[test]
+    fn the_fixed_model_refuses_numbers_that_mean_nothing() {
+        for (text, says) in [
+            (
+                "latency_us = -100",
+                "latency_us: must be in [0, 60000000], got -100",
+            ),
+            ("latency_us = nan", "latency_us: must be in"),
+            ("bandwidth_mb_s = 0", "bandwidth_mb_s: must be in [0.001"),
+            ("parallelism = 0", "parallelism: must be 1 ..= 65536, got 0"),
+            ("capacity_gib = 0", "capacity_gib: must be in"),
+        ] {
+            let file: DeviceFile = toml::from_str(&format!("model = 'fixed'\n{text}")).unwrap();
+            let e = file.spec().unwrap_err().in_file("d.toml").to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
 
     fn spec(text: &str) -> DeviceSpec {
         let file: DeviceFile = toml::from_str(text).unwrap();

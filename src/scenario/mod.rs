@@ -471,7 +471,11 @@ mod tests {
     fn errors_name_the_field_and_problem() {
         expect_err(
             &BASE.replace("weight = 3", "weight = 0"),
-            "tenant 1 ('a').weight: must be > 0",
+            "tenant 1 ('a').weight: must be in (0, 1000000], got 0",
+        );
+        expect_err(
+            &BASE.replace("weight = 3", "weight = 1e308"),
+            "tenant 1 ('a').weight: must be in (0, 1000000], got 1e308",
         );
         expect_err(
             &BASE.replace("weight = 3", "wieght = 3"),
@@ -600,7 +604,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("test.toml [tenant.a.weight=0]: tenant 1 ('a').weight: must be > 0"),
+            e.contains(
+                "test.toml [tenant.a.weight=0]: tenant 1 ('a').weight: must be in (0, 1000000]"
+            ),
             "{e}"
         );
     }

@@ -912,7 +912,7 @@ mod tests {
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nweight=0",
-                "tenant 1 ('a').weight: must be > 0",
+                "tenant 1 ('a').weight: must be in (0, 1000000], got 0",
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a'\nsize=4096\nsizes=1",
