@@ -6,6 +6,7 @@ use ioshare::config::PolicyChoice;
 use ioshare::device::DeviceModel;
 use ioshare::device::ssd::{self, Precondition, SsdDevice};
 use ioshare::scenario::Scenario;
+use ioshare::scenario::cost::{self, Limits};
 use ioshare::{policy, report, sim, workload};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,10 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Run even when the scenario's estimated cost (memory, aging time, requests)
+        /// is past the limits a run is refused above.
+        #[arg(long)]
+        force: bool,
     },
     /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD, every policy)
     /// and write its report.
@@ -99,6 +104,9 @@ enum Command {
         passes: f64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Run even when the estimated memory or aging time is past the limits.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -119,10 +127,17 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             duration,
             quiet,
+            force,
         } => {
             let mut all = Scenario::load(&scenario)?;
             for s in &mut all {
                 override_scenario(s, seed, duration, &policies)?;
+                if !force && let Some(why) = s.too_costly(Limits::default()) {
+                    bail!(
+                        "{}: not run: {why}. Make the scenario smaller, or give --force to run it anyway",
+                        scenario.display()
+                    );
+                }
             }
             simulate(&all, out.as_deref(), !quiet)
         }
@@ -180,11 +195,30 @@ fn run(cli: Cli) -> Result<()> {
             capacity_gib,
             passes,
             seed,
+            force,
         } => {
             let p = ssd::preset(&preset).with_context(|| format!("unknown preset '{preset}'"))?;
             let mut params = p.params;
             if let Some(c) = capacity_gib {
+                // The scenario's own range (4 KiB of pages to 4 TiB).
+                if !(c.is_finite() && c * 1024.0 * 1024.0 >= 4.0 && c <= 4096.0) {
+                    bail!("--capacity-gib must be in [4 KiB, 4096] GiB, got {c}");
+                }
                 params.capacity_gib = c;
+            }
+            if !(passes.is_finite() && passes > 0.0 && passes <= 100.0) {
+                bail!("--passes must be in (0, 100], got {passes}");
+            }
+            let limits = Limits::default();
+            let memory = params.capacity_gib * cost::SSD_BYTES_PER_GIB;
+            let aging = params.capacity_gib * passes * cost::AGING_SECONDS_PER_GIB_PASS;
+            if !force && (memory > limits.memory_bytes || aging > limits.aging_seconds) {
+                bail!(
+                    "not run: about {:.1} GiB of memory and {aging:.0} s of aging (limits {:.0} GiB, {:.0} s); give --force to run it anyway",
+                    memory / (1u64 << 30) as f64,
+                    limits.memory_bytes / (1u64 << 30) as f64,
+                    limits.aging_seconds
+                );
             }
             let t = Instant::now();
             let mut d = SsdDevice::new(params);

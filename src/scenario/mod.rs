@@ -2,6 +2,7 @@
 //! workloads, policies to compare, duration, seed). Loading validates everything and
 //! names the file, the field and the problem.
 
+pub mod cost;
 mod sweep;
 
 use crate::config::{

@@ -1,0 +1,188 @@
+//! What a scenario will cost before it runs: the SSD model's memory and aging time, the
+//! time series' bins, and the requests an open loop will offer. `ioshare sim` refuses a
+//! scenario past [`Limits`] with the estimate in the message (`--force` runs it
+//! anyway), instead of aborting on an allocation or running for days.
+//!
+//! The per-GiB figures were measured with `ioshare precondition` on the development
+//! machine (2 vCPUs): 32 GiB `nvme-p4500` and `sata-840pro` models held 74–78 MB
+//! resident and aged one pass in 2.9–3.2 s. They are rounded up.
+
+use super::Scenario;
+use crate::device::spec::DeviceSpec;
+use crate::device::ssd::Precondition;
+use crate::workload::Arrivals;
+
+/// Resident bytes of the SSD model per GiB of logical capacity.
+pub const SSD_BYTES_PER_GIB: f64 = 2.5e6;
+/// Seconds of aging per GiB and pass.
+pub const AGING_SECONDS_PER_GIB_PASS: f64 = 0.1;
+/// Bytes a tenant's time series keeps per interval and policy (one row of counters).
+pub const BIN_BYTES: f64 = 256.0;
+
+/// What a scenario is estimated to cost, per policy run where it says so.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cost {
+    /// Memory the device model and the time series take, bytes.
+    pub memory_bytes: f64,
+    /// Seconds to age the SSD model before the runs (0 for other devices).
+    pub aging_seconds: f64,
+    /// Requests the open-loop tenants offer in one policy's run.
+    pub open_requests: f64,
+}
+
+/// Above these a scenario is refused unless forced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Bytes of memory.
+    pub memory_bytes: f64,
+    /// Seconds of aging.
+    pub aging_seconds: f64,
+    /// Requests offered by open loops in one run.
+    pub open_requests: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 8.0 * (1u64 << 30) as f64,
+            aging_seconds: 600.0,
+            open_requests: 1.0e9,
+        }
+    }
+}
+
+impl Scenario {
+    /// The scenario's estimated cost.
+    pub fn cost(&self) -> Cost {
+        let (device_bytes, aging_seconds) = match &self.device {
+            DeviceSpec::Ssd {
+                params,
+                precondition,
+                aging_passes,
+                ..
+            } => {
+                let aging = match precondition {
+                    Precondition::Aged => {
+                        params.capacity_gib * aging_passes * AGING_SECONDS_PER_GIB_PASS
+                    }
+                    _ => 0.0,
+                };
+                (params.capacity_gib * SSD_BYTES_PER_GIB, aging)
+            }
+            _ => (0.0, 0.0),
+        };
+        let seconds = self.duration as f64 / 1e9;
+        let bins = (seconds / (self.interval.max(1) as f64 / 1e9)).ceil();
+        let series = bins * self.tenants.len() as f64 * BIN_BYTES * self.policies.len() as f64;
+        let open_requests = self
+            .tenants
+            .iter()
+            .flat_map(|t| &t.workload.phases)
+            .map(|p| match p.arrivals {
+                Arrivals::Open { rate_iops, .. } => {
+                    let end = p.end.unwrap_or(self.duration).min(self.duration);
+                    rate_iops * end.saturating_sub(p.start) as f64 / 1e9
+                }
+                _ => 0.0,
+            })
+            .sum();
+        Cost {
+            memory_bytes: device_bytes + series,
+            aging_seconds,
+            open_requests,
+        }
+    }
+
+    /// Why the scenario is refused under `limits`, with the estimate; `None` when it is
+    /// within them.
+    pub fn too_costly(&self, limits: Limits) -> Option<String> {
+        let c = self.cost();
+        if c.memory_bytes > limits.memory_bytes {
+            return Some(format!(
+                "it would take about {:.1} GiB of memory (the SSD model at {} GiB, and {} time-series bins), more than {:.0} GiB",
+                c.memory_bytes / (1u64 << 30) as f64,
+                self.device.capacity_bytes() >> 30,
+                crate::config::shown(
+                    (self.duration as f64 / self.interval.max(1) as f64).ceil()
+                        * self.tenants.len() as f64
+                ),
+                limits.memory_bytes / (1u64 << 30) as f64
+            ));
+        }
+        if c.aging_seconds > limits.aging_seconds {
+            return Some(format!(
+                "aging the SSD model would take about {:.0} s (capacity × aging_passes), more than {:.0} s",
+                c.aging_seconds, limits.aging_seconds
+            ));
+        }
+        if c.open_requests > limits.open_requests {
+            return Some(format!(
+                "its open-loop tenants would offer about {} requests per policy (rate_iops × duration), more than {}",
+                crate::config::shown(c.open_requests),
+                crate::config::shown(limits.open_requests)
+            ));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(text: &str) -> Scenario {
+        Scenario::parse(text, "t.toml", "t").unwrap()
+    }
+
+    const TENANT: &str =
+        "[[tenant]]\nname = 'a'\nworkload = { pattern = 'randread', rate_iops = 1000 }\n";
+
+    #[test]
+    fn estimates_follow_capacity_passes_duration_and_rates() {
+        let s = scenario(&format!(
+            "duration_s = 10\n[device]\nmodel = 'ssd'\npreset = 'nvme-p4500'\ncapacity_gib = 32\nprecondition = 'aged'\naging_passes = 2\n{TENANT}"
+        ));
+        let c = s.cost();
+        assert_eq!(c.aging_seconds, 32.0 * 2.0 * AGING_SECONDS_PER_GIB_PASS);
+        assert_eq!(c.open_requests, 10_000.0);
+        assert!(c.memory_bytes >= 32.0 * SSD_BYTES_PER_GIB);
+        assert_eq!(s.too_costly(Limits::default()), None);
+        let tight = Limits {
+            aging_seconds: 1.0,
+            ..Limits::default()
+        };
+        assert!(
+            s.too_costly(tight)
+                .unwrap()
+                .contains("aging the SSD model would take about 6 s")
+        );
+    }
+
+    #[test]
+    fn a_huge_drive_a_long_open_loop_and_tiny_intervals_are_refused() {
+        let huge = scenario(&format!(
+            "duration_s = 1\n[device]\nmodel = 'ssd'\npreset = 'nvme-p4500'\ncapacity_gib = 4096\n{TENANT}"
+        ));
+        assert!(
+            huge.too_costly(Limits::default())
+                .unwrap()
+                .contains("GiB of memory")
+        );
+        let long = scenario(&format!(
+            "duration_s = 1e7\n[device]\nmodel = 'fixed'\n{TENANT}"
+        ));
+        assert!(
+            long.too_costly(Limits::default())
+                .unwrap()
+                .contains("1e10 requests")
+        );
+        let fine = scenario(&format!(
+            "duration_s = 1000\ninterval_s = 1e-6\n[device]\nmodel = 'fixed'\n{TENANT}"
+        ));
+        assert!(
+            fine.too_costly(Limits::default())
+                .unwrap()
+                .contains("time-series bins")
+        );
+    }
+}
