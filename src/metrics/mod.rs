@@ -595,14 +595,12 @@ impl Recorder {
                 },
                 backlogged: backlogged[i],
                 latency_us: LatencySummary::from_histogram(&t.hist),
-                slo_satisfaction: t.slo_rt.map(|_| {
-                    let judged = t.ios + t.refused;
-                    if judged == 0 {
-                        1.0
-                    } else {
-                        t.slo_met as f64 / judged as f64
-                    }
-                }),
+                // Nothing judged is no figure: a tenant that completed nothing showed
+                // 100 % here.
+                slo_satisfaction: t
+                    .slo_rt
+                    .filter(|_| t.ios + t.refused > 0)
+                    .map(|_| t.slo_met as f64 / (t.ios + t.refused) as f64),
                 refused: t.refused,
                 held_back: t.held_back,
             })

@@ -15,6 +15,17 @@ fn mb(bytes_per_s: f64) -> f64 {
     bytes_per_s / 1e6
 }
 
+/// A latency in the unit that fits it: `85 µs`, `4.66 ms`, `1.20 s`.
+pub fn latency(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1e6 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
 fn pct(x: f64) -> String {
     if x.is_finite() {
         format!("{:.1}%", x * 100.0)
@@ -28,13 +39,16 @@ pub fn table(result: &ScenarioResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "scenario {} (seed {}), {:.0} s, {}",
-        result.scenario, result.seed, result.duration_s, result.device
+        "scenario {} (seed {}), {} s, {}",
+        result.scenario,
+        result.seed,
+        crate::config::shown(result.duration_s),
+        result.device
     );
     let _ = writeln!(
         out,
         "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  SLO / workload",
-        "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50 µs", "p99 µs"
+        "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50", "p99"
     );
     let mut variant = "";
     for run in &result.runs {
@@ -57,7 +71,7 @@ pub fn table(result: &ScenarioResult) -> String {
             }
             let _ = writeln!(
                 out,
-                "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9.0} {:>9.0}  {}",
+                "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9} {:>9}  {}",
                 run.policy,
                 t.name,
                 t.weight,
@@ -69,8 +83,8 @@ pub fn table(result: &ScenarioResult) -> String {
                 } else {
                     "-".into()
                 },
-                t.latency_us.p50,
-                t.latency_us.p99,
+                latency(t.latency_us.p50),
+                latency(t.latency_us.p99),
                 extra
             );
         }

@@ -790,7 +790,8 @@ fn spawn_connection(
 /// Runs one connection's handshake (TLS included, when the client starts it), then
 /// hands it to the engine, which serves its requests from then on; over TLS, this
 /// thread then relays between the client and the engine ([`tls::relay`]).
-/// `handed_off` runs once the engine has the connection (a drain no longer cuts it).
+/// `handed_off` runs once an export is selected, before the client is told (from then
+/// on neither a drain nor an eviction cuts the connection as a handshake).
 #[allow(clippy::too_many_arguments)]
 fn connection(
     stream: Stream,
@@ -865,10 +866,14 @@ fn connection(
                 return Err(anyhow::anyhow!("handshake: {e}"));
             }
         };
-        io.write_all(&codec.take_output())?;
         if let Some(e) = selected {
+            // Out of the registry before the client hears its export is selected: a
+            // client that has its answer is served, never evicted as a handshake.
+            handed_off();
+            io.write_all(&codec.take_output())?;
             break e;
         }
+        io.write_all(&codec.take_output())?;
     };
     let attach = |fd: OwnedFd, codec: ServerCodec, slot: Slot| {
         // A stopping engine drops the connection, which closes it.
@@ -889,18 +894,11 @@ fn connection(
                 Stream::Tcp(s) => s.into(),
             };
             attach(fd, codec, slot);
-            handed_off();
         }
         Transport::Tls(owned) => {
             let (conn, net) = owned.into_parts();
             net.set_timeouts(None)?;
-            relay_from(
-                tls::RustlsSession { conn, net },
-                codec,
-                slot,
-                attach,
-                handed_off,
-            )?;
+            relay_from(tls::RustlsSession { conn, net }, codec, slot, attach)?;
         }
         Transport::Psk(ssl) => {
             ssl.get_ref().get_ref().set_timeouts(None)?;
@@ -908,7 +906,7 @@ fn connection(
                 ssl: *ssl,
                 blocked: false,
             };
-            relay_from(session, codec, slot, attach, handed_off)?;
+            relay_from(session, codec, slot, attach)?;
         }
     }
     Ok(())
@@ -921,12 +919,10 @@ fn relay_from(
     codec: ServerCodec,
     slot: Slot,
     attach: impl FnOnce(OwnedFd, ServerCodec, Slot),
-    handed_off: impl FnOnce(),
 ) -> std::io::Result<()> {
     let (ours, engines) = UnixStream::pair()?;
     RELAYS.fetch_add(1, Ordering::SeqCst);
     attach(engines.into(), codec, slot);
-    handed_off();
     let relayed = tls::relay(session, ours);
     RELAYS.fetch_sub(1, Ordering::SeqCst);
     relayed
