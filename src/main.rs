@@ -49,8 +49,9 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD, every policy)
-    /// and write its report.
+    /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD: two busy, one
+    /// that idles and returns, one with an SLO and a reservation; every policy) and write
+    /// its report.
     Demo {
         /// Where the report goes.
         #[arg(long, default_value = "ioshare-demo")]
@@ -147,7 +148,9 @@ fn run(cli: Cli) -> Result<()> {
                 .into_iter()
                 .map(PolicyChoice::named)
                 .collect();
-            simulate(&[s], Some(&out), true)
+            simulate(&[s], Some(&out), true)?;
+            print!("{DEMO_LEGEND}");
+            Ok(())
         }
         Command::Serve { config, out } => {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
@@ -348,6 +351,20 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
     eprintln!("{passed} of {total} pass");
     Ok(())
 }
+
+/// What the demo's columns mean, printed under its table.
+const DEMO_LEGEND: &str = "
+How to read it (one block per policy; vm1, vm2 and vm3 keep the drive busy, vm3 is idle from 10 s to 20 s, vm4 agreed 300 reads/s within 20 ms):
+  weight      the tenant's share weight (10:7:4:1)
+  MB/s, IOPS  what the tenant completed, per second, after the warm-up
+  share       its part of all bytes moved; ideal: what its weight entitles it to among the busy tenants (- when it is not busy)
+  p50, p99    its response times (arrival to completion)
+  SLO         the part of its requests answered within its rt (refused ones count as misses)
+  summary     total throughput and its ratio to none; share error (how far shares are from ideal, whole run and per second); Jain's fairness index; GC's write amplification
+  phase lines IOPS per tenant in each part of the run (vm3's idle phase in the middle); on: how long a token bucket was switched in
+Policies: none (no scheduling), cfq/bfq/sfq/feedbac/mots (shares by weight), ta1/ta2/ta3 (token buckets for SLOs), mclock (reservations, weights, limits).
+The report (report.html) plots each tenant's bandwidth over time.
+";
 
 /// Applies the command line's overrides to one scenario.
 fn override_scenario(
