@@ -624,4 +624,64 @@ mod tests {
             "policies[1]: label 'none' used twice",
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Random scenario documents (the keys a scenario has, values of every kind, in
+        /// and out of range): a scenario or an error, never a panic; and what parses
+        /// has a cost estimate, so nothing unbounded reaches a run unasked.
+        #[test]
+        fn random_documents_parse_or_explain(
+            lines in proptest::collection::vec(line(), 0..14),
+        ) {
+            let text = lines.join("\n");
+            if let Ok(s) = parse(&text) {
+                let c = s.cost();
+                proptest::prop_assert!(c.memory_bytes.is_finite() && c.open_requests.is_finite());
+            }
+        }
+    }
+
+    fn line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just("duration_s"),
+            Just("warmup_s"),
+            Just("interval_s"),
+            Just("queue_depth"),
+            Just("queue_limit"),
+            Just("seed"),
+            Just("partition"),
+            Just("model"),
+            Just("preset"),
+            Just("capacity_gib"),
+            Just("precondition"),
+            Just("name"),
+            Just("weight"),
+            Just("workload"),
+            Just("latency_us"),
+            Just("parallelism"),
+        ];
+        let value = prop_oneof![
+            (-5i64..100_000).prop_map(|v| v.to_string()),
+            prop_oneof![
+                Just("1e308"),
+                Just("-1e9"),
+                Just("nan"),
+                Just("inf"),
+                Just("0.5")
+            ]
+            .prop_map(str::to_string),
+            "[a-z0-9]{0,6}".prop_map(|v| format!("'{v}'")),
+            Just("true".to_string()),
+            Just("{ pattern = 'randread', iodepth = 4 }".to_string()),
+            Just("{ pattern = 'randrw', rate_iops = 1e6, read_mix = 2 }".to_string()),
+        ];
+        prop_oneof![
+            Just("[device]".to_string()),
+            Just("[[tenant]]".to_string()),
+            (key, value).prop_map(|(k, v)| format!("{k} = {v}")),
+        ]
+    }
 }
