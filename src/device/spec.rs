@@ -387,14 +387,25 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
             format!("must be in (0, 4), got {}", p.op_ratio),
         ));
     }
-    for (name, v, min) in [
-        ("channels", p.channels, 1),
-        ("dies_per_channel", p.dies_per_channel, 1),
-        ("pages_per_block", p.pages_per_block, 2),
+    // Upper bounds too: the model allocates per die and per block (4e9 pages a block
+    // asked for terabytes).
+    for (name, v, min, max) in [
+        ("channels", p.channels, 1, 1024),
+        ("dies_per_channel", p.dies_per_channel, 1, 1024),
+        ("pages_per_block", p.pages_per_block, 2, 65_536),
     ] {
-        if v < min {
-            return Err(Invalid::new(name, format!("must be ≥ {min}, got {v}")));
+        if !(min..=max).contains(&v) {
+            return Err(Invalid::new(
+                name,
+                format!("must be {min} ..= {max}, got {v}"),
+            ));
         }
+    }
+    if p.gc_threshold_blocks > 1 << 20 {
+        return Err(Invalid::new(
+            "gc_threshold_blocks",
+            format!("must be at most 1048576, got {}", p.gc_threshold_blocks),
+        ));
     }
     for (name, v) in [
         ("read_us", p.read_us),
@@ -406,7 +417,7 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
             return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));
         }
     }
-    if !(p.write_buffer_mib.is_finite() && p.write_buffer_mib >= 0.0) {
+    if !(p.write_buffer_mib.is_finite() && (0.0..=65_536.0).contains(&p.write_buffer_mib)) {
         return Err(Invalid::new(
             "write_buffer_mib",
             format!("must be ≥ 0, got {}", p.write_buffer_mib),
@@ -438,6 +449,32 @@ mod tests {
             ("capacity_gib = 0", "capacity_gib: must be in"),
         ] {
             let file: DeviceFile = toml::from_str(&format!("model = 'fixed'\n{text}")).unwrap();
+            let e = file.spec().unwrap_err().in_file("d.toml").to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn ssd_geometry_is_bounded_before_anything_is_allocated() {
+        for (text, says) in [
+            (
+                "pages_per_block = 4000000000",
+                "pages_per_block: must be 2 ..= 65536",
+            ),
+            ("channels = 0", "channels: must be 1 ..= 1024, got 0"),
+            (
+                "dies_per_channel = 5000",
+                "dies_per_channel: must be 1 ..= 1024",
+            ),
+            (
+                "gc_threshold_blocks = 4000000000",
+                "gc_threshold_blocks: must be at most",
+            ),
+        ] {
+            let file: DeviceFile = toml::from_str(&format!(
+                "model = 'ssd'\npreset = 'nvme-p4500'\ncapacity_gib = 1\n{text}"
+            ))
+            .unwrap();
             let e = file.spec().unwrap_err().in_file("d.toml").to_string();
             assert!(e.contains(says), "{text}: {e}");
         }

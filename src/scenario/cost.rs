@@ -98,14 +98,20 @@ impl Scenario {
     pub fn too_costly(&self, limits: Limits) -> Option<String> {
         let c = self.cost();
         if c.memory_bytes > limits.memory_bytes {
-            return Some(format!(
-                "it would take about {:.1} GiB of memory (the SSD model at {} GiB, and {} time-series bins), more than {:.0} GiB",
-                c.memory_bytes / (1u64 << 30) as f64,
-                self.device.capacity_bytes() >> 30,
-                crate::config::shown(
-                    (self.duration as f64 / self.interval.max(1) as f64).ceil()
-                        * self.tenants.len() as f64
+            let bins = crate::config::shown(
+                (self.duration as f64 / self.interval.max(1) as f64).ceil()
+                    * self.tenants.len() as f64,
+            );
+            let what = match &self.device {
+                DeviceSpec::Ssd { params, .. } => format!(
+                    "the SSD model at {} GiB, and {bins} time-series bins",
+                    params.capacity_gib
                 ),
+                _ => format!("{bins} time-series bins: interval_s against duration_s"),
+            };
+            return Some(format!(
+                "it would take about {:.1} GiB of memory ({what}), more than {:.0} GiB",
+                c.memory_bytes / (1u64 << 30) as f64,
                 limits.memory_bytes / (1u64 << 30) as f64
             ));
         }

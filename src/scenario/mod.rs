@@ -209,8 +209,13 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
     };
     let interval = positive_secs("interval_s", file.interval_s.unwrap_or(1.0))?;
     let queue_depth = match file.queue_depth.unwrap_or(32) {
-        0 => return Err(Invalid::new("queue_depth", "must be ≥ 1")),
-        q => q,
+        q @ 1..=65_536 => q,
+        q => {
+            return Err(Invalid::new(
+                "queue_depth",
+                format!("must be 1 ..= 65536, got {q}"),
+            ));
+        }
     };
     let queue_limit = match file.queue_limit {
         Some(0) => {
