@@ -395,9 +395,13 @@ pub fn relay(
             match local.write(&to_engine[at..]) {
                 Ok(n) => at += n,
                 Err(e) if would_block(&e) => break,
-                // The engine closed its end: nothing more goes to it.
+                // The engine closed its end: nothing more goes to it, and the client
+                // is told the session ends.
                 Err(_) => {
-                    engine_done = true;
+                    if !engine_done {
+                        engine_done = true;
+                        session.close();
+                    }
                     at = to_engine.len();
                 }
             }
