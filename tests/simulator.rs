@@ -486,6 +486,17 @@ fn the_queue_limit_holds_exactly_its_bound() {
     );
     // The first ten after the dispatched one waited; the refused are the later ones.
     assert_eq!(t.refused[0].0, t.arrived[11].0);
+    // The results say which refusals were the full queue (here all of them), apart from
+    // a policy's.
+    let s = Scenario::parse(text, "q", "q").unwrap();
+    let r = run_scenario(&s, false).unwrap();
+    let flood = &r.runs[0].tenants[0];
+    assert_eq!((flood.refused, flood.queue_full), (38, 38));
+    let table = ioshare::report::table(&r);
+    assert!(
+        table.contains("38 refused (38 with its queue full)"),
+        "{table}"
+    );
 }
 
 /// The SLO scenarios of docs/conformance.md ("SLO policies"), shortened to 6 s: a reader

@@ -84,6 +84,10 @@ pub struct TenantResult {
     /// policy could not meet their response time, the server was stopping) or failed by
     /// the backend.
     pub refused: u64,
+    /// Of `refused`, those turned away because the tenant already had `queue_limit`
+    /// requests waiting (the rest: the policy, a stopping server, the backend).
+    #[serde(default)]
+    pub queue_full: u64,
     /// Times the policy refused one of its requests and the host held it back to offer
     /// it again (`refuse = "hold"`): served late, not refused.
     pub held_back: u64,
@@ -326,6 +330,7 @@ struct TenantMeter {
     busy_since: Nanos,
     busy_ns: Nanos,
     refused: u64,
+    queue_full: u64,
     held_back: u64,
     phases: Vec<PhaseMeter>,
 }
@@ -393,6 +398,7 @@ impl Recorder {
                     busy_since: 0,
                     busy_ns: 0,
                     refused: 0,
+                    queue_full: 0,
                     held_back: 0,
                     phases: Vec::new(),
                 })
@@ -602,6 +608,7 @@ impl Recorder {
                     .filter(|_| t.ios + t.refused > 0)
                     .map(|_| t.slo_met as f64 / (t.ios + t.refused) as f64),
                 refused: t.refused,
+                queue_full: t.queue_full,
                 held_back: t.held_back,
             })
             .collect();
@@ -680,7 +687,13 @@ impl Observer for Recorder {
     }
 
     #[inline]
-    fn refused(&mut self, request: &Request, _reason: Refusal, now: Nanos) {
+    fn refused(&mut self, request: &Request, reason: Refusal, now: Nanos) {
+        if reason == Refusal::QueueFull
+            && request.arrival >= self.start
+            && request.arrival < self.end
+        {
+            self.tenants[request.tenant as usize].queue_full += 1;
+        }
         self.not_served(request, now);
     }
 

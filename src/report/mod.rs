@@ -67,7 +67,12 @@ pub fn table(result: &ScenarioResult) -> String {
                 None => t.workload.clone(),
             };
             if t.refused > 0 {
-                extra = format!("{} refused | {extra}", t.refused);
+                let full = if t.queue_full > 0 {
+                    format!(" ({} with its queue full)", t.queue_full)
+                } else {
+                    String::new()
+                };
+                extra = format!("{} refused{full} | {extra}", t.refused);
             }
             let _ = writeln!(
                 out,
