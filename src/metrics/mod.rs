@@ -77,7 +77,8 @@ pub struct TenantResult {
     pub latency_us: LatencySummary,
     /// Of its requests in the measured window (completed ones and refused ones), the
     /// fraction that completed within the SLO's response time: a refused request is a
-    /// miss, as in the per-phase figures. 1 when it sent nothing; absent without an SLO.
+    /// miss, as in the per-phase figures. Absent without an SLO, and when it sent
+    /// nothing (no figure stands for nothing judged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_satisfaction: Option<f64>,
     /// Requests not served: refused at admission (the tenant's queue was full, the
