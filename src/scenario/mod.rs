@@ -615,6 +615,21 @@ mod tests {
             ),
             "{e}"
         );
+        // Counted before anything is built.
+        let list = (1..=100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let huge = format!(
+            "{BASE}\n[sweep]\nseed = [{list}]\nduration_s = [{list}]\n\"tenant.a.weight\" = [{list}]\n"
+        );
+        let e = Scenario::parse_all(&huge, "test.toml", "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1000000 points (the product of the lists' lengths), more than 10000"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! document, each value a list; the scenario is expanded into every point of the
 //! cartesian product before it is read.
 
+/// The most points one sweep may have.
+pub const MAX_POINTS: usize = 10_000;
+
 /// Expands `[sweep]`: each key is a dotted path into the scenario (`device.precondition`,
 /// `tenant.B.workload.size`; inside an array of tables a segment picks the entry with
 /// that `name`, an index, or `*` for all of them), each value a list. Returns one document per point of the
@@ -13,6 +16,21 @@ pub(super) fn expand_sweep(mut doc: toml::Table) -> Result<Vec<(String, toml::Ta
     let toml::Value::Table(sweep) = sweep else {
         return Err("must be a table of `path = [values]`".into());
     };
+    // The product is counted before anything is built: 100 × 100 × 100 points were
+    // built up front and aborted on an allocation.
+    let mut count: usize = 1;
+    for (path, values) in &sweep {
+        if let toml::Value::Array(values) = values {
+            count = count.saturating_mul(values.len().max(1));
+        } else {
+            return Err(format!("'{path}' must be a list of values"));
+        }
+    }
+    if count > MAX_POINTS {
+        return Err(format!(
+            "{count} points (the product of the lists' lengths), more than {MAX_POINTS}: split the sweep into several files"
+        ));
+    }
     let mut points: Vec<(String, toml::Table)> = vec![(String::new(), doc)];
     for (path, values) in sweep {
         let toml::Value::Array(values) = values else {
