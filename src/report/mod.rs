@@ -37,14 +37,27 @@ fn pct(x: f64) -> String {
 /// The comparison table: one row per policy × tenant and a summary row per policy.
 pub fn table(result: &ScenarioResult) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "scenario {} (seed {}), {} s, {}",
-        result.scenario,
-        result.seed,
-        crate::config::shown(result.duration_s),
-        result.device
-    );
+    let mut variants: Vec<&str> = result.runs.iter().map(|r| r.variant.as_str()).collect();
+    variants.dedup();
+    if variants.len() > 1 {
+        // A sweep: the seed, duration and device may differ per point, so the header
+        // does not show the first point's as if they were everyone's.
+        let _ = writeln!(
+            out,
+            "scenario {}, a sweep of {} points (each point's values after --)",
+            result.scenario,
+            variants.len()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "scenario {} (seed {}), {} s, {}",
+            result.scenario,
+            result.seed,
+            crate::config::shown(result.duration_s),
+            result.device
+        );
+    }
     let _ = writeln!(
         out,
         "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  SLO / workload",
