@@ -597,3 +597,19 @@ fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
         vm3(0)
     );
 }
+
+/// A sweep's table does not pass the first point's seed and duration off as everyone's.
+#[test]
+fn a_sweep_table_says_it_is_a_sweep() {
+    let text = "name = 's'\nduration_s = 0.2\npolicies = ['none']\n[sweep]\nseed = [1, 2]\n\
+                [device]\nmodel = 'fixed'\n[[tenant]]\nname = 'a'\n\
+                workload = { pattern = 'randread', size = '4k', iodepth = 2 }\n";
+    let all = Scenario::parse_all(text, "s.toml", "s").unwrap();
+    let r = run_scenarios(&all, false).unwrap();
+    let table = ioshare::report::table(&r);
+    assert!(
+        table.starts_with("scenario s, a sweep of 2 points (each point's values after --)"),
+        "{table}"
+    );
+    assert!(table.contains("-- seed=1") && table.contains("-- seed=2"), "{table}");
+}
