@@ -611,5 +611,8 @@ fn a_sweep_table_says_it_is_a_sweep() {
         table.starts_with("scenario s, a sweep of 2 points (each point's values after --)"),
         "{table}"
     );
-    assert!(table.contains("-- seed=1") && table.contains("-- seed=2"), "{table}");
+    assert!(
+        table.contains("-- seed=1") && table.contains("-- seed=2"),
+        "{table}"
+    );
 }

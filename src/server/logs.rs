@@ -5,7 +5,9 @@
 //! peer's next line.
 //!
 //! A peer is a TCP client's address without its port (a client can take new ports at
-//! will) or `local` for the Unix socket. The table is bounded ([`MAX_PEERS`]).
+//! will; for IPv6 its /64, which one client can fill with addresses) or `local` for the
+//! Unix socket. The table is bounded ([`MAX_PEERS`]); when every peer in it is being
+//! held back, a new one is held back too.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -48,7 +50,9 @@ impl PeerLog {
             };
             peers.retain(|_, b| !full(b));
             if peers.len() >= MAX_PEERS {
-                peers.clear();
+                // Every remembered peer is being held back: a new one is too, rather
+                // than everyone getting a fresh burst.
+                return None;
             }
         }
         let b = peers.entry(peer.to_string()).or_insert(Budget {

@@ -96,9 +96,14 @@ impl Stream {
     fn peer(&self) -> Arc<str> {
         match self {
             Stream::Unix(_) => "local".into(),
-            Stream::Tcp(s) => s
-                .peer_addr()
-                .map_or_else(|_| "unknown".into(), |a| a.ip().to_string().into()),
+            Stream::Tcp(s) => match s.peer_addr().map(|a| a.ip()) {
+                Ok(std::net::IpAddr::V6(ip)) if ip.to_ipv4_mapped().is_none() => {
+                    let s = ip.segments();
+                    format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3]).into()
+                }
+                Ok(ip) => ip.to_canonical().to_string().into(),
+                Err(_) => "unknown".into(),
+            },
         }
     }
 }
@@ -832,15 +837,20 @@ fn connection(
                 io = match credentials {
                     tls::Credentials::X509(config) => {
                         let mut conn = rustls::ServerConnection::new(config)?;
-                        if !early.is_empty() {
-                            conn.read_tls(&mut early.as_slice())?;
+                        // All of it (read_tls takes at most 4 KiB at a time), processed,
+                        // so a whole ClientHello sent early is answered.
+                        let mut rest = early.as_slice();
+                        while !rest.is_empty() {
+                            conn.read_tls(&mut rest)?;
+                            conn.process_new_packets()
+                                .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
                         }
                         let mut owned = rustls::StreamOwned::new(conn, plain);
                         while owned.conn.is_handshaking() {
                             owned
                                 .conn
                                 .complete_io(&mut owned.sock)
-                                .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
+                                .map_err(|e| anyhow::Error::new(e).context("TLS handshake"))?;
                         }
                         Transport::Tls(Box::new(owned))
                     }

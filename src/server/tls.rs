@@ -32,6 +32,9 @@ use std::sync::Arc;
 
 /// Most decrypted client bytes the relay holds for the engine.
 pub const RELAY_BUFFER: usize = 256 << 10;
+/// How long the relay keeps sending the last replies to a client after the engine
+/// closed.
+const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Bytes moved per read, either way.
 const CHUNK: usize = 64 << 10;
 
@@ -130,8 +133,9 @@ pub fn read_psk_file(path: &std::path::Path) -> anyhow::Result<HashMap<Vec<u8>, 
         if identity.is_empty() || identity.len() > 128 {
             anyhow::bail!("{}: the identity must be 1 to 128 bytes", at());
         }
-        // ASCII first: slicing two bytes of a multi-byte character would panic.
-        let key = (hex.is_ascii() && hex.len() % 2 == 0)
+        // Hex digits only, checked first: slicing inside a multi-byte character would
+        // panic, and from_str_radix takes a sign.
+        let key = (hex.bytes().all(|b| b.is_ascii_hexdigit()) && hex.len() % 2 == 0)
             .then(|| {
                 (0..hex.len())
                     .step_by(2)
@@ -166,6 +170,9 @@ fn psk_context(path: &std::path::Path) -> anyhow::Result<openssl::ssl::SslContex
     b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
     // Whole socket reads, not a record header and then its body: fewer system calls.
     b.set_read_ahead(true);
+    // A client that hangs up without a TLS close is gone, not an error (OpenSSL 3
+    // reports it as one otherwise).
+    b.set_options(openssl::ssl::SslOptions::IGNORE_UNEXPECTED_EOF);
     b.set_psk_server_callback(move |_ssl, identity, out| {
         // An unknown identity fails the handshake (no key: zero bytes).
         let key = identity.and_then(|id| keys.get(id));
@@ -278,8 +285,8 @@ impl<S: Read + Write + AsRawFd> Session for RustlsSession<S> {
         if self.conn.wants_write() {
             return Ok(0);
         }
-        self.conn.writer().write_all(buf)?;
-        Ok(buf.len())
+        // What rustls takes (a KeyUpdate it queued counts against its limit too).
+        self.conn.writer().write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<bool> {
@@ -332,6 +339,8 @@ impl<S: Read + Write + AsRawFd> OpensslSession<S> {
 
 impl<S: Read + Write + AsRawFd> Session for OpensslSession<S> {
     fn read_plain(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        // A WANT_WRITE of an earlier attempt is retried by this one.
+        self.blocked = false;
         match self.ssl.ssl_read(buf) {
             Ok(n) => Ok(Some(n)),
             Err(e) => self.failed(e),
@@ -339,6 +348,7 @@ impl<S: Read + Write + AsRawFd> Session for OpensslSession<S> {
     }
 
     fn write_plain(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.blocked = false;
         match self.ssl.ssl_write(buf) {
             Ok(n) => {
                 self.blocked = false;
@@ -382,26 +392,27 @@ pub fn relay(
     let mut out_at = 0usize;
     let mut chunk = vec![0u8; CHUNK];
     let (mut client_done, mut engine_done, mut engine_told) = (false, false, false);
+    let mut closed_at: Option<std::time::Instant> = None;
     loop {
         // Client to engine: what the session decrypts, up to the bound.
         while !client_done && to_engine.len() < RELAY_BUFFER {
-            match session.read_plain(&mut chunk)? {
-                Some(0) => client_done = true,
-                Some(n) => to_engine.extend_from_slice(&chunk[..n]),
-                None => break,
+            match session.read_plain(&mut chunk) {
+                Ok(Some(0)) => client_done = true,
+                Ok(Some(n)) => to_engine.extend_from_slice(&chunk[..n]),
+                Ok(None) => break,
+                // A broken session ends the client's side; what it sent whole still
+                // goes to the engine.
+                Err(_) => client_done = true,
             }
         }
         while at < to_engine.len() {
             match local.write(&to_engine[at..]) {
                 Ok(n) => at += n,
                 Err(e) if would_block(&e) => break,
-                // The engine closed its end: nothing more goes to it, and the client
-                // is told the session ends.
+                // The engine takes nothing more (a drain shut its reading side):
+                // requests stop here, its replies still go out until it closes.
                 Err(_) => {
-                    if !engine_done {
-                        engine_done = true;
-                        session.close();
-                    }
+                    client_done = true;
                     at = to_engine.len();
                 }
             }
@@ -451,6 +462,14 @@ pub fn relay(
         if engine_done && from_engine.is_empty() && flushed {
             return Ok(());
         }
+        // A client that does not take the last replies is not waited for long: the
+        // engine has closed and this thread holds no connection slot any more.
+        if engine_done {
+            let since = *closed_at.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > FINAL_FLUSH {
+                return Ok(());
+            }
+        }
         let net_in = !client_done && to_engine.len() < RELAY_BUFFER;
         // Plaintext waits only behind what the session could not send yet.
         let net_out = !flushed;
@@ -477,6 +496,11 @@ pub fn relay(
                 revents: 0,
             },
         ];
+        // Nothing wanted of the engine's end: leave it out (a closed one reports a
+        // hang-up at once, every time).
+        if fds[1].events == 0 {
+            fds[1].fd = -1;
+        }
         // SAFETY: two valid pollfds on descriptors this function holds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
         if n < 0 {
@@ -540,6 +564,10 @@ mod tests {
             ("# nothing\n", "no keys in it"),
             (
                 &format!("alice:é{}\n", &key[..30]),
+                "line 1: the key must be",
+            ),
+            (
+                &format!("alice:+f{}\n", &key[..30]),
                 "line 1: the key must be",
             ),
         ] {
