@@ -386,6 +386,24 @@ impl Raw {
     }
 
     /// (handle, error) of the next simple reply, reading `data` bytes after a success.
+    /// Sends `n` 32 MiB READ headers at once and reads no reply; the server may stop
+    /// reading them (that is the point): a write that times out has met its
+    /// back-pressure.
+    fn pipeline_big_reads(&mut self, n: u64) {
+        let mut headers = Vec::new();
+        for h in 0..n {
+            headers.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+            headers.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
+            headers.extend_from_slice(&h.to_be_bytes());
+            headers.extend_from_slice(&((h % 2) * (32 << 20)).to_be_bytes());
+            headers.extend_from_slice(&(32u32 << 20).to_be_bytes());
+        }
+        self.0
+            .set_write_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let _ = self.0.write_all(&headers);
+    }
+
     fn reply(&mut self, data: usize) -> (u64, u32) {
         let mut h = [0u8; 16];
         self.0.read_exact(&mut h).unwrap();
@@ -482,21 +500,7 @@ fn a_client_that_never_reads_its_replies_holds_bounded_memory() {
     let before = rss(pid);
     let mut greedy = Raw::connect(&s);
     greedy.go("vm1");
-    let mut headers = Vec::new();
-    for h in 0..400u64 {
-        headers.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        headers.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
-        headers.extend_from_slice(&h.to_be_bytes());
-        headers.extend_from_slice(&((h % 2) * (32 << 20)).to_be_bytes());
-        headers.extend_from_slice(&(32u32 << 20).to_be_bytes());
-    }
-    // The server may stop reading them (that is the point): a write that times out
-    // has met its back-pressure.
-    greedy
-        .0
-        .set_write_timeout(Some(Duration::from_secs(1)))
-        .unwrap();
-    let _ = greedy.0.write_all(&headers);
+    greedy.pipeline_big_reads(400);
     // Let the server take what it will of them.
     let grown = peak_growth(pid, before, 20);
     assert!(
@@ -1602,19 +1606,7 @@ fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
         .collect();
     let mut greedy = Raw::connect(&s);
     greedy.go("vm1");
-    let mut headers = Vec::new();
-    for h in 0..1000u64 {
-        headers.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        headers.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
-        headers.extend_from_slice(&h.to_be_bytes());
-        headers.extend_from_slice(&((h % 2) * (32 << 20)).to_be_bytes());
-        headers.extend_from_slice(&(32u32 << 20).to_be_bytes());
-    }
-    greedy
-        .0
-        .set_write_timeout(Some(Duration::from_secs(1)))
-        .unwrap();
-    let _ = greedy.0.write_all(&headers);
+    greedy.pipeline_big_reads(1000);
     let sampler = std::thread::spawn(move || peak_growth(pid, before, 30));
     let mut took = Vec::new();
     for i in 0..200u64 {
