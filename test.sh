@@ -3,11 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# System packages used by the tests that talk to real NBD clients (live server) and
-# put a file system on an export (nbdfuse, losetup, mkfs.ext4).
+# System packages used by the tests that talk to real NBD clients (live server), put a
+# file system on an export (nbdfuse, losetup, mkfs.ext4) and look at report.html in a
+# browser (chromium, headless).
 need=()
 for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdfuse:libnbd-bin nbdkit:nbdkit \
-    mkfs.ext4:e2fsprogs losetup:mount; do
+    mkfs.ext4:e2fsprogs losetup:mount chromium:chromium; do
     cmd=${pair%%:*}
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

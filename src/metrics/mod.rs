@@ -14,6 +14,13 @@ use serde::Serialize;
 /// of the measured time; only backlogged tenants enter the fairness figures.
 pub const BACKLOG_FRACTION: f64 = 0.5;
 
+/// An open-loop tenant (requests at a rate, not a queue depth) that had at least this
+/// fraction of its arrivals served got what it asked for: it is not backlogged, however
+/// long its requests were outstanding. A 300 IOPS database on a slow drive has requests
+/// in flight all the time, yet it wants 300 IOPS, not its weight's share of the drive;
+/// counting it made every proportional-share policy look 30 % off its weights.
+pub const DEMAND_MET_FRACTION: f64 = 0.95;
+
 /// Highest latency the histograms track exactly (1 hour); longer ones are clamped.
 const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 
@@ -255,16 +262,21 @@ pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f
 }
 
 /// Mean over intervals of [`share_error`] on each interval's bytes, for the tenants
-/// backlogged over the run; intervals in which they moved nothing are skipped.
-pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[bool]) -> f64 {
+/// backlogged in that interval (`backlogged[tenant][interval]`: a tenant idle for a
+/// phase leaves the ideal while idle, a starved one stays in it); intervals in which
+/// they moved nothing are skipped.
+pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[Vec<bool>]) -> f64 {
     let bins = bytes.iter().map(Vec::len).max().unwrap_or(0);
     let mut sum = 0.0;
     let mut n = 0usize;
     let mut bw = vec![0.0; bytes.len()];
+    let mut now = vec![false; bytes.len()];
     for b in 0..bins {
         for (i, series) in bytes.iter().enumerate() {
             bw[i] = series.get(b).copied().unwrap_or(0) as f64;
+            now[i] = backlogged[i].get(b).copied().unwrap_or(false);
         }
+        let backlogged = &now;
         let moved: f64 = (0..bw.len())
             .filter(|&i| backlogged[i])
             .map(|i| bw[i])
@@ -334,6 +346,10 @@ struct TenantMeter {
     queue_full: u64,
     held_back: u64,
     phases: Vec<PhaseMeter>,
+    /// Requests that arrived in the measured window.
+    arrived: u64,
+    /// Its requests come at a rate (open loop) in every phase it is active.
+    open_loop: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -364,6 +380,9 @@ pub struct Recorder {
     phase_starts: Vec<Nanos>,
     /// The device's cost model, to count each tenant's device time.
     cost: Option<(CostModel, Sequence)>,
+    /// Time each tenant had requests outstanding, ns, per interval `[tenant][interval]`:
+    /// who was backlogged when, for the per-interval share error.
+    busy_bins: Vec<Vec<u64>>,
 }
 
 impl Recorder {
@@ -402,11 +421,14 @@ impl Recorder {
                     queue_full: 0,
                     held_back: 0,
                     phases: Vec::new(),
+                    arrived: 0,
+                    open_loop: false,
                 })
                 .collect(),
             completed: 0,
             phase_starts: vec![0],
             cost: None,
+            busy_bins: vec![vec![0; bins]; n],
         }
         .with_phases(&[0])
     }
@@ -431,6 +453,17 @@ impl Recorder {
         let bins = self.series.bytes.first().map_or(0, Vec::len);
         self.series.device_ns = vec![vec![0; bins]; n];
         self.cost = Some((model, Sequence::new(n)));
+        self
+    }
+
+    /// Marks the tenants whose requests come at a rate (open loop): one of them is
+    /// backlogged only while its demand is not met ([`DEMAND_MET_FRACTION`]). Without
+    /// this (the live server cannot know) every tenant busy enough is backlogged.
+    pub fn with_open_loop(mut self, open_loop: &[bool]) -> Self {
+        assert_eq!(open_loop.len(), self.tenants.len(), "one flag per tenant");
+        for (t, &o) in self.tenants.iter_mut().zip(open_loop) {
+            t.open_loop = o;
+        }
         self
     }
 
@@ -477,6 +510,34 @@ impl Recorder {
         }
         t.outstanding += 1;
         t.phases[p].decidable += decidable as u64;
+        if now >= self.start && now < self.end {
+            t.arrived += 1;
+        }
+    }
+
+    /// Tenant `tid`'s busy period ended at `until`: its time from `busy_since` counts
+    /// as busy, in total and in each interval it spans (within the measured window).
+    fn end_busy(&mut self, tid: usize, until: Nanos) {
+        let until = until.min(self.end);
+        let from = self.tenants[tid].busy_since;
+        self.tenants[tid].busy_ns += until.saturating_sub(from);
+        if until <= from {
+            return;
+        }
+        let iv = self.series.interval;
+        let (first, last) = (
+            ((from - self.start) / iv) as usize,
+            ((until - 1 - self.start) / iv) as usize,
+        );
+        let bins = &mut self.busy_bins[tid];
+        if bins.len() <= last {
+            bins.resize(last + 1, 0);
+        }
+        for (b, slot) in bins.iter_mut().enumerate().take(last + 1).skip(first) {
+            let lo = self.start + b as u64 * iv;
+            let hi = lo + iv;
+            *slot += until.min(hi) - from.max(lo);
+        }
     }
 
     /// A request that had arrived was not served (refused at admission or later, or
@@ -485,7 +546,7 @@ impl Recorder {
         let t = &mut self.tenants[request.tenant as usize];
         t.outstanding -= 1;
         if t.outstanding == 0 {
-            t.busy_ns += now.min(self.end).saturating_sub(t.busy_since);
+            self.end_busy(request.tenant as usize, now);
         }
         if request.arrival < self.start || request.arrival >= self.end {
             return;
@@ -504,8 +565,7 @@ impl Recorder {
         let t = &mut self.tenants[c.request.tenant as usize];
         t.outstanding -= 1;
         if t.outstanding == 0 {
-            let until = c.finish.min(end);
-            t.busy_ns += until.saturating_sub(t.busy_since);
+            self.end_busy(c.request.tenant as usize, c.finish);
         }
         if c.finish < start || c.finish >= end {
             return;
@@ -560,18 +620,42 @@ impl Recorder {
         let policy_stats = policy.report;
         let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
         let end = self.end;
-        for t in &mut self.tenants {
-            if t.outstanding > 0 {
-                t.busy_ns += end.saturating_sub(t.busy_since);
+        for tid in 0..self.tenants.len() {
+            if self.tenants[tid].outstanding > 0 {
+                self.end_busy(tid, end);
             }
         }
         let window = self.end.saturating_sub(self.start) as f64;
         let bw: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64 / secs).collect();
         let weights: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
+        let demand_met: Vec<bool> = self
+            .tenants
+            .iter()
+            .map(|t| t.open_loop && t.ios as f64 >= DEMAND_MET_FRACTION * t.arrived as f64)
+            .collect();
         let backlogged: Vec<bool> = self
             .tenants
             .iter()
-            .map(|t| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window)
+            .zip(&demand_met)
+            .map(|(t, &met)| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window && !met)
+            .collect();
+        // Who was backlogged in each interval: busy at least half of it, demand not met.
+        let bins = self.series.bytes.first().map_or(0, Vec::len);
+        let iv = self.series.interval;
+        let backlogged_per_interval: Vec<Vec<bool>> = self
+            .busy_bins
+            .iter()
+            .zip(&demand_met)
+            .map(|(busy, &met)| {
+                (0..bins)
+                    .map(|b| {
+                        let lo = self.start + b as u64 * iv;
+                        let span = (lo + iv).min(self.end).saturating_sub(lo);
+                        let busy = busy.get(b).copied().unwrap_or(0);
+                        !met && span > 0 && busy as f64 >= BACKLOG_FRACTION * span as f64
+                    })
+                    .collect()
+            })
             .collect();
         let total_bw: f64 = bw.iter().sum();
         let backlogged_w: f64 = (0..tenants.len())
@@ -618,7 +702,11 @@ impl Recorder {
             variant: String::new(),
             total_bandwidth_bytes_per_s: total_bw,
             share_error: share_error(&bw, &weights, &backlogged),
-            interval_share_error: interval_share_error(&self.series.bytes, &weights, &backlogged),
+            interval_share_error: interval_share_error(
+                &self.series.bytes,
+                &weights,
+                &backlogged_per_interval,
+            ),
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
             tenants: results,
@@ -726,11 +814,18 @@ mod tests {
     #[test]
     fn interval_share_error_averages_intervals_with_traffic() {
         let w = [1.0, 1.0];
-        let all = [true, true];
+        let all = vec![vec![true; 3]; 2];
         // Interval 1: 3:1 (error 0.5); interval 2: nothing moved (skipped); 3: 1:1 (0).
         let bytes = vec![vec![3, 0, 5], vec![1, 0, 5]];
         assert!((interval_share_error(&bytes, &w, &all) - 0.25).abs() < 1e-12);
         assert_eq!(interval_share_error(&[vec![], vec![]], &w, &all), 0.0);
+        // Tenant b idle in interval 2 leaves the ideal there: a alone is exact (0).
+        let idle = vec![vec![true; 3], vec![true, false, true]];
+        let bytes = vec![vec![1, 7, 1], vec![1, 0, 1]];
+        assert_eq!(interval_share_error(&bytes, &w, &idle), 0.0);
+        // Starved instead (backlogged, nothing moved): a has share 1 against 1/2 (error
+        // 1), b 0 against 1/2 (error 1): mean 1 in that interval, 1/3 over the three.
+        assert!((interval_share_error(&bytes, &w, &all) - 1.0 / 3.0).abs() < 1e-12);
     }
 
     #[test]
@@ -947,5 +1042,82 @@ mod tests {
         let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();
         assert_eq!(backlogged, vec![true, false, false]);
         assert_eq!(res.tenants[0].ideal_share, 1.0);
+    }
+
+    /// An open-loop tenant whose requests were (95 %) served got its demand: it is not
+    /// backlogged however long they were outstanding; one served less is. A closed loop
+    /// is backlogged while busy whatever it completed.
+    #[test]
+    fn an_open_loop_with_its_demand_met_is_not_backlogged() {
+        let specs: Vec<TenantSpec> = ["met", "short", "closed"]
+            .iter()
+            .map(|n| TenantSpec::weighted(*n, 1.0))
+            .collect();
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, 0, 10 * s, s).with_open_loop(&[true, true, false]);
+        // Each tenant keeps one request in flight for the whole 10 s, 20 in a row, and
+        // "short" has 2 more that are refused (18 of 20 served: 90 %).
+        for t in 0..3u32 {
+            for k in 0..20u64 {
+                let c = done(t, 4096, k * s / 2, (k + 1) * s / 2);
+                r.arrived(&c.request);
+                if t == 1 && k >= 18 {
+                    r.refused(&c.request, Refusal::QueueFull, c.finish);
+                } else {
+                    r.completed(&c, Status::Ok);
+                }
+            }
+        }
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            0.0,
+            Observation::default(),
+        );
+        let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();
+        assert_eq!(backlogged, vec![false, true, true]);
+        assert_eq!(res.tenants[1].ideal_share, 0.5);
+    }
+
+    /// Per interval, a tenant that idles leaves the ideal and one that is busy enters
+    /// it: two closed loops served 1:1 while both run and one alone for the middle
+    /// seconds show no per-interval error; the whole-run figure cannot see the phase.
+    #[test]
+    fn per_interval_backlog_follows_idle_phases() {
+        let specs: Vec<TenantSpec> = ["steady", "pauses"]
+            .iter()
+            .map(|n| TenantSpec::weighted(*n, 1.0))
+            .collect();
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, 0, 6 * s, s);
+        for sec in 0..6u64 {
+            for (t, size) in [(0u32, 4096u32), (1, 4096)] {
+                if t == 1 && (2..4).contains(&sec) {
+                    continue;
+                }
+                // One request a tenant each second, busy the whole second; "steady"
+                // moves twice as much while alone (it gets the whole device).
+                let len = if t == 0 && (2..4).contains(&sec) {
+                    2 * size
+                } else {
+                    size
+                };
+                let c = done(t, len, sec * s, (sec + 1) * s - 1);
+                r.arrived(&c.request);
+                r.completed(&c, Status::Ok);
+            }
+        }
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            0.0,
+            Observation::default(),
+        );
+        assert_eq!(res.interval_share_error, 0.0);
+        assert!(res.share_error > 0.1, "{}", res.share_error);
     }
 }

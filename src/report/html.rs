@@ -23,14 +23,14 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-fn run_label(run: &RunResult) -> String {
+pub(super) fn run_label(run: &RunResult) -> String {
     if run.variant.is_empty() {
         run.policy.clone()
     } else {
@@ -40,22 +40,66 @@ fn run_label(run: &RunResult) -> String {
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Tenants drawn one by one in a chart; the rest are summed into one "others" series, so
+/// that a thousand tenants make a legend of eight lines, not an overflowing list.
+pub const NAMED_TENANTS: usize = 7;
+
+/// The tenants a chart names: all of them when they fit, else the [`NAMED_TENANTS`] with
+/// the largest `key` (ties to the first), in their own order.
+fn named_tenants(count: usize, key: impl Fn(usize) -> f64) -> Vec<usize> {
+    if count <= NAMED_TENANTS + 1 {
+        return (0..count).collect();
+    }
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
+    order.truncate(NAMED_TENANTS);
+    order.sort_unstable();
+    order
+}
+
+fn others_label(count: usize) -> String {
+    format!("others ({count} tenants, summed)")
+}
+
+const OTHERS_COLOR: RGBColor = RGBColor(160, 160, 160);
+
 /// Bandwidth of each tenant per interval for one run.
 fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (760, 300)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1000, 320)).into_drawing_area();
         root.fill(&WHITE)?;
         let ts = &run.timeseries;
         let secs = nanos_to_secs(ts.interval);
         let start = nanos_to_secs(ts.start);
         let bins = ts.bytes.first().map_or(0, |b| b.len());
         let end = start + bins as f64 * secs;
-        let max = ts
-            .bytes
+        let named = named_tenants(run.tenants.len(), |i| run.tenants[i].bandwidth_bytes_per_s);
+        let rest: Vec<usize> = (0..run.tenants.len())
+            .filter(|i| !named.contains(i))
+            .collect();
+        let mut series: Vec<(String, RGBColor, Vec<f64>)> = named
             .iter()
-            .flatten()
-            .map(|&b| b as f64 / secs / 1e6)
+            .enumerate()
+            .map(|(k, &i)| {
+                let t = &run.tenants[i];
+                (
+                    format!("{} (w={})", t.name, t.weight),
+                    color(k),
+                    ts.bytes[i].iter().map(|&b| b as f64 / secs / 1e6).collect(),
+                )
+            })
+            .collect();
+        if !rest.is_empty() {
+            let summed = (0..bins)
+                .map(|b| rest.iter().map(|&i| ts.bytes[i][b] as f64).sum::<f64>() / secs / 1e6)
+                .collect();
+            series.push((others_label(rest.len()), OTHERS_COLOR, summed));
+        }
+        let max = series
+            .iter()
+            .flat_map(|s| &s.2)
+            .copied()
             .fold(0.0, f64::max)
             .max(1e-3);
         let mut chart = ChartBuilder::on(&root)
@@ -64,24 +108,23 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
                 ("sans-serif", 16),
             )
             .margin(8)
-            .x_label_area_size(32)
-            .y_label_area_size(56)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
             .build_cartesian_2d(start..end.max(start + secs), 0.0..max * 1.1)?;
         chart
             .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc("MB/s")
+            .x_desc("simulated time (s)")
+            .y_desc("bandwidth (MB/s)")
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        for (i, t) in run.tenants.iter().enumerate() {
-            let c = color(i);
-            let points = ts.bytes[i]
-                .iter()
+        for (label, c, values) in series {
+            let points = values
+                .into_iter()
                 .enumerate()
-                .map(|(b, &bytes)| (start + (b as f64 + 0.5) * secs, bytes as f64 / secs / 1e6));
+                .map(|(b, v)| (start + (b as f64 + 0.5) * secs, v));
             chart
                 .draw_series(LineSeries::new(points, c.stroke_width(2)))?
-                .label(format!("{} (w={})", t.name, t.weight))
+                .label(label)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
                 });
@@ -97,37 +140,55 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
     Ok(svg)
 }
 
-/// Measured vs ideal share per tenant, grouped by policy.
-fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Error>> {
+/// Measured vs ideal share per tenant, grouped by run. Returns the SVG and, when the
+/// runs' names do not fit under their groups, the key that numbers them.
+fn share_plot(
+    result: &ScenarioResult,
+) -> Result<(String, Option<String>), Box<dyn std::error::Error>> {
+    const WIDTH: u32 = 1000;
     let mut svg = String::new();
+    let first = result.runs.first();
+    let count = first.map_or(0, |r| r.tenants.len());
+    let named = first.map_or_else(Vec::new, |r| named_tenants(count, |i| r.tenants[i].weight));
+    let others = count > named.len();
+    let groups = result.runs.len();
+    let bars = named.len() + usize::from(others);
+    let width = (bars + 1) as f64;
+    // Names under the groups when the longest fits in a group's width (7 px a letter),
+    // else numbers and a key under the chart.
+    let labels: Vec<String> = result.runs.iter().map(run_label).collect();
+    let group_px = f64::from(WIDTH - 80) / groups.max(1) as f64;
+    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let numbered = longest as f64 * 7.0 > group_px;
     {
-        let root = SVGBackend::with_string(&mut svg, (760, 320)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 360)).into_drawing_area();
         root.fill(&WHITE)?;
-        let n_tenants = result.runs.first().map_or(0, |r| r.tenants.len());
-        let groups = result.runs.len();
-        let width = (n_tenants + 1) as f64;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                "measured share (bars) vs ideal share (black ticks)",
+                "share of the device per tenant: measured (bars) vs ideal by weight (black ticks)",
                 ("sans-serif", 16),
             )
             .margin(8)
-            .x_label_area_size(32)
-            .y_label_area_size(48)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
             .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), -0.08..1.0)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(0)
-            .y_desc("share")
+            .x_desc(if numbered {
+                "run (numbered as in the key below; one bar per tenant)"
+            } else {
+                "policy (one bar per tenant)"
+            })
+            .y_desc("share of throughput")
             .draw()?;
         for (g, run) in result.runs.iter().enumerate() {
             let centre = g as f64 * width + width / 2.0;
-            // Long sweeps get numbers that match the section headings below.
-            let label = if groups <= 6 {
-                run_label(run)
-            } else {
+            let label = if numbered {
                 format!("{}", g + 1)
+            } else {
+                labels[g].clone()
             };
             chart.draw_series(std::iter::once(Text::new(
                 label,
@@ -135,22 +196,51 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
                 TextStyle::from(("sans-serif", 12).into_font())
                     .pos(Pos::new(HPos::Center, VPos::Top)),
             )))?;
-            for (i, t) in run.tenants.iter().enumerate() {
-                let x0 = g as f64 * width + 0.5 + i as f64;
-                let c = color(i);
+            // (share, ideal share if every tenant in the bar is backlogged, legend, colour)
+            let mut cells: Vec<(f64, Option<f64>, String, RGBColor)> = named
+                .iter()
+                .enumerate()
+                .filter_map(|(k, &i)| run.tenants.get(i).map(|t| (k, t)))
+                .map(|(k, t)| {
+                    (
+                        t.share,
+                        t.backlogged.then_some(t.ideal_share),
+                        format!("{} (w={})", t.name, t.weight),
+                        color(k),
+                    )
+                })
+                .collect();
+            let rest: Vec<_> = run
+                .tenants
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !named.contains(i))
+                .map(|(_, t)| t)
+                .collect();
+            if !rest.is_empty() {
+                cells.push((
+                    rest.iter().map(|t| t.share).sum(),
+                    rest.iter()
+                        .all(|t| t.backlogged)
+                        .then(|| rest.iter().map(|t| t.ideal_share).sum()),
+                    others_label(rest.len()),
+                    OTHERS_COLOR,
+                ));
+            }
+            for (k, (share, ideal, legend, c)) in cells.into_iter().enumerate() {
+                let x0 = g as f64 * width + 0.5 + k as f64;
                 let bar = chart.draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x0 + 0.9, t.share)],
+                    [(x0, 0.0), (x0 + 0.9, share)],
                     c.filled(),
                 )))?;
                 if g == 0 {
-                    bar.label(format!("{} (w={})", t.name, t.weight))
-                        .legend(move |(x, y)| {
-                            Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
-                        });
+                    bar.label(legend).legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                    });
                 }
-                if t.backlogged {
+                if let Some(ideal) = ideal {
                     chart.draw_series(std::iter::once(PathElement::new(
-                        vec![(x0, t.ideal_share), (x0 + 0.9, t.ideal_share)],
+                        vec![(x0, ideal), (x0 + 0.9, ideal)],
                         BLACK.stroke_width(2),
                     )))?;
                 }
@@ -164,7 +254,15 @@ fn share_plot(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
             .draw()?;
         root.present()?;
     }
-    Ok(svg)
+    let key = numbered.then(|| {
+        labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| format!("{} = {}", i + 1, escape(l)))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    });
+    Ok((svg, key))
 }
 
 fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResult {
@@ -197,12 +295,20 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
         run.device.gc_runs,
         run.device.pages_moved
     );
-    out.push_str("<table><tr><th>tenant</th><th>weight</th><th>workload</th><th>MB/s</th><th>IOPS</th><th>share</th><th>ideal</th><th>mean µs</th><th>p50 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>SLO</th></tr>\n");
+    out.push_str("<table><tr><th>tenant</th><th>weight</th><th>workload</th><th>MB/s</th><th>IOPS</th><th>share</th><th>ideal</th><th>mean</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th><th>SLO</th></tr>\n");
     for t in &run.tenants {
         let l = t.latency_us;
+        // Nothing completed: no latency to show.
+        let lat = |us: f64| {
+            if t.ios == 0 {
+                "n/a".to_string()
+            } else {
+                super::latency(us)
+            }
+        };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}%</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.name),
             t.weight,
             escape(&t.workload),
@@ -214,13 +320,13 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
             } else {
                 "not backlogged".into()
             },
-            l.mean,
-            l.p50,
-            l.p99,
-            l.p999,
-            l.max,
+            lat(l.mean),
+            lat(l.p50),
+            lat(l.p99),
+            lat(l.p999),
+            lat(l.max),
             t.slo_satisfaction
-                .map_or("-".into(), |s| format!("{:.2}%", s * 100.0)),
+                .map_or("n/a".into(), |s| format!("{:.2}%", s * 100.0)),
         );
     }
     out.push_str("</table>\n");
@@ -305,7 +411,7 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
     let mut out = String::new();
     let _ = write!(
         out,
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare: {}</title>\n<style>body{{font-family:sans-serif;max-width:800px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:13px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style></head><body>\n",
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare: {}</title>\n<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}svg{{display:block;width:100%;height:auto;margin:.5em 0}}table{{border-collapse:collapse;font-size:13px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style></head><body>\n",
         escape(&result.scenario)
     );
     let _ = writeln!(out, "<h1>ioshare report: {}</h1>", escape(&result.scenario));
@@ -327,8 +433,14 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
                 .join(", ")
         )
     );
-    out.push_str(&share_plot(result)?);
+    super::compare::section(&mut out, result)?;
+    out.push_str("<h2>Shares</h2>\n");
+    let (svg, key) = share_plot(result)?;
+    out.push_str(&svg);
     out.push('\n');
+    if let Some(key) = key {
+        let _ = writeln!(out, "<p><small>{key}</small></p>");
+    }
     phase_tables(&mut out, result);
     for (i, run) in result.runs.iter().enumerate() {
         policy_section(&mut out, i + 1, run)?;

@@ -1,7 +1,10 @@
 //! Turning results into things people read: a terminal table, `results.json`,
 //! `timeseries.csv`, and a self-contained `report.html` with SVG plots.
 
+mod compare;
 mod html;
+
+pub use compare::{PolicyFigures, figures};
 
 pub use html::write_html;
 

@@ -166,6 +166,24 @@ impl Scenario {
         self.tenants.iter().map(|t| t.spec.clone()).collect()
     }
 
+    /// Per tenant: whether its requests come at a rate (open loop) in every phase in
+    /// which it does I/O (see [`crate::metrics::DEMAND_MET_FRACTION`]).
+    pub fn open_loop(&self) -> Vec<bool> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                let mut active = t
+                    .workload
+                    .phases
+                    .iter()
+                    .filter(|p| !matches!(p.arrivals, crate::workload::Arrivals::Idle))
+                    .peekable();
+                active.peek().is_some()
+                    && active.all(|p| matches!(p.arrivals, crate::workload::Arrivals::Open { .. }))
+            })
+            .collect()
+    }
+
     /// The run's phases: every moment any tenant's workload changes, from 0.
     pub fn phase_starts(&self) -> Vec<Nanos> {
         let mut starts: Vec<Nanos> = self

@@ -306,7 +306,8 @@ pub fn run_policy_with(
         scenario.duration,
         scenario.interval,
     )
-    .with_phases(&scenario.phase_starts());
+    .with_phases(&scenario.phase_starts())
+    .with_open_loop(&scenario.open_loop());
     if options.device_time {
         recorder = recorder.with_cost(cost);
     }
