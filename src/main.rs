@@ -130,17 +130,63 @@ fn run(cli: Cli) -> Result<()> {
             quiet,
             force,
         } => {
-            let mut all = Scenario::load(&scenario)?;
-            for s in &mut all {
-                override_scenario(s, seed, duration, &policies)?;
-                if !force && let Some(why) = s.too_costly(Limits::default()) {
+            let points = Scenario::load_points(&scenario)?;
+            let point = |i: usize| -> Result<Scenario> {
+                let mut s = points.get(i)?;
+                override_scenario(&mut s, seed, duration, &policies)?;
+                Ok(s)
+            };
+            // Every point is read and checked before the first runs (a mistake in the
+            // last point is not found after hours), one point in memory at a time.
+            let limits = Limits::default();
+            let (mut series, mut device, mut aged) = (0.0f64, 0.0f64, false);
+            for i in 0..points.len() {
+                let s = point(i)?;
+                aged |= aged_ssd(&s);
+                if !force && let Some(why) = s.too_costly(limits) {
                     bail!(
                         "{}: not run: {why}. Make the scenario smaller, or give --force to run it anyway",
                         scenario.display()
                     );
                 }
+                let c = s.cost();
+                series += c.series_bytes;
+                device = device.max(c.memory_bytes - c.series_bytes);
             }
-            simulate(&all, out.as_deref(), !quiet)
+            // A sweep keeps every point's time series for the report, and up to
+            // KEPT_DEVICES devices built.
+            let total = series + device * ioshare::sim::KEPT_DEVICES as f64;
+            if !force && points.len() > 1 && total > limits.memory_bytes {
+                bail!(
+                    "{}: not run: its {} points would take about {:.1} GiB of memory (every point's time series, {:.1} GiB, and the devices), more than {:.0} GiB. Split the sweep, lengthen interval_s, or give --force to run it anyway",
+                    scenario.display(),
+                    points.len(),
+                    total / (1u64 << 30) as f64,
+                    series / (1u64 << 30) as f64,
+                    limits.memory_bytes / (1u64 << 30) as f64
+                );
+            }
+            // Built again one at a time as the runs reach them (they were fine above; a
+            // failure would stop the sweep with its error, after the points before it).
+            let mut failed = None;
+            let first = point(0)?;
+            let rest = (1..points.len()).map_while(|i| match point(i) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            });
+            let result = simulate(
+                std::iter::once(first).chain(rest),
+                aged,
+                out.as_deref(),
+                !quiet,
+            );
+            match failed {
+                Some(e) => Err(e),
+                None => result,
+            }
         }
         Command::Demo { out } => {
             let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "built-in demo scenario", "demo")?;
@@ -148,7 +194,8 @@ fn run(cli: Cli) -> Result<()> {
                 .into_iter()
                 .map(PolicyChoice::named)
                 .collect();
-            simulate(&[s], Some(&out), true)?;
+            let aged = aged_ssd(&s);
+            simulate([s], aged, Some(&out), true)?;
             print!("{DEMO_LEGEND}");
             Ok(())
         }
@@ -439,25 +486,33 @@ fn check_out(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn simulate(all: &[Scenario], out: Option<&Path>, progress: bool) -> Result<()> {
+/// Whether the scenario starts from an aged SSD model (which takes a while to build).
+fn aged_ssd(s: &Scenario) -> bool {
+    matches!(
+        s.device,
+        ioshare::device::spec::DeviceSpec::Ssd {
+            precondition: Precondition::Aged,
+            ..
+        }
+    )
+}
+
+/// Runs the scenarios (a sweep's points, built as they are reached), prints the table
+/// and writes the report into `out`.
+fn simulate(
+    all: impl IntoIterator<Item = Scenario>,
+    aged: bool,
+    out: Option<&Path>,
+    progress: bool,
+) -> Result<()> {
     if let Some(dir) = out {
         check_out(dir)?;
     }
     let show = progress && std::io::stderr().is_terminal();
-    if show
-        && all.iter().any(|s| {
-            matches!(
-                s.device,
-                ioshare::device::spec::DeviceSpec::Ssd {
-                    precondition: Precondition::Aged,
-                    ..
-                }
-            )
-        })
-    {
+    if show && aged {
         eprintln!("preconditioning the device (aging)...");
     }
-    let result = sim::run_scenarios(all, show)?;
+    let result = sim::run_each(all, show, sim::RunOptions::default())?;
     print!("{}", report::table(&result));
     if let Some(dir) = out {
         report::write_all(&result, dir)?;

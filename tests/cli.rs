@@ -109,6 +109,29 @@ fn list_names_policies_presets_and_standins() {
 /// Command-line mistakes are refused before anything runs, exit status 2, saying
 /// what to change: a policy named twice, a run no longer than its unmeasured warm-up,
 /// an `--out` that cannot be written (it used to fail after the whole run).
+/// A sweep whose points are each within the limits but whose time series together are
+/// not (the report keeps every point's) is refused before anything runs, with the
+/// estimate.
+#[test]
+fn a_sweep_too_big_in_total_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("sweep.toml");
+    // 10,000 s at 1 ms intervals: 10 M bins × 256 B ≈ 2.4 GiB per point.
+    std::fs::write(
+        &scenario,
+        "duration_s = 10000\ninterval_s = 0.001\n[device]\nmodel = \"fixed\"\n[[tenant]]\nname = \"a\"\nworkload = { pattern = \"randread\", size = \"4k\", iodepth = 1 }\n[sweep]\nseed = [1, 2, 3, 4, 5]\n",
+    )
+    .unwrap();
+    let o = ioshare().arg("sim").arg(&scenario).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("its 5 points would take about 11.9 GiB of memory"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing ran");
+}
+
 #[test]
 fn flag_mistakes_are_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();

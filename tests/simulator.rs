@@ -60,9 +60,11 @@ fn results_follow_the_json_contract() {
     let run = &v["runs"][0];
     for key in [
         "policy",
+        "policy_name",
         "total_bandwidth_bytes_per_s",
         "share_error",
         "interval_share_error",
+        "intervals_judged",
         "ratio_error",
         "jain",
         "tenants",

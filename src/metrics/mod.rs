@@ -19,6 +19,9 @@ pub const BACKLOG_FRACTION: f64 = 0.5;
 /// long its requests were outstanding. A 300 IOPS database on a slow drive has requests
 /// in flight all the time, yet it wants 300 IOPS, not its weight's share of the drive;
 /// counting it made every proportional-share policy look 30 % off its weights.
+/// Arrivals and completions are both counted in the measured window, so requests still
+/// in flight at its end count as not served (a short run of slow requests without
+/// `warmup_s` leans towards "backlogged").
 pub const DEMAND_MET_FRACTION: f64 = 0.95;
 
 /// Highest latency the histograms track exactly (1 hour); longer ones are clamped.
@@ -173,6 +176,8 @@ pub struct ScenarioResult {
 pub struct RunResult {
     /// The policy's label.
     pub policy: String,
+    /// The registered policy the label names (`sfq` for a run labelled `sfq-depth8`).
+    pub policy_name: String,
     /// The sweep point this run belongs to; absent without a sweep.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub variant: String,
@@ -183,6 +188,9 @@ pub struct RunResult {
     /// Share error per measurement interval, averaged over the intervals: how closely
     /// the split follows the weights second by second, not only over the whole run.
     pub interval_share_error: f64,
+    /// How many intervals [`RunResult::interval_share_error`] averages (those in which
+    /// some backlogged tenant moved data); 0: the figure has nothing under it.
+    pub intervals_judged: u64,
     /// [`ratio_error`] over the whole measured span.
     pub ratio_error: f64,
     /// [`jain`]'s fairness index over the whole measured span.
@@ -266,6 +274,15 @@ pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f
 /// phase leaves the ideal while idle, a starved one stays in it); intervals in which
 /// they moved nothing are skipped.
 pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[Vec<bool>]) -> f64 {
+    interval_share_error_judged(bytes, weights, backlogged).0
+}
+
+/// [`interval_share_error`] and how many intervals it averaged.
+fn interval_share_error_judged(
+    bytes: &[Vec<u64>],
+    weights: &[f64],
+    backlogged: &[Vec<bool>],
+) -> (f64, u64) {
     let bins = bytes.iter().map(Vec::len).max().unwrap_or(0);
     let mut sum = 0.0;
     let mut n = 0usize;
@@ -286,7 +303,11 @@ pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[V
             n += 1;
         }
     }
-    if n == 0 { 0.0 } else { sum / n as f64 }
+    if n == 0 {
+        (0.0, 0)
+    } else {
+        (sum / n as f64, n as u64)
+    }
 }
 
 /// The MCFQ paper's view: with the smallest-weight backlogged tenant as reference
@@ -657,6 +678,8 @@ impl Recorder {
                     .collect()
             })
             .collect();
+        let (interval_share_error, intervals_judged) =
+            interval_share_error_judged(&self.series.bytes, &weights, &backlogged_per_interval);
         let total_bw: f64 = bw.iter().sum();
         let backlogged_w: f64 = (0..tenants.len())
             .filter(|&i| backlogged[i])
@@ -699,14 +722,12 @@ impl Recorder {
             .collect();
         RunResult {
             policy: label.to_string(),
+            policy_name: label.to_string(),
             variant: String::new(),
             total_bandwidth_bytes_per_s: total_bw,
             share_error: share_error(&bw, &weights, &backlogged),
-            interval_share_error: interval_share_error(
-                &self.series.bytes,
-                &weights,
-                &backlogged_per_interval,
-            ),
+            interval_share_error,
+            intervals_judged,
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
             tenants: results,

@@ -23,12 +23,16 @@ use std::fmt::Write as _;
 /// thinner than their labels).
 pub const MAX_CHARTED_RUNS: usize = 60;
 
-/// One run's figures in the comparison.
+/// One run's figures in the comparison (`is_none`: the run is of the `none` policy,
+/// the baseline drawn apart).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyFigures {
     /// The run's label: policy, and `[sweep point]` where there is one.
     pub label: String,
-    /// Share error per interval (fraction), `None` with no tenant backlogged.
+    /// The run is of the `none` policy (the baseline).
+    pub is_none: bool,
+    /// Share error per interval (fraction), `None` when no interval had a backlogged
+    /// tenant moving data.
     pub share_error: Option<f64>,
     /// Total throughput over `none`'s at the same sweep point.
     pub vs_none: Option<f64>,
@@ -51,7 +55,7 @@ fn run_figures(result: &ScenarioResult, run: &RunResult) -> PolicyFigures {
     let none_total = result
         .runs
         .iter()
-        .find(|r| r.policy == "none" && r.variant == run.variant)
+        .find(|r| r.policy_name == "none" && r.variant == run.variant)
         .map(|r| r.total_bandwidth_bytes_per_s)
         .filter(|&t| t > 0.0);
     let worst = |values: &mut dyn Iterator<Item = f64>, max: bool| {
@@ -65,11 +69,8 @@ fn run_figures(result: &ScenarioResult, run: &RunResult) -> PolicyFigures {
     };
     PolicyFigures {
         label: run_label(run),
-        share_error: run
-            .tenants
-            .iter()
-            .any(|t| t.backlogged)
-            .then_some(run.interval_share_error),
+        is_none: run.policy_name == "none",
+        share_error: (run.intervals_judged > 0).then_some(run.interval_share_error),
         vs_none: none_total.map(|n| run.total_bandwidth_bytes_per_s / n),
         worst_p99_us: worst(
             &mut run
@@ -105,6 +106,9 @@ pub fn section(
     result: &ScenarioResult,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rows = figures(result);
+    if rows.is_empty() {
+        return Ok(());
+    }
     out.push_str("<h2>Policies compared</h2>\n");
     out.push_str("<p>Lower is better for share error and p99, higher for throughput and SLO satisfaction. Share error: how far each interval's shares of the device (interval_s, 1 s by default) are from the weights of the tenants backlogged in that interval. Throughput: the total over <code>none</code>'s. Worst p99: the slowest tenant's 99th percentile. SLO: the least satisfied tenant with an SLO.</p>\n");
     if rows.len() <= MAX_CHARTED_RUNS {
@@ -145,8 +149,10 @@ struct Panel<'a> {
     text: fn(f64) -> String,
 }
 
-const PANEL_COLOR: RGBColor = RGBColor(31, 119, 180);
-const NONE_COLOR: RGBColor = RGBColor(150, 150, 150);
+/// The comparison's bars, a colour no other chart uses (the browser test looks for it).
+pub const PANEL_COLOR: RGBColor = RGBColor(0, 90, 150);
+/// The `none` row's bar: the baseline, apart from the policies.
+pub const NONE_COLOR: RGBColor = RGBColor(176, 196, 222);
 
 /// Labels longer than this are cut (the table below has them whole).
 const LABEL_CHARS: usize = 34;
@@ -164,10 +170,7 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
             }
         })
         .collect();
-    let is_none: Vec<bool> = rows
-        .iter()
-        .map(|r| r.label == "none" || r.label.starts_with("none ["))
-        .collect();
+    let is_none: Vec<bool> = rows.iter().map(|r| r.is_none).collect();
     let label_px = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 8 + 14;
     let panels = [
         Panel {
@@ -338,6 +341,24 @@ mod tests {
         assert_eq!(f[0].vs_none, Some(1.0));
         // sfq gives a:b 3:1; none does not.
         assert!(f[1].share_error.unwrap() < f[0].share_error.unwrap());
+    }
+
+    /// The baseline is the `none` policy whatever its label, and only it.
+    #[test]
+    fn the_baseline_is_found_by_policy_not_label() {
+        let text = SCENARIO.replace(
+            r#"["none", "sfq", "ta1"]"#,
+            r#"[{ name = "none", label = "fifo" }, { name = "sfq", label = "none-like" }]"#,
+        );
+        let f = figures(&result(&text));
+        assert_eq!(
+            f.iter()
+                .map(|x| (x.label.as_str(), x.is_none))
+                .collect::<Vec<_>>(),
+            [("fifo", true), ("none-like", false)]
+        );
+        assert_eq!(f[0].vs_none, Some(1.0));
+        assert!(f[1].vs_none.is_some());
     }
 
     /// A figure with nothing under it is n/a, not a perfect score: no `none` run, no

@@ -74,7 +74,8 @@ fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>>
         let start = nanos_to_secs(ts.start);
         let bins = ts.bytes.first().map_or(0, |b| b.len());
         let end = start + bins as f64 * secs;
-        let named = named_tenants(run.tenants.len(), |i| run.tenants[i].bandwidth_bytes_per_s);
+        // The same tenants, in the same colours, as the share chart: the heaviest.
+        let named = named_tenants(run.tenants.len(), |i| run.tenants[i].weight);
         let rest: Vec<usize> = (0..run.tenants.len())
             .filter(|i| !named.contains(i))
             .collect();
@@ -276,17 +277,7 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
             escape(&run.variant)
         );
     }
-    let fairness = if run.tenants.iter().any(|t| t.backlogged) {
-        format!(
-            "share error {:.2}% (per interval {:.2}%) · ratio error {:.2}% · Jain {:.3}",
-            run.share_error * 100.0,
-            run.interval_share_error * 100.0,
-            run.ratio_error * 100.0,
-            run.jain
-        )
-    } else {
-        "share error n/a (no tenant backlogged)".to_string()
-    };
+    let fairness = super::fairness(run, " · ");
     let _ = writeln!(
         out,
         "<p>total {:.1} MB/s · {fairness} · write amplification {:.2} · GC runs {} · pages moved {}</p>",

@@ -37,6 +37,24 @@ fn pct(x: f64) -> String {
     }
 }
 
+/// The run's fairness figures, joined by `sep`; "n/a" for a figure with nothing under
+/// it (no tenant backlogged over the run, or in any interval), not a perfect 0.0 %.
+fn fairness(run: &crate::metrics::RunResult, sep: &str) -> String {
+    let whole = run.tenants.iter().any(|t| t.backlogged);
+    let per = run.intervals_judged > 0;
+    if !whole && !per {
+        return "share error n/a (no tenant backlogged)".to_string();
+    }
+    let na = |ok: bool, x: String| if ok { x } else { "n/a".to_string() };
+    format!(
+        "share error {} (per interval {}){sep}ratio error {}{sep}Jain {}",
+        na(whole, pct(run.share_error)),
+        na(per, pct(run.interval_share_error)),
+        na(whole, pct(run.ratio_error)),
+        na(whole, format!("{:.3}", run.jain)),
+    )
+}
+
 /// The comparison table: one row per policy × tenant and a summary row per policy.
 pub fn table(result: &ScenarioResult) -> String {
     let mut out = String::new();
@@ -75,7 +93,7 @@ pub fn table(result: &ScenarioResult) -> String {
         let none_total = result
             .runs
             .iter()
-            .find(|r| r.policy == "none" && r.variant == run.variant)
+            .find(|r| r.policy_name == "none" && r.variant == run.variant)
             .map(|r| r.total_bandwidth_bytes_per_s);
         for t in &run.tenants {
             let mut extra = match t.slo_satisfaction {
@@ -115,17 +133,7 @@ pub fn table(result: &ScenarioResult) -> String {
             .unwrap_or_default();
         // Fairness figures mean nothing when no tenant was backlogged (nobody asked for
         // more than it got): say so instead of printing a perfect 0.0 %.
-        let fairness = if run.tenants.iter().any(|t| t.backlogged) {
-            format!(
-                "share error {} (per interval {}), ratio error {}, Jain {:.3}",
-                pct(run.share_error),
-                pct(run.interval_share_error),
-                pct(run.ratio_error),
-                run.jain
-            )
-        } else {
-            "share error n/a (no tenant backlogged)".to_string()
-        };
+        let fairness = fairness(run, ", ");
         let _ = writeln!(
             out,
             "{:<12} {:<10} total {:.1} MB/s{rel}, {fairness}, WA {:.2}, GC runs {}, {} requests in {:.2} s",

@@ -24,6 +24,9 @@ pub const BIN_BYTES: f64 = 256.0;
 pub struct Cost {
     /// Memory the device model and the time series take, bytes.
     pub memory_bytes: f64,
+    /// Of which the time series of all policies' runs (kept until the report is
+    /// written; a sweep keeps every point's).
+    pub series_bytes: f64,
     /// Seconds to age the SSD model before the runs (0 for other devices).
     pub aging_seconds: f64,
     /// Requests the open-loop tenants offer in one policy's run.
@@ -88,6 +91,7 @@ impl Scenario {
             .sum();
         Cost {
             memory_bytes: device_bytes + series,
+            series_bytes: series,
             aging_seconds,
             open_requests,
         }

@@ -32,7 +32,7 @@ struct ScenarioFile {
     /// Give tenants without an explicit region equal consecutive partitions.
     partition: Option<bool>,
     policies: Option<Vec<PolicyEntry>>,
-    /// Expanded before deserializing (see [`expand_sweep`]); never read here.
+    /// Taken out before deserializing (see `sweep::Sweep`); never read here.
     #[allow(dead_code)]
     sweep: Option<toml::Table>,
     device: DeviceFile,
@@ -101,9 +101,61 @@ pub struct Scenario {
     pub policies: Vec<PolicyChoice>,
 }
 
+/// A scenario file's points (one per point of its `[sweep]`, one without), each built
+/// and checked when asked for.
+#[derive(Debug, Clone)]
+pub struct Points {
+    sweep: sweep::Sweep,
+    source_name: String,
+    default_name: String,
+}
+
+impl Points {
+    /// How many points.
+    pub fn len(&self) -> usize {
+        self.sweep.len()
+    }
+
+    /// Never: a file has at least one point.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Point `index` (< [`Points::len`]), parsed and checked; errors name the file and
+    /// the point.
+    pub fn get(&self, index: usize) -> Result<Scenario, ConfigError> {
+        let (label, doc) = self
+            .sweep
+            .point(index)
+            .map_err(|e| Invalid::new("sweep", e).in_file(&self.source_name))?;
+        let source = if label.is_empty() {
+            self.source_name.clone()
+        } else {
+            format!("{} [{label}]", self.source_name)
+        };
+        let file: ScenarioFile = toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e| parse_problem(e).in_file(&source))?;
+        let mut s = validate(file, &self.default_name).map_err(|e| e.in_file(&source))?;
+        s.variant = label;
+        Ok(s)
+    }
+
+    /// The points in order, each built when reached.
+    pub fn iter(&self) -> impl Iterator<Item = Result<Scenario, ConfigError>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 impl Scenario {
     /// Loads a scenario file: one scenario per point of its `[sweep]` (one without).
     pub fn load(path: &Path) -> Result<Vec<Scenario>, ConfigError> {
+        Scenario::load_points(path)?.iter().collect()
+    }
+
+    /// Reads a scenario file's points without building them: each is parsed and checked
+    /// when [`Points::get`] asks for it.
+    pub fn load_points(path: &Path) -> Result<Points, ConfigError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&name))?;
@@ -111,7 +163,7 @@ impl Scenario {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "scenario".into());
-        Scenario::parse_all(&text, &name, &stem)
+        Scenario::points(&text, &name, &stem)
     }
 
     /// Parses scenario text with its sweep expanded; `source_name` names it in errors
@@ -122,26 +174,27 @@ impl Scenario {
         source_name: &str,
         default_name: &str,
     ) -> Result<Vec<Scenario>, ConfigError> {
+        Scenario::points(text, source_name, default_name)?
+            .iter()
+            .collect()
+    }
+
+    /// Parses scenario text up to its sweep: the points are built one at a time by
+    /// [`Points::get`].
+    pub fn points(
+        text: &str,
+        source_name: &str,
+        default_name: &str,
+    ) -> Result<Points, ConfigError> {
         let doc: toml::Table =
             toml::from_str(text).map_err(|e| parse_problem(e).in_file(source_name))?;
-        let variants =
-            sweep::expand_sweep(doc).map_err(|e| Invalid::new("sweep", e).in_file(source_name))?;
-        variants
-            .into_iter()
-            .map(|(label, doc)| {
-                let source = if label.is_empty() {
-                    source_name.to_string()
-                } else {
-                    format!("{source_name} [{label}]")
-                };
-                let file: ScenarioFile = toml::Value::Table(doc)
-                    .try_into()
-                    .map_err(|e| parse_problem(e).in_file(&source))?;
-                let mut s = validate(file, default_name).map_err(|e| e.in_file(&source))?;
-                s.variant = label;
-                Ok(s)
-            })
-            .collect()
+        let sweep =
+            sweep::Sweep::new(doc).map_err(|e| Invalid::new("sweep", e).in_file(source_name))?;
+        Ok(Points {
+            sweep,
+            source_name: source_name.to_string(),
+            default_name: default_name.to_string(),
+        })
     }
 
     /// Parses a scenario that has no sweep.
@@ -648,6 +701,33 @@ mod tests {
             e.contains("1000000 points (the product of the lists' lengths), more than 10000"),
             "{e}"
         );
+    }
+
+    /// A sweep's points are built when asked for: 10,000 of them cost nothing until
+    /// read, point i is the i-th of the product (the first key slowest), and a bad
+    /// value is found at its own point.
+    #[test]
+    fn sweep_points_are_built_one_at_a_time() {
+        let list = (1..=100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!("{BASE}\n[sweep]\nseed = [{list}]\n\"tenant.a.weight\" = [{list}]\n");
+        let points = Scenario::points(&text, "test.toml", "test").unwrap();
+        assert_eq!(points.len(), 10_000);
+        let p = points.get(123).unwrap();
+        assert_eq!(p.variant, "seed=2, tenant.a.weight=24");
+        assert_eq!((p.seed, p.tenants[0].spec.weight), (2, 24.0));
+        assert_eq!(
+            points.get(9_999).unwrap().variant,
+            "seed=100, tenant.a.weight=100"
+        );
+        let bad = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 2, -3, 4]\n");
+        let points = Scenario::points(&bad, "test.toml", "test").unwrap();
+        assert!(points.get(1).is_ok());
+        let e = points.get(2).unwrap_err().to_string();
+        assert!(e.contains("test.toml [tenant.a.weight=-3]"), "{e}");
+        assert_eq!(points.iter().filter(|p| p.is_err()).count(), 1);
     }
 
     #[test]

@@ -1,64 +1,89 @@
 //! `[sweep]`: one scenario file, many runs. Each key is a dotted path into the scenario
-//! document, each value a list; the scenario is expanded into every point of the
-//! cartesian product before it is read.
+//! document, each value a list; each point of the cartesian product is built, read and
+//! checked when it is asked for, so a sweep never holds more than one point's document.
 
 /// The most points one sweep may have.
 pub const MAX_POINTS: usize = 10_000;
 
-/// Expands `[sweep]`: each key is a dotted path into the scenario (`device.precondition`,
-/// `tenant.B.workload.size`; inside an array of tables a segment picks the entry with
-/// that `name`, an index, or `*` for all of them), each value a list. Returns one document per point of the
-/// cartesian product, in order (the first key varies slowest), with its label.
-pub(super) fn expand_sweep(mut doc: toml::Table) -> Result<Vec<(String, toml::Table)>, String> {
-    let Some(sweep) = doc.remove("sweep") else {
-        return Ok(vec![(String::new(), doc)]);
-    };
-    let toml::Value::Table(sweep) = sweep else {
-        return Err("must be a table of `path = [values]`".into());
-    };
-    // The product is counted before anything is built: 100 × 100 × 100 points were
-    // built up front and aborted on an allocation.
-    let mut count: usize = 1;
-    for (path, values) in &sweep {
-        if let toml::Value::Array(values) = values {
-            count = count.saturating_mul(values.len().max(1));
-        } else {
-            return Err(format!("'{path}' must be a list of values"));
-        }
-    }
-    if count > MAX_POINTS {
-        return Err(format!(
-            "{count} points (the product of the lists' lengths), more than {MAX_POINTS}: split the sweep into several files"
-        ));
-    }
-    let mut points: Vec<(String, toml::Table)> = vec![(String::new(), doc)];
-    for (path, values) in sweep {
-        let toml::Value::Array(values) = values else {
-            return Err(format!("'{path}' must be a list of values"));
+/// A scenario document's `[sweep]`: the base document and the lists to combine. Points
+/// are built one at a time ([`Sweep::point`]), never all at once.
+#[derive(Debug, Clone)]
+pub(super) struct Sweep {
+    base: toml::Table,
+    /// Each key's dotted path and values, in the table's order (the first varies slowest).
+    axes: Vec<(String, Vec<toml::Value>)>,
+    count: usize,
+}
+
+impl Sweep {
+    /// Takes `[sweep]` out of `doc`: each key is a dotted path into the scenario
+    /// (`device.precondition`, `tenant.B.workload.size`; inside an array of tables a
+    /// segment picks the entry with that `name`, an index, or `*` for all of them), each
+    /// value a list. Without `[sweep]`, one point: the document itself.
+    pub(super) fn new(mut doc: toml::Table) -> Result<Sweep, String> {
+        let Some(sweep) = doc.remove("sweep") else {
+            return Ok(Sweep {
+                base: doc,
+                axes: Vec::new(),
+                count: 1,
+            });
         };
-        if values.is_empty() {
-            return Err(format!("'{path}' has no values"));
-        }
-        let mut next = Vec::with_capacity(points.len() * values.len());
-        for (label, doc) in &points {
-            for v in &values {
-                let mut d = doc.clone();
-                set_path(&mut d, &path, v.clone()).map_err(|e| format!("'{path}': {e}"))?;
-                let shown = match v {
-                    toml::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                let l = if label.is_empty() {
-                    format!("{path}={shown}")
-                } else {
-                    format!("{label}, {path}={shown}")
-                };
-                next.push((l, d));
+        let toml::Value::Table(sweep) = sweep else {
+            return Err("must be a table of `path = [values]`".into());
+        };
+        // The product is counted before anything is built: 100 × 100 × 100 points were
+        // built up front and aborted on an allocation.
+        let mut count: usize = 1;
+        let mut axes = Vec::with_capacity(sweep.len());
+        for (path, values) in sweep {
+            let toml::Value::Array(values) = values else {
+                return Err(format!("'{path}' must be a list of values"));
+            };
+            if values.is_empty() {
+                return Err(format!("'{path}' has no values"));
             }
+            count = count.saturating_mul(values.len());
+            axes.push((path, values));
         }
-        points = next;
+        if count > MAX_POINTS {
+            return Err(format!(
+                "{count} points (the product of the lists' lengths), more than {MAX_POINTS}: split the sweep into several files"
+            ));
+        }
+        Ok(Sweep {
+            base: doc,
+            axes,
+            count,
+        })
     }
-    Ok(points)
+
+    /// How many points: the product of the lists' lengths (1 without a sweep).
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Point `index` (< [`Sweep::len`]) of the cartesian product, the first key varying
+    /// slowest: its label (`path=value, …`, empty without a sweep) and document.
+    pub(super) fn point(&self, index: usize) -> Result<(String, toml::Table), String> {
+        assert!(index < self.count, "point {index} of {}", self.count);
+        let mut doc = self.base.clone();
+        let mut label = String::new();
+        let mut stride = self.count;
+        for (path, values) in &self.axes {
+            stride /= values.len();
+            let v = &values[(index / stride) % values.len()];
+            set_path(&mut doc, path, v.clone()).map_err(|e| format!("'{path}': {e}"))?;
+            let shown = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if !label.is_empty() {
+                label.push_str(", ");
+            }
+            label.push_str(&format!("{path}={shown}"));
+        }
+        Ok((label, doc))
+    }
 }
 
 fn set_path(doc: &mut toml::Table, path: &str, value: toml::Value) -> Result<(), String> {

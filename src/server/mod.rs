@@ -642,7 +642,7 @@ fn live_result(
         Some((device, seed)) => format!("emulated {} (seed {seed})", device.describe()),
         None => format!("{:?} backend, cache {:?}", config.backend, config.cache).to_lowercase(),
     };
-    let run = recorder.finish(
+    let mut run = recorder.finish(
         &config.policy.label,
         &specs,
         &workloads,
@@ -650,6 +650,7 @@ fn live_result(
         wall_seconds,
         outcome.policy,
     );
+    run.policy_name = config.policy.name.clone();
     ScenarioResult {
         scenario: "live".into(),
         description: format!(

@@ -331,14 +331,16 @@ pub fn run_policy_with(
         .iter()
         .map(|t| t.workload.label.clone())
         .collect();
-    Ok(recorder.finish(
+    let mut result = recorder.finish(
         &choice.label,
         &specs,
         &workloads,
         device.stats(),
         wall_seconds,
         observation,
-    ))
+    );
+    result.policy_name = choice.name.clone();
+    Ok(result)
 }
 
 /// Runs one policy of `scenario` on a freshly built (and preconditioned) device with
@@ -416,9 +418,14 @@ fn drive<O: Observer>(
     (observer, observation, run.device)
 }
 
+/// Devices kept built (and aged) between the points of a sweep: points with the same
+/// device and seed share one; past this many distinct ones the oldest is dropped (an
+/// aged SSD model is gigabytes).
+pub const KEPT_DEVICES: usize = 2;
+
 /// Runs every policy of every scenario (the points of a sweep), each run on a fresh
 /// copy of its preconditioned device. Devices with the same spec and seed are built
-/// (and aged) once.
+/// (and aged) once while they are among the last [`KEPT_DEVICES`] used.
 pub fn run_scenarios(
     scenarios: &[Scenario],
     show_progress: bool,
@@ -432,19 +439,48 @@ pub fn run_scenarios_with(
     show_progress: bool,
     options: RunOptions,
 ) -> Result<ScenarioResult, PolicyError> {
-    let first = scenarios.first().expect("at least one scenario");
-    let mut devices: Vec<(&crate::device::spec::DeviceSpec, u64, Box<dyn DeviceModel>)> =
-        Vec::new();
+    run_each(scenarios, show_progress, options)
+}
+
+/// [`run_scenarios_with`] over scenarios built one at a time (a sweep's points): only
+/// the one running is held, besides the results.
+///
+/// # Panics
+/// With no scenario at all.
+pub fn run_each<S: std::borrow::Borrow<Scenario>>(
+    scenarios: impl IntoIterator<Item = S>,
+    show_progress: bool,
+    options: RunOptions,
+) -> Result<ScenarioResult, PolicyError> {
+    let mut devices: std::collections::VecDeque<(
+        crate::device::spec::DeviceSpec,
+        u64,
+        Box<dyn DeviceModel>,
+    )> = std::collections::VecDeque::new();
     let mut runs = Vec::new();
+    let mut header = None;
     for scenario in scenarios {
+        let scenario = scenario.borrow();
+        header.get_or_insert_with(|| {
+            (
+                scenario.name.clone(),
+                scenario.description.clone(),
+                scenario.seed,
+                crate::types::nanos_to_secs(scenario.duration),
+                scenario.device.describe(),
+            )
+        });
         let idx = match devices
             .iter()
-            .position(|(d, s, _)| **d == scenario.device && *s == scenario.seed)
+            .position(|(d, s, _)| *d == scenario.device && *s == scenario.seed)
         {
             Some(i) => i,
             None => {
-                devices.push((
-                    &scenario.device,
+                if devices.len() == KEPT_DEVICES {
+                    devices.pop_front();
+                }
+                devices.push_back((
+                    scenario.device.clone(),
                     scenario.seed,
                     scenario.device.build(scenario.seed),
                 ));
@@ -467,12 +503,13 @@ pub fn run_scenarios_with(
             runs.push(result);
         }
     }
+    let (scenario, description, seed, duration_s, device) = header.expect("at least one scenario");
     Ok(ScenarioResult {
-        scenario: first.name.clone(),
-        description: first.description.clone(),
-        seed: first.seed,
-        duration_s: crate::types::nanos_to_secs(first.duration),
-        device: first.device.describe(),
+        scenario,
+        description,
+        seed,
+        duration_s,
+        device,
         runs,
     })
 }
