@@ -24,8 +24,11 @@ name = "a"
 workload = { pattern = "randread", size = "4k", iodepth = 1 }
 "#;
 
+/// Puts an unknown key into one table of [`BASE`].
+type Edit = fn(&str) -> String;
+
 /// The keys the parser lists when it meets an unknown one in the table `edit` puts it in.
-fn known_keys(edit: impl Fn(&str) -> String) -> Vec<String> {
+fn known_keys(edit: Edit) -> Vec<String> {
     let text = edit(BASE);
     let e = Scenario::parse(&text, "probe.toml", "probe")
         .expect_err("an unknown key is an error")
@@ -57,40 +60,33 @@ fn named(text: &str, key: &str) -> bool {
 #[test]
 fn every_scenario_key_is_in_the_readme() {
     let readme = section();
-    let probes: Vec<(&str, Box<dyn Fn(&str) -> String>)> = vec![
-        ("top level", Box::new(|b: &str| format!("zzz = 1\n{b}"))),
-        (
-            "[device] fixed",
-            Box::new(|b: &str| b.replace("model = \"fixed\"", "model = \"fixed\"\nzzz = 1")),
-        ),
-        (
-            "[device] ssd",
-            Box::new(|b: &str| b.replace("model = \"fixed\"", "model = \"ssd\"\nzzz = 1")),
-        ),
-        (
-            "[device] hdd",
-            Box::new(|b: &str| b.replace("model = \"fixed\"", "model = \"hdd\"\nzzz = 1")),
-        ),
-        (
-            "[device] raid0",
-            Box::new(|b: &str| b.replace("model = \"fixed\"", "model = \"raid0\"\nzzz = 1")),
-        ),
-        (
-            "[[tenant]]",
-            Box::new(|b: &str| b.replace("name = \"a\"", "name = \"a\"\nzzz = 1")),
-        ),
-        (
-            "tenant slo",
-            Box::new(|b: &str| b.replace("name = \"a\"", "name = \"a\"\nslo = { zzz = 1 }")),
-        ),
-        (
-            "tenant workload",
-            Box::new(|b: &str| b.replace("iodepth = 1 }", "iodepth = 1, zzz = 1 }")),
-        ),
+    let probes: [(&str, Edit); 8] = [
+        ("top level", |b: &str| format!("zzz = 1\n{b}")),
+        ("[device] fixed", |b: &str| {
+            b.replace("model = \"fixed\"", "model = \"fixed\"\nzzz = 1")
+        }),
+        ("[device] ssd", |b: &str| {
+            b.replace("model = \"fixed\"", "model = \"ssd\"\nzzz = 1")
+        }),
+        ("[device] hdd", |b: &str| {
+            b.replace("model = \"fixed\"", "model = \"hdd\"\nzzz = 1")
+        }),
+        ("[device] raid0", |b: &str| {
+            b.replace("model = \"fixed\"", "model = \"raid0\"\nzzz = 1")
+        }),
+        ("[[tenant]]", |b: &str| {
+            b.replace("name = \"a\"", "name = \"a\"\nzzz = 1")
+        }),
+        ("tenant slo", |b: &str| {
+            b.replace("name = \"a\"", "name = \"a\"\nslo = { zzz = 1 }")
+        }),
+        ("tenant workload", |b: &str| {
+            b.replace("iodepth = 1 }", "iodepth = 1, zzz = 1 }")
+        }),
     ];
     let mut missing = Vec::new();
     for (table, edit) in &probes {
-        let keys = known_keys(edit);
+        let keys = known_keys(*edit);
         assert!(keys.len() >= 3, "{table}: too few keys parsed: {keys:?}");
         for k in keys {
             if !named(&readme, &k) {
