@@ -404,13 +404,13 @@ const DEMO_LEGEND: &str = "
 How to read it (one block per policy; vm1, vm2 and vm3 keep the drive busy, vm3 is idle from 10 s to 20 s, vm4 agreed 300 reads/s within 20 ms):
   weight      the tenant's share weight (10:7:4:1)
   MB/s, IOPS  what the tenant completed, per second, after the warm-up
-  share       its part of all bytes moved; ideal: what its weight entitles it to among the busy tenants (- when it is not busy)
+  share       its part of all bytes moved; ideal: what its weight entitles it to among the backlogged tenants (- when it is not: busy under half the time, or, like vm4, an open loop that got what it asked for)
   p50, p99    its response times (arrival to completion)
   SLO         the part of its requests answered within its rt (refused ones count as misses)
-  summary     total throughput and its ratio to none; share error (how far shares are from ideal, whole run and per second); Jain's fairness index; GC's write amplification
+  summary     total throughput and its ratio to none; share error (how far shares are from ideal over the whole run, and per interval: read this one here, as the whole-run figure counts vm3 short for its idle phase); Jain's fairness index; GC's write amplification
   phase lines IOPS per tenant in each part of the run (vm3's idle phase in the middle); on: how long a token bucket was switched in
 Policies: none (no scheduling), cfq/bfq/sfq/feedbac/mots (shares by weight), ta1/ta2/ta3 (token buckets for SLOs), mclock (reservations, weights, limits).
-The report (report.html) plots each tenant's bandwidth over time.
+The report (report.html) opens on the policies compared (share error per interval, throughput vs none, worst p99, worst SLO satisfaction), then shares, phases and each tenant's bandwidth over time.
 ";
 
 /// Applies the command line's overrides to one scenario.

@@ -747,18 +747,132 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
 
         /// Random scenario documents (the keys a scenario has, values of every kind, in
-        /// and out of range): a scenario or an error, never a panic; and what parses
-        /// has a cost estimate, so nothing unbounded reaches a run unasked.
+        /// and out of range): a scenario or an error, never a panic; what parses has a
+        /// cost estimate, so nothing unbounded reaches a run unasked; and what is cheap
+        /// by that estimate runs to the end with figures in range.
         #[test]
         fn random_documents_parse_or_explain(
             lines in proptest::collection::vec(line(), 0..14),
         ) {
             let text = lines.join("\n");
-            if let Ok(s) = parse(&text) {
+            parse_or_explain(&text)?;
+        }
+
+        /// The same property on documents that are one valid scenario with each value
+        /// drawn from good and bad ones, so that many parse and run.
+        #[test]
+        fn mutated_scenarios_run_or_explain(text in mutated_scenario()) {
+            parse_or_explain(&text)?;
+        }
+    }
+
+    /// A document parses or explains; a parsed one has a finite cost, and one cheap by
+    /// that estimate runs to the end with figures in range.
+    fn parse_or_explain(text: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        {
+            if let Ok(s) = parse(text) {
                 let c = s.cost();
                 proptest::prop_assert!(c.memory_bytes.is_finite() && c.open_requests.is_finite());
+                let cheap = c.aging_seconds <= 0.5
+                    && c.memory_bytes < 2e8
+                    && c.open_requests < 1e5
+                    && s.duration <= 2_000_000_000;
+                if cheap {
+                    let r = crate::sim::run_scenario(&s, false);
+                    let r =
+                        r.map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{e}")))?;
+                    for run in &r.runs {
+                        proptest::prop_assert!(run.total_bandwidth_bytes_per_s.is_finite());
+                        for t in &run.tenants {
+                            proptest::prop_assert!((0.0..=1.0).contains(&t.share), "{}", t.share);
+                        }
+                    }
+                }
             }
         }
+        Ok(())
+    }
+
+    /// A value that is one of `good` six times in seven, else one of `bad`.
+    fn mix(
+        good: &'static [&'static str],
+        bad: &'static [&'static str],
+    ) -> proptest::strategy::BoxedStrategy<&'static str> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => proptest::sample::select(good),
+            1 => proptest::sample::select(bad),
+        ]
+        .boxed()
+    }
+
+    fn mutated_scenario() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let device = || {
+            mix(
+                &[
+                    "model = 'fixed'\nlatency_us = 100.0\nparallelism = 8",
+                    "model = 'fixed'\nbandwidth_mb_s = 50.0\nparallelism = 2",
+                    "model = 'ssd'\npreset = 'sata-840pro'\ncapacity_gib = 1",
+                    "model = 'ssd'\npreset = 'nvme-p4500'\ncapacity_gib = 0.5\nprecondition = 'aged'",
+                    "model = 'hdd'\ncapacity_gib = 1",
+                    "model = 'raid0'",
+                ],
+                &[
+                    "model = 'fixed'\nlatency_us = -100.0",
+                    "model = 'fixed'\nlatency_us = nan",
+                    "model = 'fixed'\nbandwidth_mb_s = 0.0",
+                    "model = 'fixed'\nparallelism = 0",
+                    "model = 'ssd'\ncapacity_gib = 4096",
+                    "model = 'tape'",
+                ],
+            )
+        };
+        let workload = || {
+            mix(
+                &[
+                    "{ pattern = 'randread', size = '4k', iodepth = 4 }",
+                    "{ pattern = 'randrw', read_mix = 0.5, size = '16k', rate_iops = 1000.0 }",
+                    "{ pattern = 'write', size_mean = '24k', iodepth = 2 }",
+                    "{ pattern = 'randwrite', size = '4k', rate_iops = 300.0, rate_process = 'linear' }",
+                    "'fileserver'",
+                    "{ pattern = 'read', size = '4k', iodepth = 1, phases = [{ duration_s = 0.5 }, { idle = true }] }",
+                ],
+                &[
+                    "{ rate_iops = 1e12 }",
+                    "{ pattern = 'write', size = 'abc' }",
+                    "{ iodepth = 4.5 }",
+                    "{ pattern = 'randread', iodepth = 4, rate_iops = 10.0 }",
+                ],
+            )
+        };
+        (
+            mix(&["0.5", "1", "2"], &["-1", "nan", "1e12", "'x'"]),
+            mix(&["0", "0.2"], &["5", "-1"]),
+            mix(&["0.1", "1"], &["1e-9", "0"]),
+            mix(&["1", "4", "32"], &["0", "1000000"]),
+            device(),
+            mix(&["1", "7", "0.5"], &["0", "1e308", "-1"]),
+            workload(),
+            workload(),
+            mix(
+                &[
+                    "",
+                    "slo = { iops = 100, size = 4096, rt_us = 5000 }",
+                    "reservation_iops = 50.0",
+                ],
+                &["slo = { iops = -1, size = 4096, rt_us = 5000 }", "limit_iops = 0.0"],
+            ),
+            mix(
+                &["['none']", "['sfq', 'mclock', 'ta2']", "['feedbac', 'bfq']", "['ta1', 'ta3', 'mots', 'cfq']"],
+                &["['nope']"],
+            ),
+        )
+            .prop_map(|(d, w, i, q, dev, weight, wa, wb, qos, pol)| {
+                format!(
+                    "duration_s = {d}\nwarmup_s = {w}\ninterval_s = {i}\nqueue_depth = {q}\npolicies = {pol}\n[device]\n{dev}\n[[tenant]]\nname = 'a'\nweight = {weight}\nworkload = {wa}\n[[tenant]]\nname = 'b'\n{qos}\nworkload = {wb}\n"
+                )
+            })
     }
 
     fn line() -> impl proptest::strategy::Strategy<Value = String> {
