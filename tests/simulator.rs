@@ -135,6 +135,11 @@ fn every_shipped_scenario_loads() {
         if path.extension().is_some_and(|e| e == "toml") {
             let all = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
             assert!(!all.is_empty());
+            // Within the cost limits: `ioshare sim` runs it without --force.
+            for s in &all {
+                let why = s.too_costly(ioshare::scenario::cost::Limits::default());
+                assert_eq!(why, None, "{}", path.display());
+            }
             n += 1;
         }
     }

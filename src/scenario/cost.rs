@@ -1,5 +1,8 @@
 //! What a scenario will cost before it runs: the SSD model's memory and aging time, the
-//! time series' bins, and the requests an open loop will offer. `ioshare sim` refuses a
+//! time series' bins, and the requests a run will simulate: what open loops offer, plus,
+//! where a closed loop keeps the device busy, as many as the device could complete at
+//! the smallest request size the tenants send (an upper bound from its links and
+//! units, not a prediction). `ioshare sim` refuses a
 //! scenario past [`Limits`] with the estimate in the message (`--force` runs it
 //! anyway), instead of aborting on an allocation or running for days.
 //!
@@ -8,9 +11,10 @@
 //! resident and aged one pass in 2.9–3.2 s. They are rounded up.
 
 use super::Scenario;
+use crate::device::hdd::HddParams;
 use crate::device::spec::DeviceSpec;
 use crate::device::ssd::Precondition;
-use crate::workload::Arrivals;
+use crate::workload::{Arrivals, SizeDist};
 
 /// Resident bytes of the SSD model per GiB of logical capacity.
 pub const SSD_BYTES_PER_GIB: f64 = 2.5e6;
@@ -29,8 +33,9 @@ pub struct Cost {
     pub series_bytes: f64,
     /// Seconds to age the SSD model before the runs (0 for other devices).
     pub aging_seconds: f64,
-    /// Requests the open-loop tenants offer in one policy's run.
-    pub open_requests: f64,
+    /// Requests one policy's run simulates at most: what the open-loop tenants offer,
+    /// plus the device's bound over the run when a closed loop keeps it busy.
+    pub requests: f64,
 }
 
 /// Above these a scenario is refused unless forced.
@@ -40,8 +45,8 @@ pub struct Limits {
     pub memory_bytes: f64,
     /// Seconds of aging.
     pub aging_seconds: f64,
-    /// Requests offered by open loops in one run.
-    pub open_requests: f64,
+    /// Requests simulated in one policy's run.
+    pub requests: f64,
 }
 
 impl Default for Limits {
@@ -49,8 +54,24 @@ impl Default for Limits {
         Limits {
             memory_bytes: 8.0 * (1u64 << 30) as f64,
             aging_seconds: 600.0,
-            open_requests: 1.0e9,
+            requests: 1.0e9,
         }
+    }
+}
+
+/// The most requests of `size` bytes a second the device can complete: its host link
+/// (SSD, array), its media and per-command time (disk), its units (fixed model). A
+/// bound, often far above what a run gets (GC, seeks).
+pub fn iops_bound(device: &DeviceSpec, size: f64) -> f64 {
+    let disk = |p: &HddParams| 1e6 / (p.overhead_us + size / p.media_mb_s);
+    match device {
+        DeviceSpec::Fixed(p) => {
+            f64::from(p.parallelism) * 1e6 / (p.latency_us + size / p.bandwidth_mb_s)
+        }
+        DeviceSpec::Ssd { params, .. } => params.host_mb_s * 1e6 / size,
+        DeviceSpec::Hdd { params, .. } => disk(params),
+        DeviceSpec::Raid0 { params, .. } => (f64::from(params.members) * disk(&params.member))
+            .min(f64::from(params.host_links) * params.host_link_mb_s * 1e6 / size),
     }
 }
 
@@ -77,7 +98,7 @@ impl Scenario {
         let seconds = self.duration as f64 / 1e9;
         let bins = (seconds / (self.interval.max(1) as f64 / 1e9)).ceil();
         let series = bins * self.tenants.len() as f64 * BIN_BYTES * self.policies.len() as f64;
-        let open_requests = self
+        let open_requests: f64 = self
             .tenants
             .iter()
             .flat_map(|t| &t.workload.phases)
@@ -89,11 +110,33 @@ impl Scenario {
                 _ => 0.0,
             })
             .sum();
+        let closed = self.tenants.iter().any(|t| {
+            t.workload
+                .phases
+                .iter()
+                .any(|p| matches!(p.arrivals, Arrivals::Closed { .. }))
+        });
+        let closed_requests = if closed {
+            let smallest = self
+                .tenants
+                .iter()
+                .flat_map(|t| &t.workload.phases)
+                .map(|p| match p.size {
+                    SizeDist::Fixed(n) => n,
+                    SizeDist::Uniform { min, .. } => min,
+                })
+                .min()
+                .unwrap_or(4096)
+                .max(512);
+            iops_bound(&self.device, f64::from(smallest)) * seconds
+        } else {
+            0.0
+        };
         Cost {
             memory_bytes: device_bytes + series,
             series_bytes: series,
             aging_seconds,
-            open_requests,
+            requests: open_requests + closed_requests,
         }
     }
 
@@ -125,11 +168,15 @@ impl Scenario {
                 c.aging_seconds, limits.aging_seconds
             ));
         }
-        if c.open_requests > limits.open_requests {
+        if c.requests > limits.requests {
             return Some(format!(
-                "its open-loop tenants would offer about {} requests per policy (rate_iops × duration), more than {}",
-                crate::config::shown(c.open_requests),
-                crate::config::shown(limits.open_requests)
+                "it could simulate about {} requests per policy (open loops' rate_iops, and closed loops as fast as the device serves its smallest requests, × duration_s), more than {} (about a million a second on two cores)",
+                if c.requests >= 1e6 {
+                    format!("{:.2e}", c.requests)
+                } else {
+                    format!("{:.0}", c.requests)
+                },
+                crate::config::shown(limits.requests)
             ));
         }
         None
@@ -154,7 +201,7 @@ mod tests {
         ));
         let c = s.cost();
         assert_eq!(c.aging_seconds, 32.0 * 2.0 * AGING_SECONDS_PER_GIB_PASS);
-        assert_eq!(c.open_requests, 10_000.0);
+        assert_eq!(c.requests, 10_000.0);
         assert!(c.memory_bytes >= 32.0 * SSD_BYTES_PER_GIB);
         assert_eq!(s.too_costly(Limits::default()), None);
         let tight = Limits {
@@ -166,6 +213,12 @@ mod tests {
                 .unwrap()
                 .contains("aging the SSD model would take about 6 s")
         );
+    }
+
+    fn hour_to(s: &Scenario, secs: u64) -> Scenario {
+        let mut s = s.clone();
+        s.duration = secs * 1_000_000_000;
+        s
     }
 
     #[test]
@@ -184,7 +237,24 @@ mod tests {
         assert!(
             long.too_costly(Limits::default())
                 .unwrap()
-                .contains("1e10 requests")
+                .contains("about 1.00e10 requests per policy")
+        );
+        // A closed loop is bounded by the device: the fixed model's 8 units of 100 µs +
+        // 4 KiB at 500 MB/s (108.192 µs) complete at most 73,942 requests a second.
+        let closed = "[[tenant]]\nname = 'a'\nworkload = { pattern = 'randread', size = '4k', iodepth = 8 }\n";
+        let hour = scenario(&format!(
+            "duration_s = 3600\ninterval_s = 10\n[device]\nmodel = 'fixed'\nlatency_us = 100.0\nbandwidth_mb_s = 500.0\nparallelism = 8\n{closed}"
+        ));
+        let bound = 8.0 * 1e6 / (100.0 + 4096.0 / 500.0);
+        assert_eq!(hour.cost().requests, bound * 3600.0);
+        assert_eq!(hour.too_costly(Limits::default()), None);
+        let day = hour_to(&hour, 86_400);
+        assert!(
+            day.too_costly(Limits::default())
+                .unwrap()
+                .contains("it could simulate about 6.39e9 requests per policy"),
+            "{:?}",
+            day.too_costly(Limits::default())
         );
         let fine = scenario(&format!(
             "duration_s = 1000\ninterval_s = 1e-6\n[device]\nmodel = 'fixed'\n{TENANT}"

@@ -772,10 +772,10 @@ mod tests {
         {
             if let Ok(s) = parse(text) {
                 let c = s.cost();
-                proptest::prop_assert!(c.memory_bytes.is_finite() && c.open_requests.is_finite());
+                proptest::prop_assert!(c.memory_bytes.is_finite() && c.requests.is_finite());
                 let cheap = c.aging_seconds <= 0.5
                     && c.memory_bytes < 2e8
-                    && c.open_requests < 1e5
+                    && c.requests < 1e6
                     && s.duration <= 2_000_000_000;
                 if cheap {
                     let r = crate::sim::run_scenario(&s, false);
