@@ -445,3 +445,68 @@ pub fn write_html(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
     let html = render(result).map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
     std::fs::write(path, html).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn result(policies: &str, tenants: usize) -> ScenarioResult {
+        let mut text = format!(
+            "duration_s = 2\npolicies = {policies}\n[device]\nmodel = 'fixed'\nparallelism = 4\n"
+        );
+        for i in 0..tenants {
+            text.push_str(&format!(
+                "[[tenant]]\nname = 't{i}'\nweight = {}\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 2 }}\n",
+                i + 1
+            ));
+        }
+        let s = Scenario::parse(&text, "t.toml", "t").unwrap();
+        crate::sim::run_scenario(&s, false).unwrap()
+    }
+
+    /// The share chart's groups carry the policies' names and its axes say what they
+    /// are; with many tenants the legend names the heaviest 7 and sums the rest.
+    #[test]
+    fn share_chart_is_labelled_by_policy_and_its_legend_is_bounded() {
+        let r = result("['none', 'sfq']", 3);
+        let (svg, key) = share_plot(&r).unwrap();
+        assert!(key.is_none());
+        for text in [
+            "\nnone\n</text>",
+            "\nsfq\n</text>",
+            "policy (one bar per tenant)",
+            "share of throughput",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        let many = result("['sfq']", 30);
+        let (svg, _) = share_plot(&many).unwrap();
+        assert!(svg.contains("others (23 tenants, summed)"));
+        // Named: the 7 heaviest, t23 … t29 (weights 24 … 30).
+        assert!(svg.contains("t29 (w=30)") && svg.contains("t23 (w=24)"));
+        assert!(!svg.contains("t22 (w=23)"));
+        let bw = bandwidth_plot(&many.runs[0]).unwrap();
+        assert!(bw.contains("others (23 tenants, summed)") && bw.contains("t23 (w=24)"));
+        assert!(bw.contains("simulated time (s)") && bw.contains("bandwidth (MB/s)"));
+    }
+
+    /// Run names too long for their group are numbered, with a key under the chart.
+    #[test]
+    fn long_run_names_are_numbered_with_a_key() {
+        let mut r = result("['none', 'sfq']", 2);
+        for run in &mut r.runs {
+            run.variant = "device.precondition=aged, tenant.*.workload=fileserver".into();
+        }
+        let many: Vec<RunResult> = (0..6).flat_map(|_| r.runs.clone()).collect();
+        r.runs = many;
+        let (svg, key) = share_plot(&r).unwrap();
+        let key = key.expect("a key");
+        assert!(
+            key.starts_with("1 = none [device.precondition=aged"),
+            "{key}"
+        );
+        assert!(key.contains("12 = sfq ["), "{key}");
+        assert!(svg.contains("run (numbered as in the key below"));
+    }
+}
