@@ -90,6 +90,45 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seeds: u64,
     },
+    /// Interference characterization of a device model (the SSD-analysis paper's
+    /// method): a foreground stream — sequential or random, read or write, 4 KiB to 32
+    /// MiB — beside no background, a 4 KiB random reader or a 4 KiB random writer, under
+    /// each policy. Prints the baseline bandwidth per pattern and size and the
+    /// foreground's percentage of it with each background; --out writes
+    /// characterize.json, characterize.csv and report.html (heat maps).
+    Characterize {
+        /// A device preset (see `ioshare list`) or a TOML file with a [device] table (a
+        /// scenario, or a file holding only that table).
+        #[arg(long)]
+        device: String,
+        /// SSD models: clean or aged (default: the file's, else clean).
+        #[arg(long)]
+        precondition: Option<String>,
+        /// Capacity of an SSD or disk model, GiB (default for a preset: 8; for a file:
+        /// its own).
+        #[arg(long)]
+        capacity_gib: Option<f64>,
+        /// Policies to compare (repeatable; default none).
+        #[arg(long = "policy", value_name = "P")]
+        policies: Vec<String>,
+        /// Foreground request sizes, comma-separated (default 4k,8k,...,32m).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<String>,
+        /// Shortest cell, simulated seconds (large requests get longer cells).
+        #[arg(long, default_value_t = 1.0)]
+        duration: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Write characterize.json, characterize.csv and report.html here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bars.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Run even when a cell's estimated cost is past the limits.
+        #[arg(long)]
+        force: bool,
+    },
     /// List policies, device presets and workload stand-ins.
     List,
     /// Build and precondition an SSD model and report how long it took (aging speed).
@@ -215,6 +254,29 @@ fn run(cli: Cli) -> Result<()> {
                 conformance(&devices, seed, seeds)
             }
         }
+        Command::Characterize {
+            device,
+            precondition,
+            capacity_gib,
+            policies,
+            sizes,
+            duration,
+            seed,
+            out,
+            quiet,
+            force,
+        } => characterize(
+            &device,
+            precondition.as_deref(),
+            capacity_gib,
+            &policies,
+            &sizes,
+            duration,
+            seed,
+            out.as_deref(),
+            !quiet,
+            force,
+        ),
         Command::List => {
             println!("policies:");
             for p in policy::registry() {
@@ -484,6 +546,138 @@ fn check_out(dir: &Path) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("--out {}: cannot write into it: {e}", dir.display()))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+/// `ioshare characterize`: checks every flag, builds the plan, refuses a costly one
+/// unless forced, runs it and writes the report.
+#[allow(clippy::too_many_arguments)]
+fn characterize(
+    device: &str,
+    precondition: Option<&str>,
+    capacity_gib: Option<f64>,
+    policies: &[String],
+    sizes: &[String],
+    duration: f64,
+    seed: u64,
+    out: Option<&Path>,
+    progress: bool,
+    force: bool,
+) -> Result<()> {
+    use ioshare::characterize::{Plan, default_sizes};
+    if let Some(dir) = out {
+        check_out(dir)?;
+    }
+    let table = device_table(device, precondition, capacity_gib)?;
+    if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
+        bail!("--duration must be in (0, 3600] seconds, got {duration}");
+    }
+    let sizes = if sizes.is_empty() {
+        default_sizes()
+    } else {
+        let mut v = Vec::new();
+        for s in sizes {
+            let b = ioshare::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
+            if v.contains(&b) {
+                bail!("--sizes: {s} is given twice");
+            }
+            v.push(b);
+        }
+        v
+    };
+    let policies: Vec<String> = if policies.is_empty() {
+        vec!["none".into()]
+    } else {
+        policies.to_vec()
+    };
+    if let Some((i, p)) = policies
+        .iter()
+        .enumerate()
+        .find(|(i, p)| policies[..*i].contains(p))
+    {
+        bail!("--policy {p} is given twice (the {} time)", ordinal(i + 1));
+    }
+    let plan = Plan {
+        device: table,
+        policies: policies.iter().map(|p| format!("{p:?}")).collect(),
+        sizes,
+        min_seconds: duration,
+        seed,
+    };
+    // Every cell is parsed (sizes, device, policies checked) and costed before any runs.
+    let limits = Limits::default();
+    let mut requests = 0.0;
+    for s in plan.scenarios() {
+        let s = s?;
+        if !force && let Some(why) = s.too_costly(limits) {
+            bail!("not run: a cell: {why}. Give --force to run it anyway");
+        }
+        requests += s.cost().requests * s.policies.len() as f64;
+    }
+    if !force && requests > limits.requests {
+        bail!(
+            "not run: the matrix could simulate about {requests:.2e} requests, more than {:.0e}; fewer --sizes or policies, a shorter --duration, or --force",
+            limits.requests
+        );
+    }
+    let m = plan.run(progress && std::io::stderr().is_terminal())?;
+    print!("{}", m.table());
+    if let Some(dir) = out {
+        m.write_all(dir)?;
+        println!(
+            "wrote {}, {} and {}",
+            dir.join("characterize.json").display(),
+            dir.join("characterize.csv").display(),
+            dir.join("report.html").display()
+        );
+    }
+    Ok(())
+}
+
+/// The `[device]` table of a preset name or a TOML file, with the precondition and
+/// capacity given on the command line.
+fn device_table(
+    device: &str,
+    precondition: Option<&str>,
+    capacity_gib: Option<f64>,
+) -> Result<toml::Table> {
+    let mut table = toml::Table::new();
+    let model = if ssd::preset(device).is_some() {
+        "ssd"
+    } else if ioshare::device::hdd::preset(device).is_some() {
+        "hdd"
+    } else if ioshare::device::raid0::preset(device).is_some() {
+        "raid0"
+    } else {
+        ""
+    };
+    if !model.is_empty() {
+        table.insert("model".into(), model.into());
+        table.insert("preset".into(), device.into());
+        if model != "raid0" {
+            table.insert("capacity_gib".into(), 8.0.into());
+        }
+    } else {
+        let path = Path::new(device);
+        if !path.is_file() {
+            bail!("--device {device}: neither a preset (`ioshare list` names them) nor a file");
+        }
+        let text = std::fs::read_to_string(path).with_context(|| format!("--device {device}"))?;
+        let mut doc: toml::Table =
+            toml::from_str(&text).with_context(|| format!("--device {device}"))?;
+        table = match doc.remove("device") {
+            Some(toml::Value::Table(t)) => t,
+            Some(_) => bail!("--device {device}: `device` is not a table"),
+            None if doc.contains_key("model") => doc,
+            None => bail!("--device {device}: no [device] table and no `model` key"),
+        };
+    }
+    if let Some(p) = precondition {
+        table.insert("precondition".into(), p.into());
+    }
+    if let Some(c) = capacity_gib {
+        table.insert("capacity_gib".into(), c.into());
+    }
+    Ok(table)
 }
 
 /// Whether the scenario starts from an aged SSD model (which takes a while to build).

@@ -163,3 +163,72 @@ fn flag_mistakes_are_refused_before_the_run() {
         assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
     }
 }
+
+/// `ioshare characterize` on a preset: the tables, the three files, and flag mistakes
+/// refused before anything runs.
+#[test]
+fn characterize_writes_the_matrix_and_refuses_bad_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("char");
+    let o = ioshare()
+        .args([
+            "characterize",
+            "--device",
+            "nvme-p4500",
+            "--capacity-gib",
+            "1",
+            "--sizes",
+            "4k,1m",
+            "--duration",
+            "0.5",
+            "--policy",
+            "none",
+            "--policy",
+            "sfq",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("baseline MB/s, no background, policy sfq"),
+        "{text}"
+    );
+    assert!(
+        text.contains("foreground % of baseline with the 4k-reader"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("characterize.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["cells"].as_array().unwrap().len(), 4 * 2 * 3 * 2);
+    let csv = std::fs::read_to_string(out.join("characterize.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 48);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("foreground bandwidth as % of its baseline, with the 4k-writer"));
+    for (args, says) in [
+        (vec!["--device", "nope"], "neither a preset"),
+        (
+            vec!["--device", "nvme-p4500", "--sizes", "4k,4k"],
+            "4k is given twice",
+        ),
+        (vec!["--device", "nvme-p4500", "--sizes", "abc"], "--sizes"),
+        (
+            vec!["--device", "nvme-p4500", "--duration", "0"],
+            "--duration",
+        ),
+        (vec!["--device", "nvme-p4500", "--policy", "nope"], "nope"),
+        (
+            vec!["--device", "nvme-p4500", "--capacity-gib", "5000"],
+            "GiB of memory",
+        ),
+    ] {
+        let o = ioshare().arg("characterize").args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
+    }
+}

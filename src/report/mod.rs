@@ -1,9 +1,11 @@
 //! Turning results into things people read: a terminal table, `results.json`,
 //! `timeseries.csv`, and a self-contained `report.html` with SVG plots.
 
+mod characterize;
 mod compare;
 mod html;
 
+pub use characterize::characterize_html;
 pub use compare::{PolicyFigures, figures};
 
 pub use html::write_html;
