@@ -62,6 +62,11 @@ pub struct SsdParams {
     /// page is programmed, and a flush waits until every buffered page is.
     #[serde(default)]
     pub write_buffer_mib: f64,
+    /// The host link carries one direction at a time (SATA, SAS): read and write data
+    /// share `host_mb_s` together. `false`: a full-duplex link (PCIe), `host_mb_s` each
+    /// way.
+    #[serde(default)]
+    pub half_duplex: bool,
 }
 
 /// A named preset: parameters and where they came from.
@@ -94,6 +99,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 command_us: 10.0,    // caps 4 KiB random I/O near 100K IOPS
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.0,
+                half_duplex: false,
             },
         },
         SsdPreset {
@@ -113,6 +119,27 @@ pub fn presets() -> &'static [SsdPreset] {
                 command_us: 1.5,
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.0,
+                half_duplex: false,
+            },
+        },
+        SsdPreset {
+            name: "intel-x25m",
+            description: "80 GB SATA 3 Gb/s MLC SSD of the Intel X25-M G2 class (SSD-analysis paper)",
+            params: SsdParams {
+                capacity_gib: 74.5, // 80 GB (10^9) user capacity
+                op_ratio: 0.0737,   // 80 GiB of NAND behind 80 GB
+                channels: 10,
+                dies_per_channel: 2,  // 20 × 32 Gbit 34 nm MLC dies
+                pages_per_block: 128, // 512 KiB blocks
+                read_us: 50.0,
+                program_us: 1170.0, // 20 dies × 4 KiB / 1170 µs ≈ 70 MB/s sequential write
+                erase_us: 2000.0,
+                channel_mb_s: 80.0,
+                host_mb_s: 265.0,  // SATA 3 Gb/s payload, one direction at a time
+                command_us: 28.0,  // caps 4 KiB random reads near 35K IOPS
+                gc_threshold_blocks: 3,
+                write_buffer_mib: 0.25, // the controller's buffer: QD1 writes near the datasheet's 85 µs
+                half_duplex: true,
             },
         },
     ]
@@ -298,10 +325,19 @@ impl SsdDevice {
                 (last + xfer).max(self.host_out_clock)
             }
             Op::Write => {
-                // Command and data cross the host link first.
-                let arrived =
-                    self.host_in_free.max(now) + self.command_ns + npages * self.host_page_ns;
-                self.host_in_free = arrived;
+                // Command and data cross the host link first. On a half-duplex link the
+                // data shares the clock read data leaves by; on a full-duplex one it
+                // follows the command in the inbound direction.
+                let command = self.host_in_free.max(now) + self.command_ns;
+                let xfer = npages * self.host_page_ns;
+                let arrived = if self.params.half_duplex {
+                    self.host_out_clock = self.host_out_clock.max(command) + xfer;
+                    self.host_in_free = command;
+                    self.host_out_clock
+                } else {
+                    self.host_in_free = command + xfer;
+                    command + xfer
+                };
                 let mut last = arrived;
                 let (first, end) = (pages.start, pages.end);
                 let head_cut = !request.offset.is_multiple_of(PAGE_BYTES);
@@ -403,6 +439,7 @@ mod tests {
             command_us: 5.0,
             gc_threshold_blocks: 2,
             write_buffer_mib: 0.0,
+            half_duplex: false,
         }
     }
 
@@ -448,6 +485,33 @@ mod tests {
         let _ = d.serve(&req(Op::Write, 4096, 4096), t + 1_000_000);
         let _ = d.serve(&req(Op::Write, 2048, 4096), t + 2_000_000);
         assert_eq!(d.rmw_reads, 3);
+    }
+
+    /// A half-duplex link carries read and write data one after the other; a full-duplex
+    /// one carries both at once. A slow link (100 µs a page) makes it show: a 4-page
+    /// write issued while a 4-page read's data leaves waits for it on half duplex only.
+    #[test]
+    fn a_half_duplex_link_shares_its_time_between_reads_and_writes() {
+        let slow = |half_duplex| SsdParams {
+            host_mb_s: 40.96, // 100 µs a page
+            half_duplex,
+            ..tiny()
+        };
+        let mut full = SsdDevice::new(slow(false));
+        let mut half = SsdDevice::new(slow(true));
+        for d in [&mut full, &mut half] {
+            let _ = d.serve(&req(Op::Write, 0, 4 * 4096), 0);
+        }
+        let t = 10_000_000;
+        // The read: command 5 µs, then its 400 µs of data out from 5 µs (virtual clock).
+        let rf = full.serve(&req(Op::Read, 0, 4 * 4096), t) - t;
+        let rh = half.serve(&req(Op::Read, 0, 4 * 4096), t) - t;
+        assert_eq!(rf, rh);
+        // The write right behind it: command at 10 µs; its data crosses at once on full
+        // duplex (10 + 400 µs), after the read's (5 + 400 + 400 µs) on half duplex.
+        let wf = full.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
+        let wh = half.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
+        assert_eq!(wh - wf, 395_000, "full {wf} half {wh}");
     }
 
     #[test]
