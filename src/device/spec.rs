@@ -412,6 +412,7 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
         ("program_us", p.program_us),
         ("erase_us", p.erase_us),
         ("command_us", p.command_us),
+        ("read_suspend_us", p.read_suspend_us),
     ] {
         if !(v.is_finite() && v >= 0.0) {
             return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));

@@ -67,6 +67,12 @@ pub struct SsdParams {
     /// way.
     #[serde(default)]
     pub half_duplex: bool,
+    /// Program/erase suspend for reads, microseconds (0: none, a read waits behind the
+    /// programs and erases queued on its die). With it, a read that finds its die
+    /// programming or erasing suspends the operation, is served after this long, and
+    /// the suspended work finishes that much (and the read) later.
+    #[serde(default)]
+    pub read_suspend_us: f64,
 }
 
 /// A named preset: parameters and where they came from.
@@ -100,6 +106,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.0,
                 half_duplex: false,
+                read_suspend_us: 0.0,
             },
         },
         SsdPreset {
@@ -120,6 +127,7 @@ pub fn presets() -> &'static [SsdPreset] {
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.0,
                 half_duplex: false,
+                read_suspend_us: 0.0,
             },
         },
         SsdPreset {
@@ -135,11 +143,12 @@ pub fn presets() -> &'static [SsdPreset] {
                 program_us: 1170.0, // 20 dies × 4 KiB / 1170 µs ≈ 70 MB/s sequential write
                 erase_us: 2000.0,
                 channel_mb_s: 80.0,
-                host_mb_s: 265.0,  // SATA 3 Gb/s payload, one direction at a time
-                command_us: 28.0,  // caps 4 KiB random reads near 35K IOPS
+                host_mb_s: 265.0, // SATA 3 Gb/s payload, one direction at a time
+                command_us: 28.0, // caps 4 KiB random reads near 35K IOPS
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.25, // the controller's buffer: QD1 writes near the datasheet's 85 µs
                 half_duplex: true,
+                read_suspend_us: 0.0,
             },
         },
     ]
@@ -186,6 +195,10 @@ pub struct SsdDevice {
     host_page_ns: Nanos,
     channels: u32,
     die_free: Vec<Nanos>,
+    /// Per die, when its last read is done (reads are served one after another, and
+    /// with suspend they go ahead of the programs and erases in `die_free`).
+    die_read_free: Vec<Nanos>,
+    suspend_ns: Nanos,
     /// Per channel, a virtual clock of transfers in submission order (see `host_out_clock`).
     channel_clock: Vec<Nanos>,
     /// Controller and inbound link: commands and write data, in submission order.
@@ -231,6 +244,8 @@ impl SsdDevice {
             host_page_ns: transfer_ns(PAGE_BYTES, params.host_mb_s),
             channels: params.channels,
             die_free: vec![0; dies as usize],
+            die_read_free: vec![0; dies as usize],
+            suspend_ns: ns(params.read_suspend_us),
             channel_clock: vec![0; params.channels as usize],
             host_in_free: 0,
             host_out_clock: 0,
@@ -276,9 +291,20 @@ impl SsdDevice {
     fn read_page(&mut self, lpn: u32, at: Nanos) -> Nanos {
         let die = self.ftl.read_die(lpn);
         let ch = self.channel_of(die);
-        let d = &mut self.die_free[die as usize];
-        let read_done = (*d).max(at) + self.read_ns;
-        *d = read_done;
+        let i = die as usize;
+        let start = at.max(self.die_read_free[i]);
+        let read_done = if self.suspend_ns > 0 && self.die_free[i] > start {
+            // The die is programming or erasing: suspend it, read, resume; what it was
+            // doing ends later by the suspend and the read.
+            let done = start + self.suspend_ns + self.read_ns;
+            self.die_free[i] += self.suspend_ns + self.read_ns;
+            done
+        } else {
+            let done = self.die_free[i].max(start) + self.read_ns;
+            self.die_free[i] = done;
+            done
+        };
+        self.die_read_free[i] = read_done;
         let c = &mut self.channel_clock[ch];
         *c = (*c).max(at) + self.page_xfer_ns;
         (read_done + self.page_xfer_ns).max(*c)
@@ -440,6 +466,7 @@ mod tests {
             gc_threshold_blocks: 2,
             write_buffer_mib: 0.0,
             half_duplex: false,
+            read_suspend_us: 0.0,
         }
     }
 
@@ -512,6 +539,38 @@ mod tests {
         let wf = full.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
         let wh = half.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
         assert_eq!(wh - wf, 395_000, "full {wf} half {wh}");
+    }
+
+    /// Without suspend a read waits behind the program on its die; with it, the read is
+    /// served after the suspend time and the program ends that much later.
+    #[test]
+    fn read_suspend_lets_a_read_go_ahead_of_a_program() {
+        let run = |suspend_us| {
+            let mut d = SsdDevice::new(SsdParams {
+                read_suspend_us: suspend_us,
+                ..tiny()
+            });
+            // Pages 1-8 written at 0 (all programmed well before 1 ms), page 0 written
+            // from 1 ms: its program runs from 1016 to 1216 µs on some die; at 1050 µs
+            // a page already on that die is read.
+            let _ = d.serve(&req(Op::Write, 4096, 8 * 4096), 0);
+            let w = d.serve(&req(Op::Write, 0, 4096), 1_000_000);
+            let die = d.ftl.read_die(0);
+            let lpn = (1..=8u64)
+                .find(|&l| d.ftl.read_die(l as u32) == die)
+                .expect("a page on the same die");
+            let r = d.serve(&req(Op::Read, lpn * 4096, 4096), 1_050_000);
+            (w, r, d.die_free[die as usize])
+        };
+        let (w, r, _) = run(0.0);
+        assert_eq!(w, 1_216_000);
+        // Behind the program: 1216 + read 50 + channel 10 + host 1 µs.
+        assert_eq!(r, 1_277_000);
+        let (w, r, program_end) = run(20.0);
+        assert_eq!(w, 1_216_000);
+        // Command 5 µs (1055), suspend 20 + read 50 (1125), channel 10, host 1.
+        assert_eq!(r, 1_136_000);
+        assert_eq!(program_end, 1_216_000 + 70_000);
     }
 
     #[test]
