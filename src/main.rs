@@ -190,11 +190,11 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 let c = s.cost();
                 series += c.series_bytes;
-                device = device.max(c.memory_bytes - c.series_bytes);
+                device = device.max(c.device_bytes);
             }
             // A sweep keeps every point's time series for the report, and up to
             // KEPT_DEVICES devices built.
-            let total = series + device * ioshare::sim::KEPT_DEVICES as f64;
+            let total = series + device * (ioshare::sim::KEPT_DEVICES + 1) as f64;
             if !force && points.len() > 1 && total > limits.memory_bytes {
                 bail!(
                     "{}: not run: its {} points would take about {:.1} GiB of memory (every point's time series, {:.1} GiB, and the devices), more than {:.0} GiB. Split the sweep, lengthen interval_s, or give --force to run it anyway",
@@ -582,6 +582,7 @@ fn characterize(
             }
             v.push(b);
         }
+        v.sort_unstable();
         v
     };
     let policies: Vec<String> = if policies.is_empty() {
@@ -604,20 +605,11 @@ fn characterize(
         seed,
     };
     // Every cell is parsed (sizes, device, policies checked) and costed before any runs.
-    let limits = Limits::default();
-    let mut requests = 0.0;
     for s in plan.scenarios() {
         let s = s?;
-        if !force && let Some(why) = s.too_costly(limits) {
+        if !force && let Some(why) = s.too_costly(Limits::default()) {
             bail!("not run: a cell: {why}. Give --force to run it anyway");
         }
-        requests += s.cost().requests * s.policies.len() as f64;
-    }
-    if !force && requests > limits.requests {
-        bail!(
-            "not run: the matrix could simulate about {requests:.2e} requests, more than {:.0e}; fewer --sizes or policies, a shorter --duration, or --force",
-            limits.requests
-        );
     }
     let m = plan.run(progress && std::io::stderr().is_terminal())?;
     print!("{}", m.table());
@@ -675,6 +667,11 @@ fn device_table(
         table.insert("precondition".into(), p.into());
     }
     if let Some(c) = capacity_gib {
+        if table.get("model").and_then(|m| m.as_str()) == Some("raid0") {
+            bail!(
+                "--capacity-gib: a raid0 array's capacity is its members' (set `member.capacity_gib` in a device file)"
+            );
+        }
         table.insert("capacity_gib".into(), c.into());
     }
     Ok(table)

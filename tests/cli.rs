@@ -106,9 +106,6 @@ fn list_names_policies_presets_and_standins() {
     }
 }
 
-/// Command-line mistakes are refused before anything runs, exit status 2, saying
-/// what to change: a policy named twice, a run no longer than its unmeasured warm-up,
-/// an `--out` that cannot be written (it used to fail after the whole run).
 /// A sweep whose points are each within the limits but whose time series together are
 /// not (the report keeps every point's) is refused before anything runs, with the
 /// estimate.
@@ -132,6 +129,9 @@ fn a_sweep_too_big_in_total_is_refused_before_the_run() {
     assert!(o.stdout.is_empty(), "nothing ran");
 }
 
+/// Command-line mistakes are refused before anything runs, exit status 2, saying
+/// what to change: a policy named twice, a run no longer than its unmeasured warm-up,
+/// an `--out` that cannot be written (it used to fail after the whole run).
 #[test]
 fn flag_mistakes_are_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();

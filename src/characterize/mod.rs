@@ -221,6 +221,8 @@ impl Plan {
     /// Runs the matrix on the simulator (every scenario on a copy of one device, built
     /// and preconditioned once), with progress bars when `progress`.
     pub fn run(&self, progress: bool) -> anyhow::Result<Characterization> {
+        anyhow::ensure!(!self.sizes.is_empty(), "no request sizes to characterize");
+        anyhow::ensure!(!self.policies.is_empty(), "no policies to characterize");
         let scenarios: Vec<Scenario> = self.scenarios().collect::<Result<_, _>>()?;
         let device = scenarios
             .first()
@@ -306,8 +308,8 @@ impl Characterization {
         })
     }
 
-    /// The terminal tables: baseline MB/s per pattern and size (the first policy), then
-    /// per background and policy the foreground's percentage of its baseline.
+    /// The terminal tables: per policy the baseline MB/s per pattern and size, then per
+    /// background, pattern and policy the foreground's percentage of its baseline.
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "characterize {} (seed {})", self.device, self.seed);

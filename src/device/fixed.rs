@@ -85,9 +85,10 @@ impl FixedDevice {
         finish
     }
 
-    /// Service time of one request of `len` bytes.
+    /// Service time of one request of `len` bytes: at least 1 ns, so that a closed loop
+    /// on a zero-latency, very fast unit still moves the clock.
     pub fn service_time(&self, len: u32) -> Nanos {
-        self.latency + ((len as u64 * self.ns_per_byte_q20) >> 20)
+        (self.latency + ((len as u64 * self.ns_per_byte_q20) >> 20)).max(1)
     }
 }
 

@@ -16,7 +16,8 @@ const LINE_COLORS: [RGBColor; 4] = [
     RGBColor(214, 39, 40),
 ];
 
-/// Baseline bandwidth per pattern over the sizes (log-2 axis by size index).
+/// Baseline bandwidth per pattern over the sizes, one axis step per size (a log-2 axis
+/// for the default doubling sizes).
 fn baseline_plot(m: &Characterization, policy: &str) -> Result<String, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     {

@@ -31,6 +31,8 @@ pub struct Cost {
     /// Of which the time series of all policies' runs (kept until the report is
     /// written; a sweep keeps every point's).
     pub series_bytes: f64,
+    /// Of which one device model (a run holds two: the one built and its copy).
+    pub device_bytes: f64,
     /// Seconds to age the SSD model before the runs (0 for other devices).
     pub aging_seconds: f64,
     /// Requests one policy's run simulates at most: what the open-loop tenants offer,
@@ -68,7 +70,17 @@ pub fn iops_bound(device: &DeviceSpec, size: f64) -> f64 {
         DeviceSpec::Fixed(p) => {
             f64::from(p.parallelism) * 1e6 / (p.latency_us + size / p.bandwidth_mb_s)
         }
-        DeviceSpec::Ssd { params, .. } => params.host_mb_s * 1e6 / size,
+        // A request takes whole pages of the link, in one direction (half duplex) or
+        // each (full duplex: reads and writes at once), and one command time.
+        DeviceSpec::Ssd { params, .. } => {
+            let directions = if params.half_duplex { 1.0 } else { 2.0 };
+            let link = directions * params.host_mb_s * 1e6 / size.max(4096.0);
+            if params.command_us > 0.0 {
+                link.min(1e6 / params.command_us)
+            } else {
+                link
+            }
+        }
         DeviceSpec::Hdd { params, .. } => disk(params),
         DeviceSpec::Raid0 { params, .. } => (f64::from(params.members) * disk(&params.member))
             .min(f64::from(params.host_links) * params.host_link_mb_s * 1e6 / size),
@@ -121,6 +133,7 @@ impl Scenario {
                 .tenants
                 .iter()
                 .flat_map(|t| &t.workload.phases)
+                .filter(|p| matches!(p.arrivals, Arrivals::Closed { .. }))
                 .map(|p| match p.size {
                     SizeDist::Fixed(n) => n,
                     SizeDist::Uniform { min, .. } => min,
@@ -133,8 +146,9 @@ impl Scenario {
             0.0
         };
         Cost {
-            memory_bytes: device_bytes + series,
+            memory_bytes: 2.0 * device_bytes + series,
             series_bytes: series,
+            device_bytes,
             aging_seconds,
             requests: open_requests + closed_requests,
         }
@@ -213,6 +227,27 @@ mod tests {
                 .unwrap()
                 .contains("aging the SSD model would take about 6 s")
         );
+    }
+
+    /// The SSD's bound: whole pages on the link (one direction or two), and no more
+    /// commands than its command time allows; idle and open phases set no size.
+    #[test]
+    fn the_ssd_bound_counts_pages_directions_and_commands() {
+        let ssd = |extra: &str| {
+            scenario(&format!(
+                "duration_s = 10\n[device]\nmodel = 'ssd'\npreset = 'sata-840pro'\ncapacity_gib = 1\n{extra}\n[[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = 512, iodepth = 4 }}\n[[tenant]]\nname = 'b'\nworkload = {{ pattern = 'randread', size = 256, rate_iops = 10.0 }}\n"
+            ))
+        };
+        // 10 µs commands: 100 K a second, under the link's 2 × 550 MB/s / 4 KiB.
+        let c = ssd("").cost();
+        assert_eq!(c.requests, 100.0 + 100_000.0 * 10.0);
+        // Without the command cap, the full-duplex link at whole pages; half duplex halves it.
+        let c = ssd("command_us = 0.0").cost();
+        assert_eq!(c.requests, 100.0 + 2.0 * 550e6 / 4096.0 * 10.0);
+        let c = ssd("command_us = 0.0\nhalf_duplex = true").cost();
+        assert_eq!(c.requests, 100.0 + 550e6 / 4096.0 * 10.0);
+        // Two device copies and the series.
+        assert_eq!(c.memory_bytes, 2.0 * c.device_bytes + c.series_bytes);
     }
 
     fn hour_to(s: &Scenario, secs: u64) -> Scenario {

@@ -728,6 +728,20 @@ mod tests {
         let e = points.get(2).unwrap_err().to_string();
         assert!(e.contains("test.toml [tenant.a.weight=-3]"), "{e}");
         assert_eq!(points.iter().filter(|p| p.is_err()).count(), 1);
+        // Keys in the file's reverse alphabetical order still vary in alphabetical
+        // order: "seed" slowest, then "tenant.a.weight".
+        let text = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 2]\nseed = [7, 8]\n");
+        let points = Scenario::points(&text, "test.toml", "test").unwrap();
+        let labels: Vec<String> = points.iter().map(|p| p.unwrap().variant).collect();
+        assert_eq!(
+            labels,
+            [
+                "seed=7, tenant.a.weight=1",
+                "seed=7, tenant.a.weight=2",
+                "seed=8, tenant.a.weight=1",
+                "seed=8, tenant.a.weight=2"
+            ]
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ pub const MAX_POINTS: usize = 10_000;
 #[derive(Debug, Clone)]
 pub(super) struct Sweep {
     base: toml::Table,
-    /// Each key's dotted path and values, in the table's order (the first varies slowest).
+    /// Each key's dotted path and values, in the keys' alphabetical order (TOML tables
+    /// are read sorted, whatever the file's order): the first varies slowest.
     axes: Vec<(String, Vec<toml::Value>)>,
     count: usize,
 }
@@ -62,8 +63,9 @@ impl Sweep {
         self.count
     }
 
-    /// Point `index` (< [`Sweep::len`]) of the cartesian product, the first key varying
-    /// slowest: its label (`path=value, …`, empty without a sweep) and document.
+    /// Point `index` (< [`Sweep::len`]) of the cartesian product, the alphabetically
+    /// first key varying slowest: its label (`path=value, …`, empty without a sweep)
+    /// and document.
     pub(super) fn point(&self, index: usize) -> Result<(String, toml::Table), String> {
         assert!(index < self.count, "point {index} of {}", self.count);
         let mut doc = self.base.clone();

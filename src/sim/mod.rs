@@ -419,8 +419,9 @@ fn drive<O: Observer>(
 }
 
 /// Devices kept built (and aged) between the points of a sweep: points with the same
-/// device and seed share one; past this many distinct ones the oldest is dropped (an
-/// aged SSD model is gigabytes).
+/// device and seed share one; past this many distinct ones the least recently used is
+/// dropped (an aged SSD model is gigabytes). Each run works on a copy of its device, so
+/// a sweep holds up to one more than this.
 pub const KEPT_DEVICES: usize = 2;
 
 /// Runs every policy of every scenario (the points of a sweep), each run on a fresh
@@ -474,7 +475,12 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
             .iter()
             .position(|(d, s, _)| *d == scenario.device && *s == scenario.seed)
         {
-            Some(i) => i,
+            // Used again: it becomes the most recently used.
+            Some(i) => {
+                let hit = devices.remove(i).expect("a found entry");
+                devices.push_back(hit);
+                devices.len() - 1
+            }
             None => {
                 if devices.len() == KEPT_DEVICES {
                     devices.pop_front();
