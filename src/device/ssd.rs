@@ -101,11 +101,11 @@ pub fn presets() -> &'static [SsdPreset] {
                 program_us: 250.0, // 32 dies × 4 KiB / 250 µs ≈ 524 MB/s sequential write
                 erase_us: 3000.0,
                 channel_mb_s: 400.0, // Toggle DDR 2.0
-                host_mb_s: 550.0,    // SATA 6 Gb/s payload
+                host_mb_s: 550.0,    // SATA 6 Gb/s payload, one direction at a time
                 command_us: 10.0,    // caps 4 KiB random I/O near 100K IOPS
                 gc_threshold_blocks: 3,
                 write_buffer_mib: 0.0,
-                half_duplex: false,
+                half_duplex: true,
                 read_suspend_us: 0.0,
             },
         },

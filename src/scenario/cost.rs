@@ -242,7 +242,7 @@ mod tests {
         let c = ssd("").cost();
         assert_eq!(c.requests, 100.0 + 100_000.0 * 10.0);
         // Without the command cap, the full-duplex link at whole pages; half duplex halves it.
-        let c = ssd("command_us = 0.0").cost();
+        let c = ssd("command_us = 0.0\nhalf_duplex = false").cost();
         assert_eq!(c.requests, 100.0 + 2.0 * 550e6 / 4096.0 * 10.0);
         let c = ssd("command_us = 0.0\nhalf_duplex = true").cost();
         assert_eq!(c.requests, 100.0 + 550e6 / 4096.0 * 10.0);
