@@ -68,9 +68,12 @@ pub struct SsdParams {
     #[serde(default)]
     pub half_duplex: bool,
     /// Program/erase suspend for reads, microseconds (0: none, a read waits behind the
-    /// programs and erases queued on its die). With it, a read that finds its die
-    /// programming or erasing suspends the operation, is served after this long, and
-    /// the suspended work finishes that much (and the read) later.
+    /// programs and erases queued on its die). With it, a read that finds its die busy
+    /// for longer than this suspends the work, is served after this long, and the work
+    /// queued on the die ends that much (and the read) later. Readings: completions
+    /// already reported (an unbuffered write's) keep their time, the delay falls on the
+    /// work queued after the read; and suspends are not capped per program, so reads
+    /// faster than one per (suspend + read) on a die hold its programs and GC back.
     #[serde(default)]
     pub read_suspend_us: f64,
 }
@@ -293,9 +296,9 @@ impl SsdDevice {
         let ch = self.channel_of(die);
         let i = die as usize;
         let start = at.max(self.die_read_free[i]);
-        let read_done = if self.suspend_ns > 0 && self.die_free[i] > start {
-            // The die is programming or erasing: suspend it, read, resume; what it was
-            // doing ends later by the suspend and the read.
+        let read_done = if self.suspend_ns > 0 && self.die_free[i] > start + self.suspend_ns {
+            // The die is programming or erasing past the suspend time: suspend it, read,
+            // resume; what is queued on it ends later by the suspend and the read.
             let done = start + self.suspend_ns + self.read_ns;
             self.die_free[i] += self.suspend_ns + self.read_ns;
             done
@@ -356,12 +359,13 @@ impl SsdDevice {
                 // follows the command in the inbound direction.
                 let command = self.host_in_free.max(now) + self.command_ns;
                 let xfer = npages * self.host_page_ns;
+                // Commands wait for the data before them either way; on half duplex the
+                // data also waits for the read data on the shared clock, never less.
+                self.host_in_free = command + xfer;
                 let arrived = if self.params.half_duplex {
                     self.host_out_clock = self.host_out_clock.max(command) + xfer;
-                    self.host_in_free = command;
-                    self.host_out_clock
+                    self.host_out_clock.max(command + xfer)
                 } else {
-                    self.host_in_free = command + xfer;
                     command + xfer
                 };
                 let mut last = arrived;
@@ -539,6 +543,27 @@ mod tests {
         let wf = full.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
         let wh = half.serve(&req(Op::Write, 8 * 4096, 4 * 4096), t) - t;
         assert_eq!(wh - wf, 395_000, "full {wf} half {wh}");
+    }
+
+    /// Restricting the link never speeds anything up: a burst of writes finishes no
+    /// earlier on a half-duplex link than on a full-duplex one.
+    #[test]
+    fn half_duplex_never_beats_full_duplex() {
+        for host_mb_s in [4096.0, 40.96] {
+            let run = |half_duplex| {
+                let mut d = SsdDevice::new(SsdParams {
+                    host_mb_s,
+                    half_duplex,
+                    ..tiny()
+                });
+                (0..64u64)
+                    .map(|i| d.serve(&req(Op::Write, i * 4096, 4096), 0))
+                    .max()
+                    .unwrap()
+            };
+            assert!(run(true) >= run(false), "{host_mb_s} MB/s");
+            assert_eq!(run(true), run(false), "writes alone use one direction");
+        }
     }
 
     /// Without suspend a read waits behind the program on its die; with it, the read is
