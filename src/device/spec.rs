@@ -178,19 +178,28 @@ impl DeviceSpec {
             DeviceSpec::Ssd {
                 preset,
                 precondition,
+                params,
                 ..
             } => format!(
-                "ssd {} ({}), {}",
+                "ssd {} ({}), {}{}",
                 preset.as_deref().unwrap_or("custom"),
                 format!("{precondition:?}").to_lowercase(),
-                format_bytes(self.capacity_bytes())
+                format_bytes(self.capacity_bytes()),
+                changed(
+                    params,
+                    preset.as_deref().and_then(ssd::preset).map(|p| &p.params)
+                )
             ),
             DeviceSpec::Hdd { preset, params } => format!(
-                "hdd {} ({} rpm, queue {}), {}",
+                "hdd {} ({} rpm, queue {}), {}{}",
                 preset.as_deref().unwrap_or("custom"),
                 params.rpm,
                 params.queue_depth,
-                format_bytes(self.capacity_bytes())
+                format_bytes(self.capacity_bytes()),
+                changed(
+                    params,
+                    preset.as_deref().and_then(hdd::preset).map(|p| &p.params)
+                )
             ),
             DeviceSpec::Raid0 { preset, params } => format!(
                 "raid0 {} ({} × {} rpm, {} KiB stripe, disk queue {}), {}",
@@ -210,6 +219,21 @@ impl DeviceFile {
     pub fn spec(self) -> Result<DeviceSpec, Invalid> {
         device_spec(self)
     }
+}
+
+/// The parameters that differ from the preset's, as `, key = value, …` (capacity is
+/// shown apart); empty when none do or there is no preset.
+fn changed<T: serde::Serialize>(params: &T, preset: Option<&T>) -> String {
+    let (Some(preset), Ok(now)) = (preset, toml::Table::try_from(params)) else {
+        return String::new();
+    };
+    let Ok(base) = toml::Table::try_from(preset) else {
+        return String::new();
+    };
+    now.iter()
+        .filter(|(k, v)| k.as_str() != "capacity_gib" && base.get(k.as_str()) != Some(v))
+        .map(|(k, v)| format!(", {k} = {v}"))
+        .collect()
 }
 
 fn device_spec(d: DeviceFile) -> Result<DeviceSpec, Invalid> {
@@ -436,6 +460,30 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
 mod tests {
     use super::*;
     use crate::types::Op;
+
+    /// A device's one-line description names the parameters changed from its preset,
+    /// so a report of a modified drive does not read as the preset's.
+    #[test]
+    fn the_description_names_what_differs_from_the_preset() {
+        let spec = |text: &str| {
+            let file: DeviceFile = toml::from_str(text).unwrap();
+            file.spec().unwrap().describe()
+        };
+        assert_eq!(
+            spec("model = 'ssd'\npreset = 'intel-x25m'\ncapacity_gib = 8"),
+            "ssd intel-x25m (clean), 8 GiB"
+        );
+        assert_eq!(
+            spec(
+                "model = 'ssd'\npreset = 'intel-x25m'\ncapacity_gib = 8\nread_suspend_us = 20.0\nhalf_duplex = false"
+            ),
+            "ssd intel-x25m (clean), 8 GiB, half_duplex = false, read_suspend_us = 20.0"
+        );
+        assert_eq!(
+            spec("model = 'hdd'\nrpm = 7200.0\ncapacity_gib = 1"),
+            "hdd scsi-10k-73g (7200 rpm, queue 16), 1 GiB, rpm = 7200.0"
+        );
+    }
 
     #[test]
     fn the_fixed_model_refuses_numbers_that_mean_nothing() {
