@@ -1037,14 +1037,31 @@ mod tests {
         assert_eq!(p2.tenants[0].switch_on, Some(0.75));
     }
 
+    /// Tenants of weight 1 with these names.
+    fn equal(names: &[&str]) -> Vec<TenantSpec> {
+        names
+            .iter()
+            .map(|n| TenantSpec::weighted(*n, 1.0))
+            .collect()
+    }
+
+    /// The run's result, under policy `none`.
+    fn finish(r: Recorder, specs: &[TenantSpec]) -> RunResult {
+        r.finish(
+            "none",
+            specs,
+            &[],
+            DeviceStats::default(),
+            0.0,
+            Observation::default(),
+        )
+    }
+
     /// A tenant is backlogged when it had requests outstanding at least half of the
     /// measured time: 5 s of 10 s is, 4.9 s is not (nor is 1 s).
     #[test]
     fn backlogged_means_busy_at_least_half_the_time() {
-        let specs: Vec<TenantSpec> = ["half", "under", "light"]
-            .iter()
-            .map(|n| TenantSpec::weighted(*n, 1.0))
-            .collect();
+        let specs = equal(&["half", "under", "light"]);
         let s = 1_000_000_000;
         let mut r = Recorder::new(&specs, 0, 10 * s, s);
         for (t, busy) in [(0u32, 5 * s), (1, 49 * s / 10), (2, s)] {
@@ -1052,14 +1069,7 @@ mod tests {
             r.arrived(&c.request);
             r.completed(&c, Status::Ok);
         }
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();
         assert_eq!(backlogged, vec![true, false, false]);
         assert_eq!(res.tenants[0].ideal_share, 1.0);
@@ -1070,10 +1080,7 @@ mod tests {
     /// is backlogged while busy whatever it completed.
     #[test]
     fn an_open_loop_with_its_demand_met_is_not_backlogged() {
-        let specs: Vec<TenantSpec> = ["met", "short", "closed"]
-            .iter()
-            .map(|n| TenantSpec::weighted(*n, 1.0))
-            .collect();
+        let specs = equal(&["met", "short", "closed"]);
         let s = 1_000_000_000;
         let mut r = Recorder::new(&specs, 0, 10 * s, s).with_open_loop(&[true, true, false]);
         // Each tenant keeps one request in flight for the whole 10 s, 20 in a row, and
@@ -1089,14 +1096,7 @@ mod tests {
                 }
             }
         }
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         let backlogged: Vec<bool> = res.tenants.iter().map(|t| t.backlogged).collect();
         assert_eq!(backlogged, vec![false, true, true]);
         assert_eq!(res.tenants[1].ideal_share, 0.5);
@@ -1107,10 +1107,7 @@ mod tests {
     /// seconds show no per-interval error; the whole-run figure cannot see the phase.
     #[test]
     fn per_interval_backlog_follows_idle_phases() {
-        let specs: Vec<TenantSpec> = ["steady", "pauses"]
-            .iter()
-            .map(|n| TenantSpec::weighted(*n, 1.0))
-            .collect();
+        let specs = equal(&["steady", "pauses"]);
         let s = 1_000_000_000;
         let mut r = Recorder::new(&specs, 0, 6 * s, s);
         for sec in 0..6u64 {
@@ -1130,14 +1127,7 @@ mod tests {
                 r.completed(&c, Status::Ok);
             }
         }
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         assert_eq!(res.interval_share_error, 0.0);
         assert!(res.share_error > 0.1, "{}", res.share_error);
     }
