@@ -498,13 +498,7 @@ fn override_scenario(
         }
         s.duration = duration;
     }
-    if let Some((i, p)) = policies
-        .iter()
-        .enumerate()
-        .find(|(i, p)| policies[..*i].contains(p))
-    {
-        bail!("--policy {p} is given twice (the {} time)", ordinal(i + 1));
-    }
+    no_policy_twice(policies)?;
     if !policies.is_empty() {
         // A name that matches one of the scenario's labels keeps its parameters.
         s.policies = policies
@@ -545,6 +539,18 @@ fn check_out(dir: &Path) -> Result<()> {
     std::fs::write(&probe, b"")
         .map_err(|e| anyhow::anyhow!("--out {}: cannot write into it: {e}", dir.display()))?;
     let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Refuses a `--policy` given twice, naming which time.
+fn no_policy_twice(policies: &[String]) -> Result<()> {
+    if let Some((i, p)) = policies
+        .iter()
+        .enumerate()
+        .find(|(i, p)| policies[..*i].contains(p))
+    {
+        bail!("--policy {p} is given twice (the {} time)", ordinal(i + 1));
+    }
     Ok(())
 }
 
@@ -590,16 +596,13 @@ fn characterize(
     } else {
         policies.to_vec()
     };
-    if let Some((i, p)) = policies
-        .iter()
-        .enumerate()
-        .find(|(i, p)| policies[..*i].contains(p))
-    {
-        bail!("--policy {p} is given twice (the {} time)", ordinal(i + 1));
-    }
+    no_policy_twice(&policies)?;
     let plan = Plan {
         device: table,
-        policies: policies.iter().map(|p| format!("{p:?}")).collect(),
+        policies: policies
+            .iter()
+            .map(|p| toml::Value::String(p.clone()).to_string())
+            .collect(),
         sizes,
         min_seconds: duration,
         seed,

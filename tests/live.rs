@@ -526,19 +526,9 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
         &format!("max_inflight_bytes = \"128m\"\n{TWO_TENANTS}"),
     );
     let pid = s.child.id();
-    let mut reader = Raw::connect(&s);
-    reader.go("vm2");
-    reader.request(0, 1, 0, 4096, &[]);
-    assert_eq!(reader.reply(4096), (1, 0));
+    let mut reader = served_reader(&s);
     let before = rss(pid);
-    let stalled: Vec<Raw> = (0..24)
-        .map(|i| {
-            let mut c = Raw::connect(&s);
-            c.go("vm1");
-            c.request(1, i, 0, 32 << 20, &[7; 512]);
-            c
-        })
-        .collect();
+    let stalled = stalled_writers(&s, 24);
     let grown = peak_growth(pid, before, 10);
     // 24 × 32 MiB unbounded; the budget (128 MiB) plus slack for the allocator.
     assert!(
@@ -550,6 +540,27 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     assert_eq!(reader.reply(4096), (2, 0), "small reads are still served");
     drop(stalled);
     s.stopped();
+}
+
+/// A vm2 client whose first 4 KiB read (request 1) has been answered.
+fn served_reader(s: &Server) -> Raw {
+    let mut reader = Raw::connect(s);
+    reader.go("vm2");
+    reader.request(0, 1, 0, 4096, &[]);
+    assert_eq!(reader.reply(4096), (1, 0));
+    reader
+}
+
+/// `n` vm1 clients, each having sent the header of a 32 MiB write and 512 bytes of it.
+fn stalled_writers(s: &Server, n: u64) -> Vec<Raw> {
+    (0..n)
+        .map(|i| {
+            let mut c = Raw::connect(s);
+            c.go("vm1");
+            c.request(1, i, 0, 32 << 20, &[7; 512]);
+            c
+        })
+        .collect()
 }
 
 /// A client that connects and says nothing is dropped after the handshake timeout;
@@ -1591,19 +1602,9 @@ fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
     let dir = tempdir();
     let s = Server::start(dir.path(), TWO_TENANTS);
     let pid = s.child.id();
-    let mut reader = Raw::connect(&s);
-    reader.go("vm2");
-    reader.request(0, 1, 0, 4096, &[]);
-    assert_eq!(reader.reply(4096), (1, 0));
+    let mut reader = served_reader(&s);
     let before = rss(pid);
-    let stalled: Vec<Raw> = (0..200)
-        .map(|i| {
-            let mut c = Raw::connect(&s);
-            c.go("vm1");
-            c.request(1, i, 0, 32 << 20, &[7; 512]);
-            c
-        })
-        .collect();
+    let stalled = stalled_writers(&s, 200);
     let mut greedy = Raw::connect(&s);
     greedy.go("vm1");
     greedy.pipeline_big_reads(1000);

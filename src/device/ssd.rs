@@ -364,7 +364,7 @@ impl SsdDevice {
                 self.host_in_free = command + xfer;
                 let arrived = if self.params.half_duplex {
                     self.host_out_clock = self.host_out_clock.max(command) + xfer;
-                    self.host_out_clock.max(command + xfer)
+                    self.host_out_clock
                 } else {
                     command + xfer
                 };

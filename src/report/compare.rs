@@ -58,32 +58,22 @@ fn run_figures(result: &ScenarioResult, run: &RunResult) -> PolicyFigures {
         .find(|r| r.policy_name == "none" && r.variant == run.variant)
         .map(|r| r.total_bandwidth_bytes_per_s)
         .filter(|&t| t > 0.0);
-    let worst = |values: &mut dyn Iterator<Item = f64>, max: bool| {
-        values.fold(None, |acc: Option<f64>, v| {
-            Some(match acc {
-                None => v,
-                Some(a) if max => a.max(v),
-                Some(a) => a.min(v),
-            })
-        })
-    };
     PolicyFigures {
         label: run_label(run),
         is_none: run.policy_name == "none",
         share_error: (run.intervals_judged > 0).then_some(run.interval_share_error),
         vs_none: none_total.map(|n| run.total_bandwidth_bytes_per_s / n),
-        worst_p99_us: worst(
-            &mut run
-                .tenants
-                .iter()
-                .filter(|t| t.ios > 0)
-                .map(|t| t.latency_us.p99),
-            true,
-        ),
-        worst_slo: worst(
-            &mut run.tenants.iter().filter_map(|t| t.slo_satisfaction),
-            false,
-        ),
+        worst_p99_us: run
+            .tenants
+            .iter()
+            .filter(|t| t.ios > 0)
+            .map(|t| t.latency_us.p99)
+            .reduce(f64::max),
+        worst_slo: run
+            .tenants
+            .iter()
+            .filter_map(|t| t.slo_satisfaction)
+            .reduce(f64::min),
     }
 }
 

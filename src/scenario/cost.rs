@@ -74,12 +74,8 @@ pub fn iops_bound(device: &DeviceSpec, size: f64) -> f64 {
         // each (full duplex: reads and writes at once), and one command time.
         DeviceSpec::Ssd { params, .. } => {
             let directions = if params.half_duplex { 1.0 } else { 2.0 };
-            let link = directions * params.host_mb_s * 1e6 / size.max(4096.0);
-            if params.command_us > 0.0 {
-                link.min(1e6 / params.command_us)
-            } else {
-                link
-            }
+            // 1e6 / 0 is infinite: no command cap.
+            (directions * params.host_mb_s * 1e6 / size.max(4096.0)).min(1e6 / params.command_us)
         }
         DeviceSpec::Hdd { params, .. } => disk(params),
         DeviceSpec::Raid0 { params, .. } => (f64::from(params.members) * disk(&params.member))
