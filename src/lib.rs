@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod buffer;
+pub mod calibrate;
 pub mod characterize;
 pub mod config;
 pub mod conformance;

@@ -67,7 +67,8 @@ impl Pattern {
         }
     }
 
-    fn workload_pattern(self) -> &'static str {
+    /// The name a workload's `pattern` gives it.
+    pub fn workload_name(self) -> &'static str {
         match self {
             Pattern::SeqRead => "read",
             Pattern::SeqWrite => "write",
@@ -126,6 +127,54 @@ pub struct Plan {
     pub seed: u64,
 }
 
+/// A measurement: one device, tenants on their own parts of it (`partition`), a list
+/// of policies. Characterization and calibration build their scenarios with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Bench<'a> {
+    /// The device, as a scenario's `[device]` table.
+    pub device: &'a toml::Table,
+    /// Seed of the runs.
+    pub seed: u64,
+    /// Length, seconds.
+    pub seconds: f64,
+    /// Warm-up, seconds (not measured).
+    pub warmup: f64,
+    /// Time-series interval, seconds.
+    pub interval: f64,
+    /// Device queue depth (`None`: the scenario default).
+    pub queue_depth: Option<u32>,
+    /// Policies, as a scenario's `policies` entries name them (TOML strings).
+    pub policies: &'a [String],
+}
+
+impl Bench<'_> {
+    /// The scenario of these tenants: `(name, workload as an inline TOML table)`.
+    pub fn scenario(
+        &self,
+        tenants: &[(&str, String)],
+    ) -> Result<Scenario, crate::config::ConfigError> {
+        let mut s = String::new();
+        let _ = writeln!(s, "name = \"characterize\"");
+        let _ = writeln!(s, "seed = {}", self.seed);
+        let _ = writeln!(s, "duration_s = {}", self.seconds);
+        let _ = writeln!(s, "warmup_s = {}", self.warmup);
+        let _ = writeln!(s, "interval_s = {}", self.interval);
+        if let Some(q) = self.queue_depth {
+            let _ = writeln!(s, "queue_depth = {q}");
+        }
+        let _ = writeln!(s, "partition = true");
+        let _ = writeln!(s, "policies = [{}]", self.policies.join(", "));
+        let mut device = toml::Table::new();
+        device.insert("device".into(), toml::Value::Table(self.device.clone()));
+        let device = toml::to_string(&device).expect("a TOML table serializes");
+        let _ = writeln!(s, "{device}");
+        for (name, workload) in tenants {
+            let _ = writeln!(s, "[[tenant]]\nname = \"{name}\"\nworkload = {workload}");
+        }
+        Scenario::parse(&s, "characterize", "characterize")
+    }
+}
+
 /// The paper's sizes, 4 KiB doubling, up to 32 MiB: the largest request a workload
 /// sends (the paper's last, 64 MB, is left out); 14 sizes.
 pub fn default_sizes() -> Vec<u64> {
@@ -180,29 +229,25 @@ impl Plan {
         let seconds = self
             .min_seconds
             .max(MIN_REQUESTS * size as f64 / (FLOOR_MB_S * 1e6));
-        let mut s = String::new();
-        let _ = writeln!(s, "name = \"characterize\"");
-        let _ = writeln!(s, "seed = {}", self.seed);
-        let _ = writeln!(s, "duration_s = {seconds}");
-        let _ = writeln!(s, "warmup_s = {}", seconds / 5.0);
-        let _ = writeln!(s, "interval_s = {}", seconds / 10.0);
-        let _ = writeln!(s, "partition = true");
-        let _ = writeln!(s, "policies = [{}]", self.policies.join(", "));
-        let mut device = toml::Table::new();
-        device.insert("device".into(), toml::Value::Table(self.device.clone()));
-        let device = toml::to_string(&device).expect("a TOML table serializes");
-        let _ = writeln!(s, "{device}");
-        let _ = writeln!(
-            s,
-            "[[tenant]]\nname = \"fg\"\nworkload = {{ pattern = \"{}\", size = {size}, iodepth = 1 }}",
-            pattern.workload_pattern()
-        );
-        let _ = writeln!(
-            s,
-            "[[tenant]]\nname = \"bg\"\nworkload = {}",
-            background.workload()
-        );
-        Scenario::parse(&s, "characterize", "characterize")
+        let bench = Bench {
+            device: &self.device,
+            seed: self.seed,
+            seconds,
+            warmup: seconds / 5.0,
+            interval: seconds / 10.0,
+            queue_depth: None,
+            policies: &self.policies,
+        };
+        bench.scenario(&[
+            (
+                "fg",
+                format!(
+                    "{{ pattern = \"{}\", size = {size}, iodepth = 1 }}",
+                    pattern.workload_name()
+                ),
+            ),
+            ("bg", background.workload().to_string()),
+        ])
     }
 
     /// Every scenario of the matrix, in order: pattern, size, background.

@@ -4,6 +4,7 @@
 //! a seed) when a run needs it.
 
 use super::DeviceModel;
+use super::fitted::{self, FittedDevice, FittedParams};
 use super::fixed::{FixedDevice, FixedParams};
 use super::hdd::{self, HddDevice, HddParams};
 use super::raid0::{self, Raid0Device, Raid0Params};
@@ -47,6 +48,8 @@ pub struct DeviceFile {
 pub enum DeviceSpec {
     /// The fixed-latency, fixed-bandwidth model.
     Fixed(FixedParams),
+    /// The model `ioshare calibrate` fits ([`super::fitted`]).
+    Fitted(FittedParams),
     /// The NAND SSD model.
     Ssd {
         /// Name of the preset the parameters start from (`None`: custom).
@@ -79,6 +82,7 @@ impl DeviceSpec {
     pub fn capacity_bytes(&self) -> u64 {
         let gib = match self {
             DeviceSpec::Fixed(p) => p.capacity_gib,
+            DeviceSpec::Fitted(p) => p.capacity_gib,
             DeviceSpec::Ssd { params, .. } => params.capacity_gib,
             DeviceSpec::Hdd { params, .. } => params.capacity_gib,
             DeviceSpec::Raid0 { params, .. } => {
@@ -92,6 +96,7 @@ impl DeviceSpec {
     pub fn build(&self, seed: u64) -> Box<dyn DeviceModel> {
         match self {
             DeviceSpec::Fixed(p) => Box::new(FixedDevice::new(*p)),
+            DeviceSpec::Fitted(p) => Box::new(FittedDevice::new(p.clone())),
             DeviceSpec::Ssd {
                 params,
                 precondition,
@@ -128,6 +133,7 @@ impl DeviceSpec {
                     partial_write_ns: 0.0,
                 }
             }
+            DeviceSpec::Fitted(p) => p.cost_model(),
             DeviceSpec::Ssd {
                 params: p,
                 precondition,
@@ -173,6 +179,22 @@ impl DeviceSpec {
                 p.latency_us,
                 p.bandwidth_mb_s,
                 p.parallelism,
+                format_bytes(self.capacity_bytes())
+            ),
+            DeviceSpec::Fitted(p) => format!(
+                "fitted: {} units, read {:.0} µs + {:.0} MB/s (media {:.0} MB/s), write {:.0} µs + {:.0} MB/s (media {:.0} MB/s{}), {}",
+                p.units,
+                p.read_latency_us,
+                p.read_transfer_mb_s,
+                p.read_media_mb_s,
+                p.write_latency_us,
+                p.write_transfer_mb_s,
+                p.write_media_mb_s,
+                if p.write_cache_mib > 0.0 {
+                    format!(", cache {:.1} MiB", p.write_cache_mib)
+                } else {
+                    String::new()
+                },
                 format_bytes(self.capacity_bytes())
             ),
             DeviceSpec::Ssd {
@@ -248,6 +270,20 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, Invalid> {
             check_fixed(&p)?;
             Ok(DeviceSpec::Fixed(p))
         }
+        "fitted" => {
+            if d.preset.is_some() || d.precondition.is_some() || d.aging_passes.is_some() {
+                return Err(
+                    "the fitted model takes no preset, precondition or aging_passes (it is \
+                     fitted in the state it was measured in)"
+                        .into(),
+                );
+            }
+            let p = toml::Value::Table(d.overrides)
+                .try_into::<FittedParams>()
+                .map_err(crate::config::parse_problem)?;
+            fitted::check(&p)?;
+            Ok(DeviceSpec::Fitted(p))
+        }
         "ssd" => {
             let preset_name = d.preset.unwrap_or_else(|| "sata-840pro".into());
             let preset = ssd::preset(&preset_name).ok_or_else(|| {
@@ -311,7 +347,7 @@ fn device_spec(d: DeviceFile) -> Result<DeviceSpec, Invalid> {
         }
         other => Err(Invalid::new(
             "model",
-            format!("unknown model '{other}' (known: ssd, hdd, raid0, fixed)"),
+            format!("unknown model '{other}' (known: ssd, hdd, raid0, fixed, fitted)"),
         )),
     }
 }

@@ -94,6 +94,13 @@ impl Sequence {
         }
     }
 
+    /// Makes room for `tenant` (a device model learns its tenants as they come).
+    pub fn cover(&mut self, tenant: TenantId) {
+        if self.next.len() <= tenant as usize {
+            self.next.resize(tenant as usize + 1, None);
+        }
+    }
+
     /// Whether a request of `tenant` at `offset` is random (does not continue its
     /// last), and remembers where it ends.
     pub fn random(&mut self, tenant: TenantId, offset: u64, len: u32) -> bool {

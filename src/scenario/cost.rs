@@ -70,6 +70,16 @@ pub fn iops_bound(device: &DeviceSpec, size: f64) -> f64 {
         DeviceSpec::Fixed(p) => {
             f64::from(p.parallelism) * 1e6 / (p.latency_us + size / p.bandwidth_mb_s)
         }
+        // Every request takes its cost from the media clock.
+        DeviceSpec::Fitted(p) => {
+            let cost = p.cost_model();
+            let len = size.clamp(1.0, f64::from(u32::MAX)) as u32;
+            let cheapest = cost
+                .cost(crate::types::Op::Read, 0, len, false)
+                .min(cost.cost(crate::types::Op::Write, 0, len, false));
+            // The cache does not raise the sustained rate.
+            1e9 / cheapest.max(1.0)
+        }
         // A request takes whole pages of the link, in one direction (half duplex) or
         // each (full duplex: reads and writes at once), and one command time.
         DeviceSpec::Ssd { params, .. } => {

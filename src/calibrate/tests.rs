@@ -1,0 +1,155 @@
+use super::*;
+use crate::characterize::Plan;
+use crate::device::fitted::FittedParams;
+use crate::types::Op;
+use proptest::prelude::*;
+
+fn fitted_table(p: &FittedParams) -> toml::Table {
+    device_table(p)
+}
+
+fn quick() -> Timing {
+    Timing {
+        probe_s: 0.5,
+        burst_s: 2.0,
+        burst_intervals: 40,
+    }
+}
+
+/// A line through exact points comes back exactly; a negative intercept is clamped to
+/// zero and the slope refitted; one point is a constant.
+#[test]
+fn lines_fit_on_relative_error() {
+    let pts: Vec<(f64, f64)> = [4096.0, 65536.0, 1048576.0]
+        .iter()
+        .map(|&s| (s, 80.0 + s / 400.0))
+        .collect();
+    let (a, c) = fit_line(&pts);
+    assert!(
+        (a - 80.0).abs() < 1e-6 && (c - 1.0 / 400.0).abs() < 1e-12,
+        "{a} {c}"
+    );
+    let (a, c) = fit_line(&[(1.0, 1.0), (2.0, 3.0)]);
+    assert_eq!(a, 0.0);
+    assert!(c > 0.0);
+    assert_eq!(fit_line(&[(4096.0, 50.0)]), (50.0, 0.0));
+}
+
+/// A burst that starts at three times its sustained rate for four intervals holds the
+/// bytes above the sustained rate; a flat one holds none.
+#[test]
+fn the_cache_is_the_burst_above_the_sustained_rate() {
+    let mut b = vec![300.0; 4];
+    b.extend([100.0; 20]);
+    let (cache, steady) = cache_from_burst(&b, 0.5);
+    assert_eq!(steady, 100.0);
+    assert_eq!(cache, 4.0 * 200.0 * 0.5);
+    assert_eq!(cache_from_burst(&[100.0; 10], 0.5), (0.0, 100.0));
+    assert_eq!(cache_from_burst(&[], 0.5), (0.0, 0.0));
+}
+
+/// The fitted device measured and fitted again gives itself back.
+fn identifiable() -> impl Strategy<Value = FittedParams> {
+    (
+        5.0f64..500.0,    // read latency
+        100.0f64..3000.0, // read transfer
+        5.0f64..500.0,    // write latency
+        50.0f64..2000.0,  // write transfer
+        1.5f64..6.0,      // media rate over the unit rate (per unit it must bind deep)
+        prop_oneof![Just(0.0f64), 2.0f64..4.0],
+    )
+        .prop_map(|(rl, rt, wl, wt, k, cache_s)| {
+            // Units and media chosen so the units set the QD1 times and the media the
+            // deep ones: media cost of every probe size below its unit time, and 32
+            // units enough to saturate the media at every deep size.
+            let mut p = FittedParams {
+                capacity_gib: 1.0,
+                units: 32,
+                read_latency_us: rl,
+                read_transfer_mb_s: rt,
+                write_latency_us: wl,
+                write_transfer_mb_s: wt,
+                read_random_us: 0.0,
+                write_random_us: 0.0,
+                read_request_us: rl / (k * 4.0),
+                read_media_mb_s: rt * k,
+                write_request_us: wl / (k * 4.0),
+                write_media_mb_s: wt * k,
+                write_cache_mib: 0.0,
+                writes_delay_reads: 1.0,
+                reads_delay_writes: 1.0,
+                read_points: Vec::new(),
+                write_points: Vec::new(),
+            };
+            // A cache the measurement can see: the 1 MiB burst fills it over at least
+            // 0.2 s (four of its intervals), and every deep write probe within its
+            // warm-up (the burst's length), each filling it at 32 units' pace less the
+            // media's: it grows by 32 × cost / unit time − 1 of media time a second.
+            let growth = |len: u32| {
+                32.0 * p.cost_model().cost(Op::Write, 0, len, true) * 1e-9
+                    / (p.unit_time(Op::Write, len, true) as f64 * 1e-9)
+                    - 1.0
+            };
+            let (low, high) = (0.2 * growth(1 << 20), 1.5 * growth(4096).min(growth(65536)));
+            if cache_s > 0.0 && low > 0.0 && high > low {
+                let mib = p.cost_model().cost(Op::Write, 0, 1 << 20, false) * 1e-9;
+                p.write_cache_mib = (low + (high - low) * (cache_s - 2.0) / 2.0) / mib;
+            }
+            p
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, .. ProptestConfig::default() })]
+
+    /// On synthetic devices the fitter recovers the QD1 line and the media cost within
+    /// 5 %, and the cache within 25 % (it is read off 50 ms intervals).
+    #[test]
+    fn the_fitter_recovers_a_synthetic_device(p in identifiable()) {
+        let mut runner = ModelRunner { device: fitted_table(&p) };
+        let m = measure(&mut runner, quick(), 1, false).unwrap();
+        let f = fit(&m).unwrap();
+        let close = |a: f64, b: f64, tol: f64| (a - b).abs() <= tol * b.abs();
+        // What the model does with a request: its unit time at QD1 and its media cost,
+        // at the smallest and the largest probe sizes.
+        for op in [Op::Read, Op::Write] {
+            for len in [4096u32, 1 << 20] {
+                let (got, want) = (f.unit_time(op, len, true), p.unit_time(op, len, true));
+                prop_assert!(close(got as f64, want as f64, 0.03), "{op:?} {len}: {got} vs {want}\n{f:?}\n{p:?}");
+                let (got, want) = (f.cost_model().cost(op, 0, len, true), p.cost_model().cost(op, 0, len, true));
+                prop_assert!(close(got, want, 0.03), "{op:?} {len}: {got} vs {want}\n{f:?}\n{p:?}");
+            }
+        }
+        if p.write_cache_mib == 0.0 {
+            prop_assert_eq!(f.write_cache_mib, 0.0);
+        } else {
+            prop_assert!(close(f.write_cache_mib, p.write_cache_mib, 0.25), "{f:?}\n{p:?}");
+        }
+    }
+}
+
+/// Calibrating against a preset's model recovers its behaviour: the characterize
+/// matrix of the fitted device against the preset's, cell by cell.
+#[test]
+fn calibrating_a_preset_recovers_its_matrix() {
+    let device: toml::Table =
+        toml::from_str("model = \"ssd\"\npreset = \"intel-x25m\"\ncapacity_gib = 1").unwrap();
+    let mut runner = ModelRunner {
+        device: device.clone(),
+    };
+    let m = measure(&mut runner, Timing::default(), 1, false).unwrap();
+    let f = fit(&m).unwrap();
+    let plan = |device: toml::Table| Plan {
+        device,
+        policies: vec!["\"none\"".into()],
+        sizes: vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
+        min_seconds: 1.0,
+        seed: 1,
+    };
+    let measured = plan(device).run(false).unwrap();
+    let model = plan(device_table(&f)).run(false).unwrap();
+    let c = check(&measured, &model);
+    eprintln!("{}\n{f:?}\n{}", m.table(), c.table());
+    assert_eq!(c.cells.len(), 4 * 4 * 3);
+    assert!(c.median <= 0.10, "{}", c.table());
+}

@@ -1,0 +1,479 @@
+//! `fitted`: the device `ioshare calibrate` measures and writes — a few numbers any
+//! block device has, each one a measurement, rather than the inside of a drive.
+//!
+//! The model has two resources a request needs, and it finishes when both are done:
+//! * **units**: `units` requests are served at once; one holds a unit for its
+//!   latency at queue depth 1: `{op}_latency_us` + `{op}_random_us` when it does not
+//!   continue its tenant's last request + `len / {op}_transfer_mb_s`. This is what one
+//!   synchronous process sees (the QD1 curve per size);
+//! * **the media**: a clock per direction, each request advancing its own by its cost
+//!   in the linear [`CostModel`] the policies charge by (`{op}_request_us` +
+//!   `len / {op}_media_mb_s` in 4 KiB units + the random part): what a deep queue of
+//!   such requests gets (1 / IOPS per size at queue depth 32). The directions meet
+//!   twice: a read waits for `writes_delay_reads` of the write work queued ahead of it
+//!   (the write clock past now, the cache's backlog among it: on flash, the programs
+//!   queued on its die; a drive that suspends programs for reads waits less), and a
+//!   read advances the write clock by `reads_delay_writes` × its cost (what it takes
+//!   from writes' throughput: all of it on one disk arm or a half-duplex link, little
+//!   on flash, where a page read is short beside a program). The cost model a policy
+//!   uses is the device's own.
+//!
+//! A write-back cache of `write_cache_mib` lets writes finish ahead of the media by
+//! what it holds (the media time of that many 1 MiB writes); a flush waits for the
+//! media. Readings chosen: the media clock is a *virtual* clock (a request never waits
+//! behind one reserved for a later-arriving request); a write's media time counts
+//! from its arrival, so a long burst is acknowledged at the cache's pace until the
+//! backlog passes the cache, then at the media's — the burst the calibration measures.
+//! Sub-4 KiB requests cost a whole unit on the media, as the SSD model's pages do.
+//! Nothing here ages: a drive whose speed depends on its fill is fitted in the state
+//! it was measured in.
+
+use super::{DeviceModel, Submitted};
+use crate::policy::cost::{CostModel, OpCost, Sequence};
+use crate::types::{Nanos, Op, Request};
+use serde::{Deserialize, Serialize};
+
+/// The media's unit of cost, bytes (a 4 KiB page or block).
+pub const UNIT_BYTES: u32 = 4096;
+
+/// Parameters of the fitted model (what `ioshare calibrate` writes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FittedParams {
+    /// Logical capacity in GiB.
+    pub capacity_gib: f64,
+    /// Requests in service at once.
+    pub units: u32,
+    /// Fixed part of a read at queue depth 1, µs.
+    pub read_latency_us: f64,
+    /// A read's transfer rate at queue depth 1, MB/s.
+    pub read_transfer_mb_s: f64,
+    /// A write's fixed part at queue depth 1, µs.
+    pub write_latency_us: f64,
+    /// A write's transfer rate at queue depth 1, MB/s.
+    pub write_transfer_mb_s: f64,
+    /// Extra for a read that does not continue its tenant's last request (a seek), µs;
+    /// at queue depth 1 and on the media.
+    #[serde(default)]
+    pub read_random_us: f64,
+    /// The same for writes, µs.
+    #[serde(default)]
+    pub write_random_us: f64,
+    /// Media time per read request, µs.
+    pub read_request_us: f64,
+    /// Media rate of reads, MB/s (a deep queue of large reads).
+    pub read_media_mb_s: f64,
+    /// Media time per write request, µs.
+    pub write_request_us: f64,
+    /// Media rate of writes, MB/s (sustained: after the cache is full).
+    pub write_media_mb_s: f64,
+    /// Write-back cache, MiB (0: writes finish with the media).
+    #[serde(default)]
+    pub write_cache_mib: f64,
+    /// Share of a write's media time that reads wait for too, 0 ..= 1.
+    #[serde(default = "one")]
+    pub writes_delay_reads: f64,
+    /// Share of a read's media time that writes wait for too, 0 ..= 1.
+    #[serde(default = "one")]
+    pub reads_delay_writes: f64,
+    /// Measured unit times of random reads, `[size in bytes, µs]` by size: where
+    /// given, a read's unit time is interpolated between them (and continued past the
+    /// ends along the nearest segment) instead of the latency + transfer line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_points: Vec<[f64; 2]>,
+    /// The same for writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_points: Vec<[f64; 2]>,
+}
+
+/// `points` (by size) at `x`, linearly between them and past the ends along the
+/// nearest segment; a single point is a constant.
+fn interpolate(points: &[[f64; 2]], x: f64) -> f64 {
+    match points {
+        [] => 0.0,
+        [only] => only[1],
+        _ => {
+            let i = points
+                .windows(2)
+                .position(|w| x <= w[1][0])
+                .unwrap_or(points.len() - 2);
+            let (a, b) = (points[i], points[i + 1]);
+            let slope = (b[1] - a[1]) / (b[0] - a[0]);
+            a[1] + slope * (x - a[0])
+        }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl FittedParams {
+    /// The media's cost model: what a request takes from the shared clock, and what a
+    /// policy charges for it.
+    pub fn cost_model(&self) -> CostModel {
+        let op = |request_us: f64, media_mb_s: f64, random_us: f64| OpCost {
+            per_request_ns: request_us * 1000.0,
+            per_unit_ns: f64::from(UNIT_BYTES) / media_mb_s * 1000.0,
+            random_ns: random_us * 1000.0,
+        };
+        CostModel {
+            read: op(
+                self.read_request_us,
+                self.read_media_mb_s,
+                self.read_random_us,
+            ),
+            write: op(
+                self.write_request_us,
+                self.write_media_mb_s,
+                self.write_random_us,
+            ),
+            unit: UNIT_BYTES,
+            partial_write_ns: 0.0,
+        }
+    }
+
+    /// The time one request holds a unit, ns (at least 1).
+    pub fn unit_time(&self, op: Op, len: u32, random: bool) -> Nanos {
+        let (latency, random_us, rate, points) = match op {
+            Op::Read => (
+                self.read_latency_us,
+                self.read_random_us,
+                self.read_transfer_mb_s,
+                &self.read_points[..],
+            ),
+            Op::Write => (
+                self.write_latency_us,
+                self.write_random_us,
+                self.write_transfer_mb_s,
+                &self.write_points[..],
+            ),
+            Op::Flush | Op::Trim => (self.write_latency_us, 0.0, f64::INFINITY, &[][..]),
+        };
+        let us = if points.is_empty() {
+            latency + random_us + f64::from(len) / rate
+        } else {
+            interpolate(points, f64::from(len))
+        } - if random { 0.0 } else { random_us };
+        ((us * 1000.0).round() as Nanos).max(1)
+    }
+
+    /// How much media time the cache holds, ns: its size in 1 MiB writes (the size
+    /// the calibration's burst uses).
+    fn cache_ns(&self) -> Nanos {
+        let mib = self.cost_model().cost(Op::Write, 0, 1 << 20, false);
+        (self.write_cache_mib * mib).round() as Nanos
+    }
+}
+
+/// The fitted model: units and a shared media clock (see the module docs).
+#[derive(Debug, Clone)]
+pub struct FittedDevice {
+    params: FittedParams,
+    cost: CostModel,
+    cache_ns: Nanos,
+    units: Vec<Nanos>,
+    /// The read media clock.
+    read_at: Nanos,
+    /// The write media clock.
+    write_at: Nanos,
+    sequence: Sequence,
+}
+
+impl FittedDevice {
+    /// A device with the given parameters, idle.
+    pub fn new(params: FittedParams) -> Self {
+        FittedDevice {
+            cost: params.cost_model(),
+            cache_ns: params.cache_ns(),
+            units: vec![0; params.units.max(1) as usize],
+            params,
+            read_at: 0,
+            write_at: 0,
+            sequence: Sequence::default(),
+        }
+    }
+
+    /// Accepts a request at `now` and answers when it finishes.
+    pub fn serve(&mut self, request: &Request, now: Nanos) -> Nanos {
+        self.sequence.cover(request.tenant);
+        let random = self
+            .sequence
+            .random(request.tenant, request.offset, request.len);
+        let (idx, free_at) = self
+            .units
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(i, t)| (t, i))
+            .expect("at least one unit");
+        let unit_end = free_at.max(now) + self.params.unit_time(request.op, request.len, random);
+        self.units[idx] = unit_end;
+        let cost = self
+            .cost
+            .cost(request.op, request.offset, request.len, random);
+        let advance = |clock: &mut Nanos, share: f64| {
+            *clock = (*clock).max(now) + (cost * share).round() as Nanos;
+        };
+        let media_done = match request.op {
+            Op::Read => {
+                // The writes queued ahead (the cache's backlog among them): a read
+                // waits for its share of them, then for itself.
+                let backlog = self.write_at.saturating_sub(now) as f64;
+                let behind =
+                    now + (backlog * self.params.writes_delay_reads + cost).round() as Nanos;
+                advance(&mut self.read_at, 1.0);
+                advance(&mut self.write_at, self.params.reads_delay_writes);
+                self.read_at.max(behind)
+            }
+            Op::Write | Op::Trim => {
+                advance(&mut self.write_at, 1.0);
+                self.write_at.saturating_sub(self.cache_ns)
+            }
+            Op::Flush => {
+                advance(&mut self.write_at, 1.0);
+                self.write_at
+            }
+        };
+        unit_end.max(media_done)
+    }
+}
+
+impl DeviceModel for FittedDevice {
+    fn submit(&mut self, request: &Request, now: Nanos) -> Submitted {
+        Submitted::Finishes(self.serve(request, now))
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        (self.params.capacity_gib * (1u64 << 30) as f64) as u64 / 4096 * 4096
+    }
+
+    fn clone_box(&self) -> Box<dyn DeviceModel> {
+        Box::new(self.clone())
+    }
+}
+
+/// The numbers in the ranges where they mean something; `Err` names the field.
+pub fn check(p: &FittedParams) -> Result<(), crate::config::Invalid> {
+    use crate::config::Invalid;
+    let ranges = [
+        (
+            "capacity_gib",
+            p.capacity_gib,
+            1.0 / 1024.0,
+            1024.0 * 1024.0,
+        ),
+        ("read_latency_us", p.read_latency_us, 0.0, 60.0e6),
+        ("read_transfer_mb_s", p.read_transfer_mb_s, 0.001, 1.0e6),
+        ("write_latency_us", p.write_latency_us, 0.0, 60.0e6),
+        ("write_transfer_mb_s", p.write_transfer_mb_s, 0.001, 1.0e6),
+        ("read_random_us", p.read_random_us, 0.0, 60.0e6),
+        ("write_random_us", p.write_random_us, 0.0, 60.0e6),
+        ("read_request_us", p.read_request_us, 0.0, 60.0e6),
+        ("read_media_mb_s", p.read_media_mb_s, 0.001, 1.0e6),
+        ("write_request_us", p.write_request_us, 0.0, 60.0e6),
+        ("write_media_mb_s", p.write_media_mb_s, 0.001, 1.0e6),
+        ("write_cache_mib", p.write_cache_mib, 0.0, 1.0e6),
+        ("writes_delay_reads", p.writes_delay_reads, 0.0, 1.0),
+        ("reads_delay_writes", p.reads_delay_writes, 0.0, 1.0),
+    ];
+    for (field, v, lo, hi) in ranges {
+        if !(v.is_finite() && v >= lo && v <= hi) {
+            return Err(Invalid::new(
+                field,
+                format!("must be in [{lo}, {hi}], got {v}"),
+            ));
+        }
+    }
+    for (field, points) in [("read_points", &p.read_points), ("write_points", &p.write_points)] {
+        let mut last = 0.0;
+        for pt in points {
+            if !(pt[0].is_finite() && pt[0] > last && pt[1].is_finite() && pt[1] >= 0.0) {
+                return Err(Invalid::new(
+                    field,
+                    format!(
+                        "points must be [size > 0, µs ≥ 0] with sizes increasing, got {:?}",
+                        pt
+                    ),
+                ));
+            }
+            last = pt[0];
+        }
+    }
+    if !(1..=65_536).contains(&p.units) {
+        return Err(Invalid::new(
+            "units",
+            format!("must be 1 ..= 65536, got {}", p.units),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A plain device: 100 µs + 1000 MB/s per request, 4 units, media 20 µs per
+    /// request and 500 MB/s, writes the same, no cache.
+    pub(crate) fn params() -> FittedParams {
+        FittedParams {
+            capacity_gib: 1.0,
+            units: 4,
+            read_latency_us: 100.0,
+            read_transfer_mb_s: 1000.0,
+            write_latency_us: 100.0,
+            write_transfer_mb_s: 1000.0,
+            read_random_us: 0.0,
+            write_random_us: 0.0,
+            read_request_us: 20.0,
+            read_media_mb_s: 500.0,
+            write_request_us: 20.0,
+            write_media_mb_s: 500.0,
+            write_cache_mib: 0.0,
+            writes_delay_reads: 1.0,
+            reads_delay_writes: 1.0,
+            read_points: Vec::new(),
+            write_points: Vec::new(),
+        }
+    }
+
+    fn req(op: Op, offset: u64, len: u32) -> Request {
+        Request {
+            id: 0,
+            tenant: 0,
+            op,
+            offset,
+            len,
+            arrival: 0,
+        }
+    }
+
+    /// Alone, a request takes its unit time: latency + len / transfer (the media is
+    /// faster for one request at a time).
+    #[test]
+    fn one_request_takes_its_queue_depth_one_latency() {
+        let mut d = FittedDevice::new(params());
+        // 100 µs + 4096 B / 1000 MB/s = 104.096 µs.
+        assert_eq!(d.serve(&req(Op::Read, 0, 4096), 0), 104_096);
+    }
+
+    /// Many at once: the media clock binds at 20 µs + 8.192 µs per 4 KiB request,
+    /// wherever the units would allow more.
+    #[test]
+    fn a_deep_queue_runs_at_the_media_rate() {
+        let mut p = params();
+        p.units = 64;
+        let mut d = FittedDevice::new(p);
+        let mut last = 0;
+        for i in 0..1000u64 {
+            last = d.serve(&req(Op::Read, i * 8192, 4096), 0);
+        }
+        // 1000 × (20 000 + 8192) ns.
+        assert_eq!(last, 1000 * 28_192);
+    }
+
+    /// A write burst is acknowledged at the unit pace while the cache holds the media's
+    /// backlog, then at the media's pace; a flush waits for the media.
+    #[test]
+    fn the_cache_absorbs_a_burst_then_the_media_paces_writes() {
+        let mut p = params();
+        p.units = 1;
+        p.write_latency_us = 10.0;
+        p.write_transfer_mb_s = f64::INFINITY;
+        p.write_request_us = 0.0;
+        p.write_media_mb_s = 40.96; // 100 µs a 4 KiB write
+        p.write_cache_mib = 1.0; // 256 writes of backlog: 25.6 ms
+        let mut d = FittedDevice::new(p);
+        assert_eq!(d.cache_ns, 25_600_000);
+        let mut now = 0;
+        let mut gaps = Vec::new();
+        for i in 0..400u64 {
+            let done = d.serve(&req(Op::Write, i * 4096, 4096), now);
+            gaps.push(done - now);
+            now = done;
+        }
+        // The backlog grows by 90 µs a write until it passes 25.6 ms: the 285th on.
+        assert!(gaps[..284].iter().all(|&g| g == 10_000), "{gaps:?}");
+        assert!(gaps[290..].iter().all(|&g| g == 100_000), "{gaps:?}");
+        let flush = d.serve(&req(Op::Flush, 0, 0), now);
+        assert_eq!(flush, d.write_at);
+        assert!(flush > now + 1_000_000, "the flush waits for the backlog");
+    }
+
+    /// A request that does not continue its tenant's last pays the random part on its
+    /// unit; a sequential one does not.
+    #[test]
+    fn random_requests_pay_the_seek() {
+        let mut p = params();
+        p.read_random_us = 50.0;
+        let mut d = FittedDevice::new(p);
+        let first = d.serve(&req(Op::Read, 0, 4096), 0);
+        assert_eq!(
+            first, 154_096,
+            "the first request has no predecessor: random"
+        );
+        let seq = d.serve(&req(Op::Read, 4096, 4096), first) - first;
+        assert_eq!(seq, 104_096);
+        let rand = d.serve(&req(Op::Read, 1 << 20, 4096), first + seq) - first - seq;
+        assert_eq!(rand, 154_096);
+    }
+
+    /// Reads advance the write clock by their share, and wait for their share of
+    /// the writes queued ahead; with no share the directions are independent.
+    #[test]
+    fn reads_and_writes_meet_as_their_shares_say() {
+        let run = |writes_delay_reads: f64, reads_delay_writes: f64| {
+            let mut p = params();
+            p.units = 1024;
+            // Reads held by the media alone.
+            p.read_latency_us = 0.0;
+            p.read_transfer_mb_s = 1.0e6;
+            p.writes_delay_reads = writes_delay_reads;
+            p.reads_delay_writes = reads_delay_writes;
+            let mut d = FittedDevice::new(p);
+            let mut last_write = 0;
+            for i in 0..100u64 {
+                let mut w = req(Op::Write, (1 << 30) + i * 8192, 4096);
+                w.tenant = 1;
+                last_write = d.serve(&w, 0);
+            }
+            let first_read = d.serve(&req(Op::Read, 0, 4096), 0);
+            let next_write = d.serve(&req(Op::Write, 1 << 29, 4096), 0);
+            (last_write, first_read, next_write)
+        };
+        // 100 writes of 28.192 µs queued; a read behind none of them, and takes none
+        // of the writes' time.
+        assert_eq!(run(0.0, 0.0), (100 * 28_192, 28_192, 101 * 28_192));
+        // Behind all of them, and a write after it waits for the read too.
+        assert_eq!(run(1.0, 1.0), (100 * 28_192, 101 * 28_192, 102 * 28_192));
+        // Behind half.
+        assert_eq!(run(0.5, 0.0).1, 51 * 28_192);
+    }
+
+    /// With measured points the unit time follows them, between and past the ends.
+    #[test]
+    fn points_replace_the_line() {
+        let mut p = params();
+        p.read_points = vec![[4096.0, 100.0], [65536.0, 200.0], [1048576.0, 2000.0]];
+        assert_eq!(p.unit_time(Op::Read, 4096, true), 100_000);
+        assert_eq!(p.unit_time(Op::Read, 2048, true), 96_667);
+        let mid = p.unit_time(Op::Read, 65536 + (1048576 - 65536) / 2, true);
+        assert_eq!(mid, 1_100_000);
+        assert_eq!(p.unit_time(Op::Read, 2 * 1048576, true), 3_920_000);
+        // Writes keep the line.
+        assert_eq!(p.unit_time(Op::Write, 4096, true), 104_096);
+        p.read_points = vec![[4096.0, 1.0], [4096.0, 2.0]];
+        assert_eq!(check(&p).unwrap_err().field, "read_points");
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_named() {
+        let mut p = params();
+        p.read_media_mb_s = 0.0;
+        assert_eq!(check(&p).unwrap_err().field, "read_media_mb_s");
+        let mut p = params();
+        p.units = 0;
+        assert_eq!(check(&p).unwrap_err().field, "units");
+        assert!(check(&params()).is_ok());
+    }
+}
