@@ -26,6 +26,7 @@ pub mod report;
 pub mod scenario;
 pub mod server;
 pub mod sim;
+pub mod target;
 pub mod types;
 pub mod units;
 pub mod workload;

@@ -23,6 +23,18 @@ struct Cli {
     command: Command,
 }
 
+/// Options of a real TARGET.
+#[derive(clap::Args, Debug, Clone)]
+struct RealTarget {
+    /// Create TARGET as a file of this size when it does not exist (e.g. 4g).
+    #[arg(long)]
+    size: Option<String>,
+    /// Allow writing to a TARGET this run did not create (a file or block device: its
+    /// data is overwritten).
+    #[arg(long)]
+    destroy_data: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a scenario (TOML) in the deterministic simulator and compare its policies.
@@ -90,17 +102,21 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seeds: u64,
     },
-    /// Interference characterization of a device model (the SSD-analysis paper's
-    /// method): a foreground stream — sequential or random, read or write, 4 KiB to 32
-    /// MiB — beside no background, a 4 KiB random reader or a 4 KiB random writer, under
-    /// each policy. Prints the baseline bandwidth per pattern and size and the
-    /// foreground's percentage of it with each background; --out writes
-    /// characterize.json, characterize.csv and report.html (heat maps).
+    /// Interference characterization (the SSD-analysis paper's method): a foreground
+    /// stream — sequential or random, read or write, 4 KiB to 32 MiB — beside no
+    /// background, a 4 KiB random reader or a 4 KiB random writer, under each policy
+    /// (and each kernel scheduler of a block device). On a model (--device) or a real
+    /// TARGET (a file or block device, O_DIRECT on io_uring). Prints the baseline
+    /// bandwidth per pattern and size and the foreground's percentage of it with each
+    /// background; --out writes characterize.json, characterize.csv and report.html.
     Characterize {
+        /// A file or block device to measure (instead of --device). A path that does
+        /// not exist is created with --size, filled, measured and removed.
+        target: Option<PathBuf>,
         /// A device preset (see `ioshare list`) or a TOML file with a [device] table (a
-        /// scenario, or a file holding only that table).
+        /// scenario, a `calibrate --out` file, or a file holding only that table).
         #[arg(long)]
-        device: String,
+        device: Option<String>,
         /// SSD models: clean or aged (default: the file's, else clean).
         #[arg(long)]
         precondition: Option<String>,
@@ -108,17 +124,23 @@ enum Command {
         /// its own).
         #[arg(long)]
         capacity_gib: Option<f64>,
-        /// Policies to compare (repeatable; default none).
+        /// Policies to compare (repeatable; default none, unless --kernel is given).
         #[arg(long = "policy", value_name = "P")]
         policies: Vec<String>,
+        /// Kernel schedulers of a block-device TARGET, comma-separated, or `all` (each
+        /// switched in sysfs for its runs and put back afterwards).
+        #[arg(long, value_delimiter = ',')]
+        kernel: Vec<String>,
         /// Foreground request sizes, comma-separated (default 4k,8k,...,32m).
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<String>,
-        /// Shortest cell, simulated seconds (large requests get longer cells).
+        /// Shortest cell, seconds (large requests get longer cells).
         #[arg(long, default_value_t = 1.0)]
         duration: f64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        #[command(flatten)]
+        real: RealTarget,
         /// Write characterize.json, characterize.csv and report.html here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -128,6 +150,46 @@ enum Command {
         /// Run even when a cell's estimated cost is past the limits.
         #[arg(long)]
         force: bool,
+    },
+    /// Measure a device and fit the `fitted` model to it: QD1 and QD32 times per size
+    /// and direction, a write burst (the cache), reads beside writes. Writes the model
+    /// as a [device] table (a scenario's, or the emulated backend's backend.device; a
+    /// policy's cost model comes from it), then checks it: the characterize matrix of
+    /// the target beside the model's, cell by cell, with the median and 90th
+    /// percentile error.
+    Calibrate {
+        /// A file or block device to measure (instead of --device). A path that does
+        /// not exist is created with --size, filled, measured and removed.
+        target: Option<PathBuf>,
+        /// A device model to calibrate against instead (a preset or a TOML file).
+        #[arg(long)]
+        device: Option<String>,
+        /// SSD models: clean or aged.
+        #[arg(long)]
+        precondition: Option<String>,
+        /// Capacity of a model, GiB (default for a preset: 8).
+        #[arg(long)]
+        capacity_gib: Option<f64>,
+        /// Write the fitted [device] table here (default: print it).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Sizes of the check's characterize matrix, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "4k,64k,1m,16m")]
+        check_sizes: Vec<String>,
+        /// Skip the check.
+        #[arg(long)]
+        no_check: bool,
+        /// Seconds per measurement (the write burst takes four times this).
+        #[arg(long, default_value_t = 1.0)]
+        probe_seconds: f64,
+        /// Write the measurements and the check as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        #[command(flatten)]
+        real: RealTarget,
+        /// No progress bars.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// List policies, device presets and workload stand-ins.
     List,
@@ -255,28 +317,59 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Characterize {
+            target,
             device,
             precondition,
             capacity_gib,
             policies,
+            kernel,
             sizes,
             duration,
             seed,
+            real,
             out,
             quiet,
             force,
-        } => characterize(
-            &device,
-            precondition.as_deref(),
+        } => characterize(Characterize {
+            target: target.as_deref(),
+            device: device.as_deref(),
+            precondition: precondition.as_deref(),
             capacity_gib,
-            &policies,
-            &sizes,
+            policies: &policies,
+            kernel: &kernel,
+            sizes: &sizes,
             duration,
             seed,
-            out.as_deref(),
-            !quiet,
+            real: &real,
+            out: out.as_deref(),
+            progress: !quiet,
             force,
-        ),
+        }),
+        Command::Calibrate {
+            target,
+            device,
+            precondition,
+            capacity_gib,
+            out,
+            check_sizes,
+            no_check,
+            probe_seconds,
+            json,
+            real,
+            quiet,
+        } => calibrate(Calibrate {
+            target: target.as_deref(),
+            device: device.as_deref(),
+            precondition: precondition.as_deref(),
+            capacity_gib,
+            out: out.as_deref(),
+            check_sizes: &check_sizes,
+            check: !no_check,
+            probe_seconds,
+            json: json.as_deref(),
+            real: &real,
+            progress: !quiet,
+        }),
         Command::List => {
             println!("policies:");
             for p in policy::registry() {
@@ -557,66 +650,189 @@ fn no_policy_twice(policies: &[String]) -> Result<()> {
 /// `ioshare characterize`: checks every flag, builds the plan, refuses a costly one
 /// unless forced, runs it and writes the report.
 #[allow(clippy::too_many_arguments)]
-fn characterize(
-    device: &str,
-    precondition: Option<&str>,
+/// `characterize`'s arguments.
+struct Characterize<'a> {
+    target: Option<&'a Path>,
+    device: Option<&'a str>,
+    precondition: Option<&'a str>,
     capacity_gib: Option<f64>,
-    policies: &[String],
-    sizes: &[String],
+    policies: &'a [String],
+    kernel: &'a [String],
+    sizes: &'a [String],
     duration: f64,
     seed: u64,
-    out: Option<&Path>,
+    real: &'a RealTarget,
+    out: Option<&'a Path>,
     progress: bool,
     force: bool,
-) -> Result<()> {
+}
+
+/// Request sizes from the command line, sorted; `None` when none were given.
+fn parse_sizes(flag: &str, sizes: &[String]) -> Result<Option<Vec<u64>>> {
+    if sizes.is_empty() {
+        return Ok(None);
+    }
+    let mut v = Vec::new();
+    for s in sizes {
+        let b = ioshare::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        if b == 0 || !b.is_multiple_of(4096) {
+            bail!("{flag}: {s} is not a positive multiple of 4 KiB");
+        }
+        if v.contains(&b) {
+            bail!("{flag}: {s} is given twice");
+        }
+        v.push(b);
+    }
+    v.sort_unstable();
+    Ok(Some(v))
+}
+
+/// What is measured: a model, or a real target opened as the options say.
+enum Measured {
+    Model(ioshare::characterize::runner::ModelRunner),
+    Live(ioshare::characterize::runner::LiveRunner),
+}
+
+impl Measured {
+    fn open(
+        target: Option<&Path>,
+        device: Option<&str>,
+        precondition: Option<&str>,
+        capacity_gib: Option<f64>,
+        real: &RealTarget,
+        writes: bool,
+        progress: bool,
+    ) -> Result<Measured> {
+        use ioshare::characterize::runner::{LiveRunner, ModelRunner};
+        match (target, device) {
+            (Some(_), Some(_)) => bail!("give a TARGET or --device, not both"),
+            (None, None) => bail!(
+                "nothing to measure: give a TARGET (a file or block device) or --device \
+                 (a model: a preset such as intel-x25m, or a TOML file)"
+            ),
+            (None, Some(d)) => {
+                if real.size.is_some() || real.destroy_data {
+                    bail!("--size and --destroy-data are for a real TARGET, not a model");
+                }
+                Ok(Measured::Model(ModelRunner {
+                    device: device_table(d, precondition, capacity_gib)?,
+                }))
+            }
+            (Some(path), None) => {
+                if precondition.is_some() || capacity_gib.is_some() {
+                    bail!("--precondition and --capacity-gib are for a model, not a TARGET");
+                }
+                let create = real
+                    .size
+                    .as_deref()
+                    .map(|s| {
+                        ioshare::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("--size: {e}"))
+                    })
+                    .transpose()?;
+                let t = ioshare::target::Target::open(path, create, writes, real.destroy_data)?;
+                if matches!(t.kind, ioshare::target::Kind::File { created: true }) {
+                    t.fill(progress)?;
+                }
+                Ok(Measured::Live(LiveRunner {
+                    target: t,
+                    cost_device: None,
+                }))
+            }
+        }
+    }
+
+    fn runner(&mut self) -> &mut dyn ioshare::characterize::runner::Runner {
+        match self {
+            Measured::Model(m) => m,
+            Measured::Live(l) => l,
+        }
+    }
+
+    /// The block device's name under /sys/block, for kernel schedulers.
+    fn disk(&self) -> Option<&str> {
+        match self {
+            Measured::Live(l) => match &l.target.kind {
+                ioshare::target::Kind::Block { sysfs } => Some(sysfs),
+                _ => None,
+            },
+            Measured::Model(_) => None,
+        }
+    }
+}
+
+fn characterize(a: Characterize) -> Result<()> {
     use ioshare::characterize::{Plan, default_sizes};
-    if let Some(dir) = out {
+    if let Some(dir) = a.out {
         check_out(dir)?;
     }
-    let table = device_table(device, precondition, capacity_gib)?;
-    if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
-        bail!("--duration must be in (0, 3600] seconds, got {duration}");
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
+        bail!(
+            "--duration must be in (0, 3600] seconds, got {}",
+            a.duration
+        );
     }
-    let sizes = if sizes.is_empty() {
-        default_sizes()
-    } else {
-        let mut v = Vec::new();
-        for s in sizes {
-            let b = ioshare::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("--sizes: {e}"))?;
-            if v.contains(&b) {
-                bail!("--sizes: {s} is given twice");
-            }
-            v.push(b);
-        }
-        v.sort_unstable();
-        v
-    };
-    let policies: Vec<String> = if policies.is_empty() {
+    let sizes = parse_sizes("--sizes", a.sizes)?.unwrap_or_else(default_sizes);
+    let policies: Vec<String> = if a.policies.is_empty() && a.kernel.is_empty() {
         vec!["none".into()]
     } else {
-        policies.to_vec()
+        a.policies.to_vec()
     };
     no_policy_twice(&policies)?;
+    let progress = a.progress && std::io::stderr().is_terminal();
+    let mut measured = Measured::open(
+        a.target,
+        a.device,
+        a.precondition,
+        a.capacity_gib,
+        a.real,
+        true,
+        progress,
+    )?;
+    let kernel: Vec<String> = match (a.kernel, measured.disk()) {
+        ([], _) => Vec::new(),
+        (_, None) => bail!(
+            "--kernel: kernel schedulers are a block device's; this TARGET is not one (a \
+             loop device over a file is: losetup --direct-io=on -f --show FILE)"
+        ),
+        ([all], Some(disk)) if all == "all" => ioshare::target::schedulers(disk)?.0,
+        (list, Some(disk)) => {
+            let (offered, _) = ioshare::target::schedulers(disk)?;
+            for k in list {
+                if !offered.contains(k) {
+                    bail!(
+                        "--kernel: {disk} offers no '{k}' (it has: {})",
+                        offered.join(", ")
+                    );
+                }
+            }
+            list.to_vec()
+        }
+    };
+    let runner = measured.runner();
     let plan = Plan {
-        device: table,
+        device: runner.device(),
         policies: policies
             .iter()
             .map(|p| toml::Value::String(p.clone()).to_string())
             .collect(),
         sizes,
-        min_seconds: duration,
-        seed,
+        min_seconds: a.duration,
+        seed: a.seed,
+        kernel,
     };
     // Every cell is parsed (sizes, device, policies checked) and costed before any runs.
     for s in plan.scenarios() {
         let s = s?;
-        if !force && let Some(why) = s.too_costly(Limits::default()) {
+        if !a.force
+            && let Some(why) = s.too_costly(Limits::default())
+        {
             bail!("not run: a cell: {why}. Give --force to run it anyway");
         }
     }
-    let m = plan.run(progress && std::io::stderr().is_terminal())?;
+    let disk = measured.disk().map(str::to_string);
+    let m = plan.run_on(measured.runner(), disk.as_deref(), progress)?;
     print!("{}", m.table());
-    if let Some(dir) = out {
+    if let Some(dir) = a.out {
         m.write_all(dir)?;
         println!(
             "wrote {}, {} and {}",
@@ -624,6 +840,105 @@ fn characterize(
             dir.join("characterize.csv").display(),
             dir.join("report.html").display()
         );
+    }
+    Ok(())
+}
+
+/// `calibrate`'s arguments.
+struct Calibrate<'a> {
+    target: Option<&'a Path>,
+    device: Option<&'a str>,
+    precondition: Option<&'a str>,
+    capacity_gib: Option<f64>,
+    out: Option<&'a Path>,
+    check_sizes: &'a [String],
+    check: bool,
+    probe_seconds: f64,
+    json: Option<&'a Path>,
+    real: &'a RealTarget,
+    progress: bool,
+}
+
+fn calibrate(a: Calibrate) -> Result<()> {
+    use ioshare::calibrate::{Timing, check, device_file, device_table, fit, measure};
+    use ioshare::characterize::Plan;
+    if !(a.probe_seconds.is_finite() && a.probe_seconds >= 0.05 && a.probe_seconds <= 600.0) {
+        bail!(
+            "--probe-seconds must be in [0.05, 600], got {}",
+            a.probe_seconds
+        );
+    }
+    let sizes = parse_sizes("--check-sizes", a.check_sizes)?.unwrap_or_default();
+    for path in [a.out, a.json].into_iter().flatten() {
+        if path.is_dir() {
+            bail!("{} is a directory; give a file name", path.display());
+        }
+    }
+    let progress = a.progress && std::io::stderr().is_terminal();
+    let mut measured = Measured::open(
+        a.target,
+        a.device,
+        a.precondition,
+        a.capacity_gib,
+        a.real,
+        true,
+        progress,
+    )?;
+    let timing = Timing {
+        probe_s: a.probe_seconds,
+        burst_s: 4.0 * a.probe_seconds,
+        burst_intervals: 80,
+    };
+    let started = std::time::Instant::now();
+    let m = measure(measured.runner(), timing, 1, progress)?;
+    print!("{}", m.table());
+    let params = fit(&m)?;
+    let file = device_file(&params, &m);
+    println!(
+        "fitted in {:.0} s: {}",
+        started.elapsed().as_secs_f64(),
+        ioshare::device::spec::DeviceSpec::Fitted(params.clone()).describe()
+    );
+    match a.out {
+        Some(path) => {
+            std::fs::write(path, &file)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            println!("wrote {}", path.display());
+        }
+        None => print!("\n{file}"),
+    }
+    let checked = if a.check && !sizes.is_empty() {
+        let plan = |device: toml::Table| Plan {
+            device,
+            policies: vec!["\"none\"".into()],
+            sizes: sizes.clone(),
+            min_seconds: a.probe_seconds,
+            seed: 1,
+            kernel: Vec::new(),
+        };
+        let runner = measured.runner();
+        let target = plan(runner.device()).run_on(runner, None, progress)?;
+        let model = plan(device_table(&params)).run(false)?;
+        let c = check(&target, &model);
+        println!("\nthe characterize matrix, target against model:");
+        print!("{}", c.table());
+        println!(
+            "calibration and check took {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        Some(c)
+    } else {
+        None
+    };
+    if let Some(path) = a.json {
+        let v = serde_json::json!({
+            "measurements": m,
+            "fitted": device_table(&params),
+            "check": checked,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("wrote {}", path.display());
     }
     Ok(())
 }

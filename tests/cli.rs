@@ -232,3 +232,124 @@ fn characterize_writes_the_matrix_and_refuses_bad_flags() {
         assert!(o.stdout.is_empty(), "{args:?}: nothing ran");
     }
 }
+
+/// `ioshare calibrate` on a model: the measurements, a `[device]` file that a scenario
+/// and `characterize` take, and the check against the model, cell by cell.
+#[test]
+fn calibrate_writes_a_device_file_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("x25m.toml");
+    let json = dir.path().join("x25m.json");
+    let o = ioshare()
+        .args([
+            "calibrate",
+            "--device",
+            "intel-x25m",
+            "--capacity-gib",
+            "1",
+            "--check-sizes",
+            "4k,1m",
+            "--out",
+        ])
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("rand-read     4K QD32"), "{text}");
+    assert!(text.contains("24 cells (MB/s): median error"), "{text}");
+    let toml_text = std::fs::read_to_string(&file).unwrap();
+    assert!(toml_text.contains("model = \"fitted\""), "{toml_text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["check"]["cells"].as_array().unwrap().len(), 24);
+    // The file is a device: characterize runs on it, and a scenario takes its table.
+    let o = ioshare()
+        .args([
+            "characterize",
+            "--sizes",
+            "4k",
+            "--duration",
+            "0.2",
+            "--device",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("characterize fitted: 5 units"));
+    let scenario = dir.path().join("s.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "name = \"on-fitted\"\nduration_s = 0.5\npolicies = [\"none\"]\n{toml_text}\n[[tenant]]\nname = \"a\"\nworkload = {{ pattern = \"randread\", size = \"4k\", iodepth = 4 }}\n"
+        ),
+    )
+    .unwrap();
+    let o = ioshare().arg("sim").arg(&scenario).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (args, says) in [
+        (vec!["calibrate"], "nothing to measure"),
+        (
+            vec!["calibrate", "x.img", "--device", "intel-x25m"],
+            "not both",
+        ),
+        (
+            vec!["calibrate", "--device", "intel-x25m", "--size", "1g"],
+            "for a real TARGET",
+        ),
+        (
+            vec!["calibrate", "--device", "intel-x25m", "--check-sizes", "3k"],
+            "multiple of 4 KiB",
+        ),
+        (
+            vec!["characterize", "--device", "intel-x25m", "--kernel", "bfq"],
+            "block device",
+        ),
+    ] {
+        let o = ioshare().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// A real file: one that does not exist is created, filled, measured and removed; an
+/// existing one is not written without --destroy-data.
+#[test]
+fn a_real_file_is_measured_and_an_existing_one_is_protected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.img");
+    let o = ioshare()
+        .arg("characterize")
+        .arg(&path)
+        .args(["--size", "64m", "--sizes", "4k", "--duration", "0.2", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("(file), 64 MiB"), "{text}");
+    assert!(
+        text.contains("foreground % of baseline with the 4k-writer"),
+        "{text}"
+    );
+    assert!(!path.exists(), "created by the run, removed by it");
+    let keep = dir.path().join("keep.img");
+    std::fs::write(&keep, vec![9u8; 8 << 20]).unwrap();
+    let o = ioshare()
+        .arg("characterize")
+        .arg(&keep)
+        .args(["--sizes", "4k", "--duration", "0.2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("--destroy-data"), "{err}");
+    assert_eq!(
+        std::fs::read(&keep).unwrap(),
+        vec![9u8; 8 << 20],
+        "untouched"
+    );
+}

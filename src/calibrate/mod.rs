@@ -25,9 +25,9 @@
 //! error, so 4 KiB and 4 MiB points count alike; a negative intercept (a device faster
 //! per request than its slope says) is clamped to zero and the slope refitted.
 
+pub use crate::characterize::runner::{ModelRunner, Runner};
 use crate::characterize::{Bench, Characterization, Pattern};
 use crate::device::fitted::FittedParams;
-use crate::metrics::RunResult;
 use crate::scenario::Scenario;
 use crate::types::Op;
 use serde::Serialize;
@@ -41,6 +41,8 @@ pub const DEEP_SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
 pub const DEEP: u32 = 32;
 /// A QD1 time within this factor of the deep queue's time per request is media-bound.
 pub const MEDIA_BOUND: f64 = 1.1;
+/// Two readers getting less than this many times one reader's rate share one unit.
+pub const PAIR_PARALLEL: f64 = 1.5;
 /// Where every QD1 point is media-bound, the unit line is this share of the media's.
 pub const UNDER_MEDIA: f64 = 0.9;
 
@@ -105,6 +107,9 @@ pub struct Measurements {
     pub burst_bytes_per_s: Vec<f64>,
     /// 4 KiB random reads beside 4 KiB random writes, at [`MIXED_DEPTHS`].
     pub mixed: Vec<Mixed>,
+    /// Two 4 KiB random readers, one request each, on their own halves: reads per
+    /// second together (against one reader's: one unit or more).
+    pub pair_read_iops: f64,
 }
 
 /// Depths (each side's) of the mixed measurements: one at a time, as the
@@ -174,53 +179,6 @@ pub fn probes() -> Vec<Probe> {
     v
 }
 
-/// Where measurement scenarios run: the simulator on a model, or a real target.
-pub trait Runner {
-    /// The target, in one line.
-    fn describe(&self) -> String;
-    /// Its capacity, bytes.
-    fn capacity_bytes(&self) -> u64;
-    /// The `[device]` table scenarios are written with (the model itself, or a
-    /// stand-in of the target's capacity for a real one: its cost model is what a
-    /// policy charges there).
-    fn device(&self) -> toml::Table;
-    /// Runs every policy of every scenario, in order; the results in the same order.
-    fn run(&mut self, scenarios: &[Scenario], progress: bool) -> anyhow::Result<Vec<RunResult>>;
-}
-
-/// The simulator on a device model.
-pub struct ModelRunner {
-    /// The device, as a scenario's `[device]` table.
-    pub device: toml::Table,
-}
-
-impl Runner for ModelRunner {
-    fn describe(&self) -> String {
-        self.spec().map(|d| d.describe()).unwrap_or_default()
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.spec().map(|d| d.capacity_bytes()).unwrap_or(0)
-    }
-
-    fn device(&self) -> toml::Table {
-        self.device.clone()
-    }
-
-    fn run(&mut self, scenarios: &[Scenario], progress: bool) -> anyhow::Result<Vec<RunResult>> {
-        Ok(crate::sim::run_each(scenarios, progress, crate::sim::RunOptions::default())?.runs)
-    }
-}
-
-impl ModelRunner {
-    fn spec(&self) -> anyhow::Result<crate::device::spec::DeviceSpec> {
-        let file: crate::device::spec::DeviceFile =
-            toml::Value::Table(self.device.clone()).try_into()?;
-        file.spec()
-            .map_err(|e| anyhow::anyhow!("[device] {}: {}", e.field, e.problem))
-    }
-}
-
 fn workload(pattern: Pattern, size: u64, depth: u32) -> String {
     format!(
         "{{ pattern = \"{}\", size = {size}, iodepth = {depth} }}",
@@ -275,6 +233,13 @@ pub fn measure(
             depth,
         )?);
     }
+    // Two readers one request each, on their own halves: one unit or more.
+    scenarios.push(
+        bench(timing.probe_s, timing.probe_s / 5.0, timing.probe_s / 5.0).scenario(&[
+            ("a", workload(Pattern::RandRead, 4096, 1)),
+            ("b", workload(Pattern::RandRead, 4096, 1)),
+        ])?,
+    );
     let runs = runner.run(&scenarios, progress)?;
     anyhow::ensure!(
         runs.len() == scenarios.len(),
@@ -287,6 +252,8 @@ pub fn measure(
         .iter()
         .map(|&b| b as f64 / crate::types::nanos_to_secs(burst.interval))
         .collect();
+    let pair = runs.last().expect("the pair ran");
+    let pair_read_iops = pair.tenants[0].iops + pair.tenants[1].iops;
     let mixed = MIXED_DEPTHS
         .iter()
         .zip(&runs[1 + probes.len()..])
@@ -324,6 +291,7 @@ pub fn measure(
         burst_interval_s: dt,
         burst_bytes_per_s,
         mixed,
+        pair_read_iops,
     })
 }
 
@@ -462,7 +430,14 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         let deep4k = point(m, op, true, DEEP)[0].1;
         (s.t4k_us / deep4k).round().clamp(1.0, f64::from(DEEP)) as u32
     };
-    let units = units(&read, ProbeOp::Read).max(units(&write, ProbeOp::Write));
+    // Two readers that get no more than one (a disk arm, seeking between them) mean
+    // one unit, whatever the deep queue gains (a disk's reordering is not units).
+    let one_reader = point(m, ProbeOp::Read, true, 1)[0].1;
+    let units = if m.pair_read_iops * one_reader * 1e-6 < PAIR_PARALLEL {
+        1
+    } else {
+        units(&read, ProbeOp::Read).max(units(&write, ProbeOp::Write))
+    };
     // The burst's sustained rate is in 1 MiB writes; the cache is measured in them.
     let (cache_bytes, _) = cache_from_burst(&m.burst_bytes_per_s, m.burst_interval_s);
     let mut p = FittedParams {
@@ -564,7 +539,19 @@ fn bisect(
 
 /// The `[device]` table of fitted parameters.
 pub fn device_table(p: &FittedParams) -> toml::Table {
+    /// Six significant digits: what a measurement supports, and a file one can read.
+    fn round(v: &mut toml::Value) {
+        match v {
+            toml::Value::Float(x) if *x != 0.0 && x.is_finite() => {
+                let scale = 10f64.powi(5 - x.abs().log10().floor() as i32);
+                *x = (*x * scale).round() / scale;
+            }
+            toml::Value::Array(a) => a.iter_mut().for_each(round),
+            _ => {}
+        }
+    }
     let mut t = toml::Table::try_from(p).expect("parameters serialize");
+    t.iter_mut().for_each(|(_, v)| round(v));
     t.insert("model".into(), "fitted".into());
     t
 }
@@ -710,6 +697,11 @@ impl Measurements {
                 x.depth, x.read_iops, x.write_iops
             );
         }
+        let _ = writeln!(
+            out,
+            "  two 4K rand-read QD1 streams: {:.0} IOPS together",
+            self.pair_read_iops
+        );
         let _ = writeln!(
             out,
             "  write burst (1 MiB, QD{DEEP}): {:.1} MB/s at first, {:.1} MB/s sustained, \

@@ -128,12 +128,9 @@ proptest! {
     }
 }
 
-/// Calibrating against a preset's model recovers its behaviour: the characterize
-/// matrix of the fitted device against the preset's, cell by cell.
-#[test]
-fn calibrating_a_preset_recovers_its_matrix() {
-    let device: toml::Table =
-        toml::from_str("model = \"ssd\"\npreset = \"intel-x25m\"\ncapacity_gib = 1").unwrap();
+/// Calibrates against a model and characterizes both; the check.
+fn round_trip(device: &str) -> Check {
+    let device: toml::Table = toml::from_str(device).unwrap();
     let mut runner = ModelRunner {
         device: device.clone(),
     };
@@ -145,11 +142,41 @@ fn calibrating_a_preset_recovers_its_matrix() {
         sizes: vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
         min_seconds: 1.0,
         seed: 1,
+        kernel: Vec::new(),
     };
     let measured = plan(device).run(false).unwrap();
     let model = plan(device_table(&f)).run(false).unwrap();
     let c = check(&measured, &model);
     eprintln!("{}\n{f:?}\n{}", m.table(), c.table());
     assert_eq!(c.cells.len(), 4 * 4 * 3);
-    assert!(c.median <= 0.10, "{}", c.table());
+    c
+}
+
+/// Calibrating against a preset's model recovers its behaviour: the characterize
+/// matrix of the fitted device against the preset's, cell by cell.
+#[test]
+fn calibrating_the_x25m_recovers_its_matrix() {
+    let c = round_trip("model = \"ssd\"\npreset = \"intel-x25m\"\ncapacity_gib = 1");
+    assert!(c.median <= 0.05 && c.p90 <= 0.10, "{}", c.table());
+}
+
+#[test]
+fn calibrating_the_840pro_recovers_its_matrix() {
+    let c = round_trip("model = \"ssd\"\npreset = \"sata-840pro\"\ncapacity_gib = 8");
+    assert!(c.median <= 0.05 && c.p90 <= 0.10, "{}", c.table());
+}
+
+#[test]
+fn calibrating_the_p4500_recovers_its_matrix() {
+    let c = round_trip("model = \"ssd\"\npreset = \"nvme-p4500\"\ncapacity_gib = 8");
+    assert!(c.median <= 0.05 && c.p90 <= 0.10, "{}", c.table());
+}
+
+/// A disk is fitted worse: its deep queue gains by reordering (SPTF), which the
+/// fitted model has no notion of, and a reader beside another seeks between their
+/// regions. The bound guards what it does reach.
+#[test]
+fn calibrating_a_disk_recovers_most_of_its_matrix() {
+    let c = round_trip("model = \"hdd\"\ncapacity_gib = 8");
+    assert!(c.median <= 0.20 && c.p90 <= 0.50, "{}", c.table());
 }

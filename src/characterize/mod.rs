@@ -20,8 +20,10 @@
 //! are kernel schedulers; `none` is the paper's Noop), run on the simulator's models:
 //! every cell is deterministic for a device, seed and size list.
 
+pub mod runner;
+
 use crate::scenario::Scenario;
-use crate::sim::{RunOptions, run_each};
+use runner::Runner;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -125,6 +127,10 @@ pub struct Plan {
     pub min_seconds: f64,
     /// Seed of every run.
     pub seed: u64,
+    /// Kernel I/O schedulers to run the matrix under (a block device's, switched in
+    /// sysfs and put back), each with ioshare's `none` on top: cells labelled
+    /// `kernel:<name>`.
+    pub kernel: Vec<String>,
 }
 
 /// A measurement: one device, tenants on their own parts of it (`partition`), a list
@@ -226,6 +232,20 @@ impl Plan {
         size: u64,
         background: Background,
     ) -> Result<Scenario, crate::config::ConfigError> {
+        if self.policies.is_empty() {
+            // Only kernel schedulers: their runs have ioshare's `none` on top.
+            return self.scenario_with(pattern, size, background, &["\"none\"".to_string()]);
+        }
+        self.scenario_with(pattern, size, background, &self.policies)
+    }
+
+    fn scenario_with(
+        &self,
+        pattern: Pattern,
+        size: u64,
+        background: Background,
+        policies: &[String],
+    ) -> Result<Scenario, crate::config::ConfigError> {
         let seconds = self
             .min_seconds
             .max(MIN_REQUESTS * size as f64 / (FLOOR_MB_S * 1e6));
@@ -236,7 +256,7 @@ impl Plan {
             warmup: seconds / 5.0,
             interval: seconds / 10.0,
             queue_depth: None,
-            policies: &self.policies,
+            policies,
         };
         bench.scenario(&[
             (
@@ -266,46 +286,90 @@ impl Plan {
     /// Runs the matrix on the simulator (every scenario on a copy of one device, built
     /// and preconditioned once), with progress bars when `progress`.
     pub fn run(&self, progress: bool) -> anyhow::Result<Characterization> {
+        self.run_on(
+            &mut runner::ModelRunner {
+                device: self.device.clone(),
+            },
+            None,
+            progress,
+        )
+    }
+
+    /// Runs the matrix on `runner` (`self.device` should be its [`Runner::device`]);
+    /// the kernel schedulers are switched on `disk` (its name under `/sys/block`).
+    pub fn run_on(
+        &self,
+        runner: &mut dyn Runner,
+        disk: Option<&str>,
+        progress: bool,
+    ) -> anyhow::Result<Characterization> {
         anyhow::ensure!(!self.sizes.is_empty(), "no request sizes to characterize");
-        anyhow::ensure!(!self.policies.is_empty(), "no policies to characterize");
-        let scenarios: Vec<Scenario> = self.scenarios().collect::<Result<_, _>>()?;
-        let device = scenarios
-            .first()
-            .map(|s| s.device.describe())
-            .unwrap_or_default();
-        let result = run_each(scenarios.iter(), progress, RunOptions::default())?;
-        let per = self.policies.len();
         anyhow::ensure!(
-            result.runs.len() == scenarios.len() * per,
-            "{} runs for {} scenarios of {per} policies",
-            result.runs.len(),
-            scenarios.len()
+            !self.policies.is_empty() || !self.kernel.is_empty(),
+            "no policies or schedulers to characterize"
         );
-        let policies: Vec<String> = result.runs[..per]
-            .iter()
-            .map(|r| r.policy.clone())
+        anyhow::ensure!(
+            self.kernel.is_empty() || disk.is_some(),
+            "kernel schedulers are a block device's: this target has none"
+        );
+        let keys: Vec<(Pattern, u64, Background)> = PATTERNS
+            .into_iter()
+            .flat_map(|p| {
+                self.sizes
+                    .iter()
+                    .flat_map(move |&size| BACKGROUNDS.into_iter().map(move |b| (p, size, b)))
+            })
             .collect();
-        let keys = PATTERNS.into_iter().flat_map(|p| {
-            self.sizes
+        // One pass for ioshare's policies, one per kernel scheduler.
+        let none = ["\"none\"".to_string()];
+        let mut passes: Vec<(Option<&str>, &[String])> = Vec::new();
+        if !self.policies.is_empty() {
+            passes.push((None, &self.policies));
+        }
+        for k in &self.kernel {
+            passes.push((Some(k.as_str()), &none));
+        }
+        let mut cells = Vec::new();
+        let mut policies = Vec::new();
+        for (kernel, list) in passes {
+            let scenarios: Vec<Scenario> = keys
                 .iter()
-                .flat_map(move |&size| BACKGROUNDS.into_iter().map(move |b| (p, size, b)))
-        });
-        let mut cells = Vec::with_capacity(result.runs.len());
-        for ((p, size, b), runs) in keys.zip(result.runs.chunks(per)) {
-            for run in runs {
-                let fg = &run.tenants[0];
-                cells.push(Cell {
-                    pattern: p,
-                    size,
-                    background: b,
-                    policy: run.policy.clone(),
-                    foreground_bytes_per_s: fg.bandwidth_bytes_per_s,
-                    background_bytes_per_s: run.tenants[1].bandwidth_bytes_per_s,
-                    foreground_p99_us: if fg.ios > 0 { fg.latency_us.p99 } else { 0.0 },
-                    of_baseline: None,
-                });
+                .map(|&(p, size, b)| self.scenario_with(p, size, b, list))
+                .collect::<Result<_, _>>()?;
+            let _guard = match (kernel, disk) {
+                (Some(k), Some(d)) => Some(crate::target::SchedulerGuard::switch(d, k)?),
+                _ => None,
+            };
+            let runs = runner.run(&scenarios, progress)?;
+            let per = list.len();
+            anyhow::ensure!(
+                runs.len() == scenarios.len() * per,
+                "{} runs for {} scenarios of {per} policies",
+                runs.len(),
+                scenarios.len()
+            );
+            let label = |run: &crate::metrics::RunResult| match kernel {
+                Some(k) => format!("kernel:{k}"),
+                None => run.policy.clone(),
+            };
+            policies.extend(runs[..per].iter().map(label));
+            for (&(p, size, b), runs) in keys.iter().zip(runs.chunks(per)) {
+                for run in runs {
+                    let fg = &run.tenants[0];
+                    cells.push(Cell {
+                        pattern: p,
+                        size,
+                        background: b,
+                        policy: label(run),
+                        foreground_bytes_per_s: fg.bandwidth_bytes_per_s,
+                        background_bytes_per_s: run.tenants[1].bandwidth_bytes_per_s,
+                        foreground_p99_us: if fg.ios > 0 { fg.latency_us.p99 } else { 0.0 },
+                        of_baseline: None,
+                    });
+                }
             }
         }
+        let device = runner.describe();
         // Each cell against its baseline: same pattern, size and policy, no background.
         let baselines: Vec<f64> = cells
             .iter()
@@ -358,8 +422,16 @@ impl Characterization {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "characterize {} (seed {})", self.device, self.seed);
+        // The first column fits the longest label ("rand-write kernel:mq-deadline").
+        let width = self
+            .policies
+            .iter()
+            .map(|p| p.chars().count() + 11)
+            .max()
+            .unwrap_or(0)
+            .max(22);
         let header = |out: &mut String, first: &str| {
-            let _ = write!(out, "{first:<22}");
+            let _ = write!(out, "{first:<width$}");
             for &s in &self.sizes {
                 let _ = write!(out, " {:>7}", short_size(s));
             }
@@ -369,7 +441,7 @@ impl Characterization {
             let _ = writeln!(out, "\nbaseline MB/s, no background, policy {policy}");
             header(&mut out, "pattern");
             for p in PATTERNS {
-                let _ = write!(out, "{:<22}", p.name());
+                let _ = write!(out, "{:<width$}", p.name());
                 for &s in &self.sizes {
                     let v = self
                         .cell(p, s, Background::None, policy)
@@ -384,7 +456,7 @@ impl Characterization {
             header(&mut out, "pattern / policy");
             for p in PATTERNS {
                 for policy in &self.policies {
-                    let _ = write!(out, "{:<22}", format!("{} {policy}", p.name()));
+                    let _ = write!(out, "{:<width$}", format!("{} {policy}", p.name()));
                     for &s in &self.sizes {
                         match self.cell(p, s, b, policy).and_then(|c| c.of_baseline) {
                             Some(x) => {
@@ -466,6 +538,7 @@ mod tests {
             sizes: sizes.to_vec(),
             min_seconds: 0.5,
             seed: 1,
+            kernel: Vec::new(),
         }
     }
 

@@ -285,7 +285,10 @@ pub fn check(p: &FittedParams) -> Result<(), crate::config::Invalid> {
             ));
         }
     }
-    for (field, points) in [("read_points", &p.read_points), ("write_points", &p.write_points)] {
+    for (field, points) in [
+        ("read_points", &p.read_points),
+        ("write_points", &p.write_points),
+    ] {
         let mut last = 0.0;
         for pt in points {
             if !(pt[0].is_finite() && pt[0] > last && pt[1].is_finite() && pt[1] >= 0.0) {

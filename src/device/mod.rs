@@ -83,6 +83,23 @@ pub trait DeviceModel: Send {
     fn capacity_bytes(&self) -> u64;
     /// An independent copy in the same state, for the next policy of a comparison.
     fn clone_box(&self) -> Box<dyn DeviceModel>;
+    /// A real device (not a model) whose completions come in wall time: the driver
+    /// waits on it instead of jumping to its next event. `None` for every model.
+    fn wall(&mut self) -> Option<&mut dyn Wall> {
+        None
+    }
+}
+
+/// A device that runs in wall time ([`crate::target::RingDevice`]): the driver asks it
+/// the time and waits on it; completions then come out of [`DeviceModel::advance`] at
+/// the times [`DeviceModel::next_event`] names, as a deferring model's do.
+pub trait Wall {
+    /// Nanoseconds since the device was opened.
+    fn now(&self) -> Nanos;
+    /// Returns when a completion is ready or the time is `until`, whichever is first.
+    fn wait(&mut self, until: Nanos);
+    /// Why the device cannot go on (an I/O error); the driver stops the run.
+    fn failure(&self) -> Option<String>;
 }
 
 /// Write amplification from host and relocated page counts.

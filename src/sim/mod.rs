@@ -247,7 +247,33 @@ impl<O: Observer> Run<'_, O> {
     /// every event (the checker).
     fn run(&mut self, progress: Option<&ProgressBar>, mut after_event: impl FnMut(&Self, Nanos)) {
         let mut steps: u64 = 0;
-        while let Some(event) = self.events.pop() {
+        loop {
+            if let Some(wall) = self.device.wall() {
+                // A real device: wait in wall time for the next event or a completion.
+                if wall.failure().is_some() {
+                    break;
+                }
+                let next = self
+                    .events
+                    .peek()
+                    .map_or(self.scenario.duration, |e| e.time)
+                    .min(self.scenario.duration);
+                wall.wait(next);
+                let now = wall.now();
+                if self.device.next_event().is_some() {
+                    self.arm_device(now);
+                } else if now >= self.scenario.duration
+                    && self
+                        .events
+                        .peek()
+                        .is_none_or(|e| e.time >= self.scenario.duration)
+                {
+                    break;
+                }
+            }
+            let Some(event) = self.events.pop() else {
+                break;
+            };
             if event.time >= self.scenario.duration {
                 break;
             }
