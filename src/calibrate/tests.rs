@@ -180,3 +180,39 @@ fn calibrating_a_disk_recovers_most_of_its_matrix() {
     let c = round_trip("model = \"hdd\"\ncapacity_gib = 8");
     assert!(c.median <= 0.20 && c.p90 <= 0.50, "{}", c.table());
 }
+
+/// What `calibrate --out` writes is a scenario's `[device]` and the emulated backend's
+/// `backend.device`, and its cost model is the one policies get.
+#[test]
+fn the_device_file_is_a_scenario_device_and_an_emulated_backend() {
+    let mut runner = ModelRunner {
+        device: toml::from_str("model = \"fixed\"\ncapacity_gib = 1").unwrap(),
+    };
+    let quick = Timing {
+        probe_s: 0.2,
+        burst_s: 0.4,
+        burst_intervals: 8,
+    };
+    let m = measure(&mut runner, quick, 1, false).unwrap();
+    let f = fit(&m).unwrap();
+    let file = device_file(&f, &m);
+    let body = file.replace("[device]", "[backend.device]");
+    let config = format!(
+        "[backend]\nkind = 'emulated'\npath = 'd.img'\n{body}\n[[tenant]]\nname = 'a'\noffset = 0\nsize = '1m'\n"
+    );
+    let c = crate::server::config::ServerConfig::parse(&config, std::path::Path::new("/tmp"))
+        .unwrap_or_else(|e| panic!("{}: {}\n{config}", e.field, e.problem));
+    let (spec, _) = c.emulated.unwrap();
+    assert!(matches!(spec, crate::device::spec::DeviceSpec::Fitted(_)));
+    let scenario = format!(
+        "name = 'x'\nduration_s = 0.2\npolicies = ['sfq']\n{file}\n[[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 2 }}\n"
+    );
+    let s = Scenario::parse(&scenario, "x", "x").unwrap();
+    let crate::device::spec::DeviceSpec::Fitted(p) = &s.device else {
+        panic!("{:?}", s.device)
+    };
+    assert_eq!(s.device.cost_model(), p.cost_model());
+    // The fixed device has 8 units of 100 µs + 4 KiB / 500 MB/s: the fit finds them.
+    assert_eq!(p.units, 8, "{p:?}");
+    assert!((p.read_points[0][1] - 108.192).abs() < 1.0, "{p:?}");
+}
