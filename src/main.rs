@@ -33,6 +33,10 @@ struct RealTarget {
     /// data is overwritten).
     #[arg(long)]
     destroy_data: bool,
+    /// What the policies charge on a real TARGET: a TOML file with a [device] table,
+    /// such as `calibrate --out` writes (default: a `fixed` stand-in of its size).
+    #[arg(long, value_name = "FILE")]
+    cost_device: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -701,7 +705,6 @@ impl Measured {
         capacity_gib: Option<f64>,
         real: &RealTarget,
         writes: bool,
-        progress: bool,
     ) -> Result<Measured> {
         use ioshare::characterize::runner::{LiveRunner, ModelRunner};
         match (target, device) {
@@ -711,8 +714,10 @@ impl Measured {
                  (a model: a preset such as intel-x25m, or a TOML file)"
             ),
             (None, Some(d)) => {
-                if real.size.is_some() || real.destroy_data {
-                    bail!("--size and --destroy-data are for a real TARGET, not a model");
+                if real.size.is_some() || real.destroy_data || real.cost_device.is_some() {
+                    bail!(
+                        "--size, --destroy-data and --cost-device are for a real TARGET, not a model"
+                    );
                 }
                 Ok(Measured::Model(ModelRunner {
                     device: device_table(d, precondition, capacity_gib)?,
@@ -729,16 +734,30 @@ impl Measured {
                         ioshare::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("--size: {e}"))
                     })
                     .transpose()?;
+                let cost_device = real
+                    .cost_device
+                    .as_deref()
+                    .map(|f| device_table(f, None, None))
+                    .transpose()?;
+                ioshare::target::stop_on_signals();
                 let t = ioshare::target::Target::open(path, create, writes, real.destroy_data)?;
-                if matches!(t.kind, ioshare::target::Kind::File { created: true }) {
-                    t.fill(progress)?;
-                }
                 Ok(Measured::Live(LiveRunner {
                     target: t,
-                    cost_device: None,
+                    cost_device,
                 }))
             }
         }
+    }
+
+    /// Fills a file this run created (so reads read data): after every flag has been
+    /// checked, before the first measurement.
+    fn prepare(&self, progress: bool) -> Result<()> {
+        if let Measured::Live(l) = self
+            && matches!(l.target.kind, ioshare::target::Kind::File { created: true })
+        {
+            l.target.fill(progress)?;
+        }
+        Ok(())
     }
 
     fn runner(&mut self) -> &mut dyn ioshare::characterize::runner::Runner {
@@ -779,6 +798,17 @@ fn characterize(a: Characterize) -> Result<()> {
     };
     no_policy_twice(&policies)?;
     let progress = a.progress && std::io::stderr().is_terminal();
+    if let Some(k) = a
+        .kernel
+        .iter()
+        .enumerate()
+        .find_map(|(i, k)| a.kernel[..i].contains(k).then_some(k))
+    {
+        bail!("--kernel: {k} is given twice");
+    }
+    if a.kernel.len() > 1 && a.kernel.iter().any(|k| k == "all") {
+        bail!("--kernel: `all` is every scheduler; give it alone");
+    }
     let mut measured = Measured::open(
         a.target,
         a.device,
@@ -786,13 +816,17 @@ fn characterize(a: Characterize) -> Result<()> {
         a.capacity_gib,
         a.real,
         true,
-        progress,
     )?;
     let kernel: Vec<String> = match (a.kernel, measured.disk()) {
         ([], _) => Vec::new(),
         (_, None) => bail!(
-            "--kernel: kernel schedulers are a block device's; this TARGET is not one (a \
-             loop device over a file is: losetup --direct-io=on -f --show FILE)"
+            "--kernel: kernel schedulers are a block device's; {} (a loop device over a \
+             file is one: losetup --direct-io=on -f --show FILE)",
+            if a.target.is_some() {
+                "this TARGET is not one"
+            } else {
+                "a model has none"
+            }
         ),
         ([all], Some(disk)) if all == "all" => ioshare::target::schedulers(disk)?.0,
         (list, Some(disk)) => {
@@ -830,6 +864,7 @@ fn characterize(a: Characterize) -> Result<()> {
         }
     }
     let disk = measured.disk().map(str::to_string);
+    measured.prepare(progress)?;
     let m = plan.run_on(measured.runner(), disk.as_deref(), progress)?;
     print!("{}", m.table());
     if let Some(dir) = a.out {
@@ -875,6 +910,13 @@ fn calibrate(a: Calibrate) -> Result<()> {
         }
     }
     let progress = a.progress && std::io::stderr().is_terminal();
+    // The output files are made now: a name that cannot be written fails before the
+    // measurements, not after them.
+    let create = |path: &Path| {
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))
+    };
+    let out_file = a.out.map(create).transpose()?;
+    let json_file = a.json.map(create).transpose()?;
     let mut measured = Measured::open(
         a.target,
         a.device,
@@ -882,8 +924,8 @@ fn calibrate(a: Calibrate) -> Result<()> {
         a.capacity_gib,
         a.real,
         true,
-        progress,
     )?;
+    measured.prepare(progress)?;
     let timing = Timing {
         probe_s: a.probe_seconds,
         burst_s: 4.0 * a.probe_seconds,
@@ -899,13 +941,14 @@ fn calibrate(a: Calibrate) -> Result<()> {
         started.elapsed().as_secs_f64(),
         ioshare::device::spec::DeviceSpec::Fitted(params.clone()).describe()
     );
-    match a.out {
-        Some(path) => {
-            std::fs::write(path, &file)
+    match (a.out, out_file) {
+        (Some(path), Some(mut f)) => {
+            use std::io::Write as _;
+            f.write_all(file.as_bytes())
                 .with_context(|| format!("cannot write {}", path.display()))?;
             println!("wrote {}", path.display());
         }
-        None => print!("\n{file}"),
+        _ => print!("\n{file}"),
     }
     let checked = if a.check && !sizes.is_empty() {
         let plan = |device: toml::Table| Plan {
@@ -930,13 +973,14 @@ fn calibrate(a: Calibrate) -> Result<()> {
     } else {
         None
     };
-    if let Some(path) = a.json {
+    if let (Some(path), Some(mut f)) = (a.json, json_file) {
+        use std::io::Write as _;
         let v = serde_json::json!({
             "measurements": m,
             "fitted": device_table(&params),
             "check": checked,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&v)? + "\n")
+        f.write_all((serde_json::to_string_pretty(&v)? + "\n").as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
         println!("wrote {}", path.display());
     }

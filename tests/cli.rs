@@ -279,7 +279,7 @@ fn calibrate_writes_a_device_file_that_runs() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("characterize fitted: 5 units"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("characterize fitted: 6 units"));
     let scenario = dir.path().join("s.toml");
     std::fs::write(
         &scenario,

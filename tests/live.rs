@@ -1744,3 +1744,55 @@ fn tls_with_pre_shared_keys_serves_qemu_and_libnbd() {
     let err = s.stopped();
     assert!(err.contains("an unknown identity or a wrong key"), "{err}");
 }
+
+/// A live export characterized as a block device (nbdfuse and a loop device on it):
+/// refused without --destroy-data; with it, the matrix under each of the kernel's
+/// schedulers, each switched in for its runs and the old one put back.
+#[test]
+fn a_live_export_is_characterized_under_the_kernel_schedulers() {
+    if let Some(why) = no_mount_support() {
+        assert!(
+            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
+            "cannot run: {why}"
+        );
+        eprintln!("SKIPPED a_live_export_is_characterized_under_the_kernel_schedulers: {why}");
+        return;
+    }
+    let dir = tempdir();
+    let config = "[backend]\ncache = \"none\"\n[[tenant]]\nname = \"disk\"\nfile = \"disk.img\"\ncreate = true\nsize = \"32m\"\n";
+    let s = Server::start(dir.path(), config);
+    let mut m = Mounts::default();
+    let dev = attach(&mut m, &s, "disk", dir.path());
+    let disk = dev.trim_start_matches("/dev/").to_string();
+    let sched = format!("/sys/block/{disk}/queue/scheduler");
+    let before = std::fs::read_to_string(&sched).unwrap();
+    let characterize = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("characterize")
+            .arg(&dev)
+            .args(["--sizes", "4k", "--duration", "0.2", "-q"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = characterize(&[]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--destroy-data"));
+    let o = characterize(&["--kernel", "all", "--destroy-data"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains(&format!("(block device {disk})")), "{text}");
+    let offered: Vec<String> = before
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
+        .collect();
+    for k in &offered {
+        assert!(
+            text.contains(&format!("baseline MB/s, no background, policy kernel:{k}")),
+            "{k}: {text}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&sched).unwrap(), before, "put back");
+    m.detach();
+    s.stopped();
+}

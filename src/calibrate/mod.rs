@@ -18,7 +18,8 @@
 //!   settles are the write cache.
 //!
 //! Units (requests served at once) are what makes the QD1 unit time and the deep
-//! queue's rate agree: the deep 4 KiB random read rate × the QD1 4 KiB read time.
+//! queue's rate agree: the deep 4 KiB random rate × the QD1 4 KiB time, rounded up,
+//! the larger of reads' and writes'; one when two readers get no more than one.
 //!
 //! Readings chosen: times are 1 / IOPS of a closed loop (what a client sees, driver
 //! overheads included), not the device's service time alone; the fit is on relative
@@ -107,6 +108,10 @@ pub struct Measurements {
     pub burst_bytes_per_s: Vec<f64>,
     /// 4 KiB random reads beside 4 KiB random writes, at [`MIXED_DEPTHS`].
     pub mixed: Vec<Mixed>,
+    /// Length of each mixed measurement, seconds.
+    pub mixed_seconds: f64,
+    /// Its warm-up, seconds.
+    pub mixed_warmup: f64,
     /// Two 4 KiB random readers, one request each, on their own halves: reads per
     /// second together (against one reader's: one unit or more).
     pub pair_read_iops: f64,
@@ -291,6 +296,8 @@ pub fn measure(
         burst_interval_s: dt,
         burst_bytes_per_s,
         mixed,
+        mixed_seconds: timing.burst_s + timing.probe_s,
+        mixed_warmup: timing.burst_s,
         pair_read_iops,
     })
 }
@@ -383,14 +390,17 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
             "too few {op:?} measurements to fit"
         );
         let (r, mc) = fit_line(&deep);
-        // A QD1 stream (nearly) as fast as the deep queue is held by the media, not by
-        // its unit: the unit line is fitted to the points above the media line, and
-        // put under it (by UNDER_MEDIA) where fewer than two are.
+        // A QD1 stream within 10 % of the deep queue's rate is held by the media, not
+        // by its unit: the unit line is fitted to the other points, and put under the
+        // media line (by UNDER_MEDIA) where fewer than two are.
         let media = |size: f64| r + mc * size;
+        let bound = |size: f64, t: f64| {
+            (UNDER_MEDIA * media(size)..=MEDIA_BOUND * media(size)).contains(&t)
+        };
         let free: Vec<(f64, f64)> = qd1
             .iter()
             .copied()
-            .filter(|&(size, t)| t > MEDIA_BOUND * media(size))
+            .filter(|&(size, t)| !bound(size, t))
             .collect();
         let (a, c) = if free.len() >= 2 {
             fit_line(&free)
@@ -415,10 +425,11 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
             points: qd1
                 .iter()
                 .map(|&(size, t)| {
-                    if t > MEDIA_BOUND * media(size) {
-                        [size, t]
-                    } else {
+                    // Faster than the media (a write acknowledged from a cache) stays.
+                    if bound(size, t) {
                         [size, UNDER_MEDIA * media(size)]
+                    } else {
+                        [size, t]
                     }
                 })
                 .collect(),
@@ -428,7 +439,7 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     let write = side(ProbeOp::Write)?;
     let units = |s: &Side, op: ProbeOp| {
         let deep4k = point(m, op, true, DEEP)[0].1;
-        (s.t4k_us / deep4k).round().clamp(1.0, f64::from(DEEP)) as u32
+        (s.t4k_us / deep4k).ceil().clamp(1.0, f64::from(DEEP)) as u32
     };
     // Two readers that get no more than one (a disk arm, seeking between them) mean
     // one unit, whatever the deep queue gains (a disk's reordering is not units).
@@ -478,12 +489,14 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         let reads_with = |q: FittedParams| -> anyhow::Result<f64> {
             let table = device_table(&q);
             let none = ["\"none\"".to_string()];
+            // The window the target's mix was measured in: a cache's backlog grows
+            // over it.
             let bench = Bench {
                 device: &table,
                 seed: 1,
-                seconds: 1.2,
-                warmup: 0.2,
-                interval: 0.2,
+                seconds: m.mixed_seconds,
+                warmup: m.mixed_warmup,
+                interval: (m.mixed_seconds - m.mixed_warmup) / 5.0,
                 queue_depth: Some(DEEP),
                 policies: &none,
             };
@@ -499,18 +512,23 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                 writes_delay_reads: k,
                 ..p.clone()
             };
-            p.writes_delay_reads = bisect(0.0, 1.0, |k| Ok(reads_with(share(k))? > target))?;
+            // Out of reach: reads wait for all of the queued writes, and still less
+            // than measured.
+            p.writes_delay_reads =
+                bisect(0.0, 1.0, |k| Ok(reads_with(share(k))? > target))?.unwrap_or(1.0);
         } else {
             let cache = |mib: f64| FittedParams {
                 write_cache_mib: mib,
                 ..p.clone()
             };
             if reads_with(cache(0.0))? > 1.1 * target {
-                let mut hi = 1.0;
-                while reads_with(cache(hi))? > target && hi < 1.0e5 {
-                    hi *= 4.0;
-                }
-                p.write_cache_mib = bisect(0.0, hi, |mib| Ok(reads_with(cache(mib))? > target))?;
+                // Up to a backlog the writer could build in the measured window; a
+                // target out of reach (the writer never outpaces the media, so no
+                // backlog builds whatever the cache) keeps no cache.
+                let hi = m.mixed_seconds * p.write_media_mb_s * 1e6 / (1u64 << 20) as f64;
+                p.write_cache_mib =
+                    bisect(0.0, hi.max(1.0), |mib| Ok(reads_with(cache(mib))? > target))?
+                        .unwrap_or(0.0);
             }
         }
     }
@@ -520,12 +538,19 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
 }
 
 /// The smallest `x` in `[lo, hi]` (to 1/2^20 of the span) where `above(x)` is false,
-/// `above` true below some point and false past it.
+/// `above` true below some point and false past it: `lo` when it is false already,
+/// `None` when it is still true at `hi` (nothing in the range reaches the target).
 fn bisect(
     mut lo: f64,
     mut hi: f64,
     mut above: impl FnMut(f64) -> anyhow::Result<bool>,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Option<f64>> {
+    if !above(lo)? {
+        return Ok(Some(lo));
+    }
+    if above(hi)? {
+        return Ok(None);
+    }
     for _ in 0..20 {
         let mid = 0.5 * (lo + hi);
         if above(mid)? {
@@ -534,7 +559,7 @@ fn bisect(
             hi = mid;
         }
     }
-    Ok(hi)
+    Ok(Some(hi))
 }
 
 /// The `[device]` table of fitted parameters.
@@ -545,6 +570,10 @@ pub fn device_table(p: &FittedParams) -> toml::Table {
             toml::Value::Float(x) if *x != 0.0 && x.is_finite() => {
                 let scale = 10f64.powi(5 - x.abs().log10().floor() as i32);
                 *x = (*x * scale).round() / scale;
+            }
+            // A point's size is a byte count: kept whole.
+            toml::Value::Array(a) if a.len() == 2 && a.iter().all(toml::Value::is_float) => {
+                round(&mut a[1])
             }
             toml::Value::Array(a) => a.iter_mut().for_each(round),
             _ => {}

@@ -153,7 +153,8 @@ impl FittedParams {
         let us = if points.is_empty() {
             latency + random_us + f64::from(len) / rate
         } else {
-            interpolate(points, f64::from(len))
+            // Below the first point a request costs what the first does (a whole unit).
+            interpolate(points, f64::from(len).max(points[0][0]))
         } - if random { 0.0 } else { random_us };
         ((us * 1000.0).round() as Nanos).max(1)
     }
@@ -196,10 +197,16 @@ impl FittedDevice {
 
     /// Accepts a request at `now` and answers when it finishes.
     pub fn serve(&mut self, request: &Request, now: Nanos) -> Nanos {
-        self.sequence.cover(request.tenant);
-        let random = self
-            .sequence
-            .random(request.tenant, request.offset, request.len);
+        // Only data moves a tenant's position (a flush at offset 0 would otherwise
+        // make its next write a seek).
+        let random = match request.op {
+            Op::Read | Op::Write => {
+                self.sequence.cover(request.tenant);
+                self.sequence
+                    .random(request.tenant, request.offset, request.len)
+            }
+            Op::Flush | Op::Trim => false,
+        };
         let (idx, free_at) = self
             .units
             .iter()
@@ -459,7 +466,11 @@ pub(crate) mod tests {
         let mut p = params();
         p.read_points = vec![[4096.0, 100.0], [65536.0, 200.0], [1048576.0, 2000.0]];
         assert_eq!(p.unit_time(Op::Read, 4096, true), 100_000);
-        assert_eq!(p.unit_time(Op::Read, 2048, true), 96_667);
+        assert_eq!(
+            p.unit_time(Op::Read, 2048, true),
+            100_000,
+            "as the first point"
+        );
         let mid = p.unit_time(Op::Read, 65536 + (1048576 - 65536) / 2, true);
         assert_eq!(mid, 1_100_000);
         assert_eq!(p.unit_time(Op::Read, 2 * 1048576, true), 3_920_000);

@@ -71,14 +71,19 @@ pub fn iops_bound(device: &DeviceSpec, size: f64) -> f64 {
             f64::from(p.parallelism) * 1e6 / (p.latency_us + size / p.bandwidth_mb_s)
         }
         // Every request takes its cost from the media clock.
+        // Reads and writes on their own clocks at once; within the cache writes go at
+        // the units' pace.
         DeviceSpec::Fitted(p) => {
+            use crate::types::Op;
             let cost = p.cost_model();
             let len = size.clamp(1.0, f64::from(u32::MAX)) as u32;
-            let cheapest = cost
-                .cost(crate::types::Op::Read, 0, len, false)
-                .min(cost.cost(crate::types::Op::Write, 0, len, false));
-            // The cache does not raise the sustained rate.
-            1e9 / cheapest.max(1.0)
+            let reads = 1e9 / cost.cost(Op::Read, 0, len, false).max(1.0);
+            let mut writes = 1e9 / cost.cost(Op::Write, 0, len, false).max(1.0);
+            if p.write_cache_mib > 0.0 {
+                let unit = p.unit_time(Op::Write, len, false) as f64;
+                writes = writes.max(f64::from(p.units) * 1e9 / unit.max(1.0));
+            }
+            reads + writes
         }
         // A request takes whole pages of the link, in one direction (half duplex) or
         // each (full duplex: reads and writes at once), and one command time.

@@ -302,6 +302,15 @@ impl Transfer {
         self.direct
     }
 
+    /// A write's payload back, once it is done (to write again; `None` for other
+    /// requests).
+    pub fn into_write_data(self) -> Option<IoBuf> {
+        match self.kind {
+            CommandKind::Write { data, .. } => Some(data),
+            _ => None,
+        }
+    }
+
     /// What a read brought, once it is done (`None` for other requests).
     pub fn into_read_data(self) -> Option<IoBuf> {
         match self.kind {

@@ -261,14 +261,16 @@ impl<O: Observer> Run<'_, O> {
                 wall.wait(next);
                 let now = wall.now();
                 if self.device.next_event().is_some() {
+                    // Completions: a device event now (after everything handled so far,
+                    // which was due by an earlier wall time).
                     self.arm_device(now);
-                } else if now >= self.scenario.duration
-                    && self
-                        .events
-                        .peek()
-                        .is_none_or(|e| e.time >= self.scenario.duration)
-                {
-                    break;
+                } else if self.events.peek().is_none_or(|e| e.time > now) {
+                    // Woken early with nothing ready (a short transfer went again, a
+                    // signal): nothing is due yet, so wait again, unless the run is over.
+                    if now >= self.scenario.duration {
+                        break;
+                    }
+                    continue;
                 }
             }
             let Some(event) = self.events.pop() else {

@@ -26,6 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -55,8 +56,36 @@ pub struct Target {
     pub size: u64,
     direct: Arc<File>,
     buffered: Arc<File>,
+    /// A block device written to: held open exclusively for the run.
+    _exclusive: Option<File>,
     /// Whether writes are allowed.
     pub writable: bool,
+}
+
+/// Targets are measured in whole 2 MiB (so two tenants' halves stay aligned).
+const MIN_BYTES: u64 = 2 << 20;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM stop a measurement as a failure ("interrupted"), so that
+/// what it changed is put back as it unwinds (a created file removed, a scheduler
+/// restored) instead of the process dying with it changed.
+pub fn stop_on_signals() {
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn interrupted() -> Option<String> {
+    INTERRUPTED
+        .load(Ordering::SeqCst)
+        .then(|| "interrupted (SIGINT or SIGTERM)".to_string())
 }
 
 /// Requests aligned to this (`O_DIRECT`).
@@ -73,23 +102,47 @@ impl Target {
         writes: bool,
         destroy_data: bool,
     ) -> anyhow::Result<Target> {
-        let exists = path.exists();
-        let created = !exists;
-        if created {
+        if !path.exists() {
             let Some(bytes) = create_bytes else {
                 bail!(
                     "{} does not exist: give --size to create a file of that size to measure",
                     path.display()
                 );
             };
+            if bytes < MIN_BYTES {
+                bail!("--size {bytes}: a target is at least 2 MiB");
+            }
             let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
-            f.set_len(bytes)
-                .with_context(|| format!("cannot size {} to {bytes} bytes", path.display()))?;
+            // Removed again if anything below fails.
+            let opened = f
+                .set_len(bytes)
+                .with_context(|| format!("cannot size {} to {bytes} bytes", path.display()))
+                .and_then(|()| Target::open_existing(path, true, writes, destroy_data));
+            if opened.is_err() {
+                let _ = std::fs::remove_file(path);
+            }
+            return opened;
         }
+        if let Some(bytes) = create_bytes {
+            let has = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            bail!(
+                "--size {bytes} is for a TARGET that does not exist; {} does ({has} bytes)",
+                path.display()
+            );
+        }
+        Target::open_existing(path, false, writes, destroy_data)
+    }
+
+    fn open_existing(
+        path: &Path,
+        created: bool,
+        writes: bool,
+        destroy_data: bool,
+    ) -> anyhow::Result<Target> {
         let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
         let kind = if meta.file_type().is_block_device() {
             Kind::Block {
@@ -111,25 +164,47 @@ impl Target {
                 path.display()
             );
         }
-        if let Kind::Block { .. } = kind
-            && writes
-            && let Some(m) = mounted(meta.rdev())?
-        {
-            bail!(
-                "{} holds a mounted file system ({m}); refusing to write to it",
-                path.display()
-            );
-        }
-        let open = |direct: bool| {
+        let block = matches!(kind, Kind::Block { .. });
+        let open = |direct: bool, exclusive: bool| {
             OpenOptions::new()
                 .read(true)
                 .write(writes)
-                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .custom_flags(
+                    if direct { libc::O_DIRECT } else { 0 }
+                        | if exclusive { libc::O_EXCL } else { 0 },
+                )
                 .open(path)
-                .with_context(|| format!("cannot open {}", path.display()))
         };
-        let direct = open(true)?;
-        let buffered = open(false)?;
+        // A block device written to is opened exclusively first, and kept so: the
+        // kernel refuses while a file system is mounted on it (in any namespace), it
+        // holds swap, or device-mapper / md / a claimed partition uses it — and
+        // nothing can mount it while the run lasts.
+        let exclusive = if block && writes {
+            match open(false, true) {
+                Ok(f) => Some(f),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    let why = mounted(meta.rdev()).ok().flatten().map_or(
+                        "in use: mounted, swap, or held by device-mapper, md or a partition"
+                            .to_string(),
+                        |m| format!("holds a mounted file system ({m})"),
+                    );
+                    bail!("{} {why}; refusing to write to it", path.display());
+                }
+                Err(e) => bail!("cannot open {}: {e}", path.display()),
+            }
+        } else {
+            None
+        };
+        let direct = open(true, false).map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => anyhow::anyhow!(
+                "{}: its file system does not support O_DIRECT (tmpfs does not): measure a \
+                 file on the disk itself",
+                path.display()
+            ),
+            _ => anyhow::anyhow!("cannot open {}: {e}", path.display()),
+        })?;
+        let buffered =
+            open(false, false).with_context(|| format!("cannot open {}", path.display()))?;
         let bytes = match kind {
             Kind::Block { .. } => {
                 let mut f = &buffered;
@@ -137,7 +212,7 @@ impl Target {
             }
             Kind::File { .. } => meta.len(),
         };
-        let size = bytes / (2 << 20) * (2 << 20);
+        let size = bytes / MIN_BYTES * MIN_BYTES;
         if size == 0 {
             bail!("{} is smaller than 2 MiB", path.display());
         }
@@ -147,6 +222,7 @@ impl Target {
             size,
             direct: Arc::new(direct),
             buffered: Arc::new(buffered),
+            _exclusive: exclusive,
             writable: writes,
         })
     }
@@ -197,7 +273,7 @@ impl Target {
                 next += chunk;
                 in_flight += 1;
             }
-            dev.wait(u64::MAX);
+            dev.wait(dev.now() + 1_000_000_000);
             if let Some(e) = dev.failure() {
                 bail!("filling {}: {e}", self.path.display());
             }
@@ -270,12 +346,13 @@ fn mounted(rdev: u64) -> anyhow::Result<Option<String>> {
     }))
 }
 
-/// The kernel schedulers a disk offers, and the one in use.
+/// The kernel schedulers a disk offers, and the one in use (a device with a single
+/// one, as device-mapper's `none`, lists it without brackets).
 pub fn schedulers(disk: &str) -> anyhow::Result<(Vec<String>, String)> {
     let path = format!("/sys/block/{disk}/queue/scheduler");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
     let mut current = String::new();
-    let names = text
+    let names: Vec<String> = text
         .split_whitespace()
         .map(|w| {
             if let Some(n) = w.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
@@ -286,13 +363,20 @@ pub fn schedulers(disk: &str) -> anyhow::Result<(Vec<String>, String)> {
             }
         })
         .collect();
+    if current.is_empty() && names.len() == 1 {
+        current = names[0].clone();
+    }
     Ok((names, current))
 }
 
-/// A disk's scheduler switched; the old one comes back when this is dropped.
+/// A disk's scheduler switched; the old one comes back when this is dropped, with the
+/// queue's `nr_requests` and the old scheduler's tunables (`queue/iosched/*`), which a
+/// switch resets. On a partition, the whole disk's scheduler is switched.
 pub struct SchedulerGuard {
     disk: String,
     old: String,
+    nr_requests: Option<String>,
+    tunables: Vec<(PathBuf, String)>,
 }
 
 impl SchedulerGuard {
@@ -305,27 +389,58 @@ impl SchedulerGuard {
                 names.join(", ")
             );
         }
+        let queue = PathBuf::from(format!("/sys/block/{disk}/queue"));
+        let nr_requests = std::fs::read_to_string(queue.join("nr_requests"))
+            .ok()
+            .map(|s| s.trim().to_string());
+        let mut tunables = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(queue.join("iosched")) {
+            for e in entries.flatten() {
+                if let Ok(v) = std::fs::read_to_string(e.path()) {
+                    tunables.push((e.path(), v.trim().to_string()));
+                }
+            }
+        }
+        eprintln!("{disk}: scheduler {old} -> {scheduler} (put back when done)");
         set_scheduler(disk, scheduler)?;
         Ok(SchedulerGuard {
             disk: disk.to_string(),
             old,
+            nr_requests,
+            tunables,
         })
     }
 }
 
 fn set_scheduler(disk: &str, scheduler: &str) -> anyhow::Result<()> {
     let path = format!("/sys/block/{disk}/queue/scheduler");
-    std::fs::write(&path, scheduler)
-        .with_context(|| format!("cannot write '{scheduler}' to {path} (root is needed)"))
+    std::fs::write(&path, scheduler).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            anyhow::anyhow!("cannot write '{scheduler}' to {path}: {e} (root is needed)")
+        }
+        _ => anyhow::anyhow!("cannot write '{scheduler}' to {path}: {e}"),
+    })
 }
 
 impl Drop for SchedulerGuard {
     fn drop(&mut self) {
+        if self.old.is_empty() {
+            return;
+        }
         if let Err(e) = set_scheduler(&self.disk, &self.old) {
             eprintln!(
                 "could not put {}'s scheduler back to {}: {e}",
                 self.disk, self.old
             );
+            return;
+        }
+        let queue = PathBuf::from(format!("/sys/block/{}/queue", self.disk));
+        if let Some(n) = &self.nr_requests {
+            let _ = std::fs::write(queue.join("nr_requests"), n);
+        }
+        for (path, value) in &self.tunables {
+            // Read-only entries and ones the scheduler refuses stay as they are.
+            let _ = std::fs::write(path, value);
         }
     }
 }
@@ -352,15 +467,22 @@ pub struct RingDevice {
     in_flight: usize,
     ready: Vec<Finished>,
     failure: Arc<Mutex<Option<String>>>,
-    /// Bytes every write writes (not zeroes: a device that compresses or skips zeroes
-    /// would be measured doing less than it does for real data).
-    pattern: Arc<Vec<u8>>,
+    /// Write payloads back from completed writes, to write again ([`Self::payload`]).
+    spare: Vec<IoBuf>,
+    /// The count stamped on each 4 KiB block written.
+    stamp: u64,
 }
 
 impl RingDevice {
     fn new(t: &Target) -> anyhow::Result<RingDevice> {
+        let ring = IoUring::new(256).context("cannot set up io_uring")?;
+        if !ring.params().is_feature_ext_arg() {
+            bail!(
+                "this kernel's io_uring cannot wait with a timeout (Linux 5.11 or later is needed)"
+            );
+        }
         Ok(RingDevice {
-            ring: IoUring::new(256).context("cannot set up io_uring")?,
+            ring,
             direct: t.direct.clone(),
             buffered: t.buffered.clone(),
             capacity: t.size,
@@ -371,7 +493,8 @@ impl RingDevice {
             in_flight: 0,
             ready: Vec::new(),
             failure: Arc::new(Mutex::new(None)),
-            pattern: Arc::new(Vec::new()),
+            spare: Vec::new(),
+            stamp: 0,
         })
     }
 
@@ -408,21 +531,48 @@ impl RingDevice {
         }
     }
 
-    fn pattern(&mut self, len: usize) -> IoBuf {
-        if self.pattern.len() < len {
-            // A fixed pseudo-random pattern (xorshift): the same bytes every run.
-            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-            let mut v = Vec::with_capacity(len);
-            while v.len() < len {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                v.extend_from_slice(&x.to_le_bytes());
+    /// A write's payload: a buffer of pseudo-random bytes (not zeroes: a device that
+    /// compresses or skips zeroes would be measured doing less than it does for real
+    /// data), made once per size and reused; each 4 KiB block is stamped with a
+    /// running count, so no two writes carry the same blocks (a deduplicating device
+    /// would skip repeats). Made before the request's time is taken (in the driver's
+    /// dispatch, before `submit` is timed by the completion), a copy is never made on
+    /// the way.
+    fn payload(&mut self, len: usize) -> IoBuf {
+        let mut buf = match self.spare.iter().position(|b| b.len() == len) {
+            Some(i) => self.spare.swap_remove(i),
+            None => {
+                // A fixed pseudo-random pattern (xorshift): the same bytes every run.
+                let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ len as u64;
+                let mut v = Vec::with_capacity(len + 8);
+                while v.len() < len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    v.extend_from_slice(&x.to_le_bytes());
+                }
+                v.truncate(len);
+                IoBuf::copy_of(&v)
             }
-            v.truncate(len);
-            self.pattern = Arc::new(v);
+        };
+        for block in buf.chunks_mut(4096) {
+            self.stamp += 1;
+            let n = block.len().min(8);
+            block[..n].copy_from_slice(&self.stamp.to_le_bytes()[..n]);
         }
-        IoBuf::copy_of(&self.pattern[..len])
+        buf
+    }
+
+    /// Completes a request the target cannot take without sending it anywhere (the
+    /// run has failed already).
+    fn refuse(&mut self, request: &Request, now: Nanos, why: String) -> Submitted {
+        self.fail(why);
+        self.ready.push(Finished {
+            request: *request,
+            submitted: now,
+            finish: now,
+        });
+        Submitted::Queued
     }
 
     fn reap(&mut self) {
@@ -442,12 +592,14 @@ impl RingDevice {
                 Next::Again => again.push(slot),
                 Next::Done(error) => {
                     if error != 0 {
+                        let what = if result < 0 {
+                            std::io::Error::from_raw_os_error(-result).to_string()
+                        } else {
+                            format!("moved {result} of {} bytes", s.request.len)
+                        };
                         let why = format!(
-                            "{:?} of {} bytes at {} failed: {}",
-                            s.request.op,
-                            s.request.len,
-                            s.request.offset,
-                            std::io::Error::from_raw_os_error(-result.min(-1))
+                            "{:?} of {} bytes at {} failed: {what}",
+                            s.request.op, s.request.len, s.request.offset
                         );
                         self.fail(why);
                     }
@@ -459,6 +611,9 @@ impl RingDevice {
                         submitted: s.submitted,
                         finish: now,
                     });
+                    if let Some(buf) = s.transfer.into_write_data() {
+                        self.spare.push(buf);
+                    }
                 }
                 Next::PastEnd => {
                     let why = format!(
@@ -494,14 +649,13 @@ impl Wall for RingDevice {
             let result = if self.in_flight == 0 {
                 // Nothing to wait for but the time.
                 let _ = self.ring.submit();
-                if ns > 0 && ns < u64::MAX {
-                    std::thread::sleep(std::time::Duration::from_nanos(ns));
-                }
+                // In slices, so that an interruption is seen.
+                std::thread::sleep(std::time::Duration::from_nanos(ns.min(100_000_000)));
                 Ok(0)
             } else if ns == 0 {
                 self.ring.submit()
             } else {
-                let ns = ns.min(3_600 * 1_000_000_000);
+                let ns = ns.min(100_000_000);
                 let ts = types::Timespec::new()
                     .sec(ns / 1_000_000_000)
                     .nsec((ns % 1_000_000_000) as u32);
@@ -522,36 +676,41 @@ impl Wall for RingDevice {
     }
 
     fn failure(&self) -> Option<String> {
-        self.failure.lock().expect("failure lock").clone()
+        self.failure
+            .lock()
+            .expect("failure lock")
+            .clone()
+            .or_else(interrupted)
     }
 }
 
 impl DeviceModel for RingDevice {
     fn submit(&mut self, request: &Request, now: Nanos) -> Submitted {
         let end = request.offset + u64::from(request.len);
-        let kind = match request.op {
-            Op::Read => CommandKind::Read,
-            Op::Write if self.writable => CommandKind::Write {
-                data: self.pattern(request.len as usize),
-                fua: false,
-            },
-            Op::Write => {
-                self.fail("a write to a target opened for reading".into());
-                CommandKind::Read
-            }
-            Op::Flush => CommandKind::Flush,
-            Op::Trim => CommandKind::Trim { fua: false },
-        };
         if end > self.capacity
             || !request.offset.is_multiple_of(ALIGN)
             || !u64::from(request.len).is_multiple_of(ALIGN)
         {
-            self.fail(format!(
+            let why = format!(
                 "a request of {} bytes at {} is past the target's {} bytes or not \
                  {ALIGN}-aligned",
                 request.len, request.offset, self.capacity
-            ));
+            );
+            return self.refuse(request, now, why);
         }
+        if matches!(request.op, Op::Write | Op::Trim) && !self.writable {
+            let why = format!("a {:?} to a target opened for reading", request.op);
+            return self.refuse(request, now, why);
+        }
+        let kind = match request.op {
+            Op::Read => CommandKind::Read,
+            Op::Write => CommandKind::Write {
+                data: self.payload(request.len as usize),
+                fua: false,
+            },
+            Op::Flush => CommandKind::Flush,
+            Op::Trim => CommandKind::Trim { fua: false },
+        };
         let slot = Box::new(Slot {
             request: *request,
             submitted: now,
@@ -602,7 +761,8 @@ impl DeviceModel for RingDevice {
             in_flight: 0,
             ready: Vec::new(),
             failure: self.failure.clone(),
-            pattern: self.pattern.clone(),
+            spare: Vec::new(),
+            stamp: self.stamp + (1 << 48),
         })
     }
 
@@ -615,10 +775,23 @@ impl Drop for RingDevice {
     fn drop(&mut self) {
         // The kernel may still write into buffers the slots own: wait for everything.
         while self.in_flight > 0 {
-            if self.ring.submit_and_wait(1).is_err() {
-                break;
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => self.reap(),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                    ) =>
+                {
+                    self.reap()
+                }
+                Err(_) => {
+                    // The ring is unusable and the kernel may still write into the
+                    // slots' buffers: leak them rather than free them under it.
+                    std::mem::forget(std::mem::take(&mut self.slots));
+                    break;
+                }
             }
-            self.reap();
         }
     }
 }

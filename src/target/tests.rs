@@ -42,6 +42,24 @@ fn a_new_file_is_created_filled_and_removed() {
     assert!(!path.exists());
 }
 
+/// A file too small to measure is refused before it is made; a size for a path that
+/// exists is a mistake, not ignored.
+#[test]
+fn size_mistakes_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.img");
+    let e = Target::open(&path, Some(MIB), true, false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least 2 MiB"), "{e}");
+    assert!(!path.exists());
+    std::fs::write(&path, vec![0u8; 4 * MIB as usize]).unwrap();
+    let e = Target::open(&path, Some(8 * MIB), true, true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not exist"), "{e}");
+}
+
 /// A file it did not create is written only when told to, and is left in place.
 #[test]
 fn an_existing_file_is_written_only_when_told_to() {
@@ -84,14 +102,24 @@ fn requests_complete_and_mistakes_fail_the_device() {
     assert_eq!(done.len(), 2);
     assert!(done.iter().all(|f| f.finish >= f.submitted));
     let written = std::fs::read(&t.path).unwrap();
-    assert_eq!(
-        &written[..8],
-        &dev.pattern[..8],
-        "the pattern is on the file"
-    );
+    // Each 4 KiB block stamped with its count, the rest pseudo-random.
+    for (i, block) in written[..65536].chunks(4096).enumerate() {
+        assert_eq!(block[..8], (i as u64 + 1).to_le_bytes(), "block {i}");
+        assert!(block[8..].iter().any(|&b| b != 0));
+    }
+    // Refused requests complete at once without going to the file.
     let _ = dev.submit(&request(4, Op::Read, 4 * MIB, 4096), dev.now());
     let why = dev.failure().unwrap();
     assert!(why.contains("past the target"), "{why}");
+    let mut done = Vec::new();
+    let now = dev.now();
+    dev.advance(now, &mut done);
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        std::fs::metadata(&t.path).unwrap().len(),
+        4 * MIB,
+        "not extended"
+    );
 }
 
 /// A target opened for reading refuses writes.
@@ -105,6 +133,7 @@ fn a_read_only_target_fails_a_write() {
     let _ = dev.submit(&request(1, Op::Write, 0, 4096), 0);
     let _ = settle(&mut dev, 1);
     assert!(dev.failure().unwrap().contains("opened for reading"));
+    assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 4 * MIB as usize]);
 }
 
 /// The simulator's driver runs a scenario on a real file in wall time: both tenants
