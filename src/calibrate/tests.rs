@@ -214,6 +214,28 @@ fn the_device_file_is_a_scenario_device_and_an_emulated_backend() {
         .unwrap_or_else(|e| panic!("{}: {}\n{config}", e.field, e.problem));
     let (spec, _) = c.emulated.unwrap();
     assert!(matches!(spec, crate::device::spec::DeviceSpec::Fitted(_)));
+    assert_eq!(
+        c.cost_device,
+        Some(spec),
+        "the emulated device prices requests"
+    );
+    // A live server on a real disk charges by the calibrated file.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vda.toml"), &file).unwrap();
+    let config = "[backend]\ncost_device = 'vda.toml'\n[[tenant]]\nname = 'a'\nfile = 'a.img'\nsize = '1m'\n";
+    let c = crate::server::config::ServerConfig::parse(config, dir.path())
+        .unwrap_or_else(|e| panic!("{}: {}", e.field, e.problem));
+    assert!(matches!(
+        c.cost_device,
+        Some(crate::device::spec::DeviceSpec::Fitted(_))
+    ));
+    let e = crate::server::config::ServerConfig::parse(
+        &config.replace("vda.toml", "missing.toml"),
+        dir.path(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "backend.cost_device");
+    assert!(e.problem.contains("missing.toml"), "{}", e.problem);
     let scenario = format!(
         "name = 'x'\nduration_s = 0.2\npolicies = ['sfq']\n{file}\n[[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 2 }}\n"
     );

@@ -58,6 +58,9 @@ struct BackendFile {
     device: Option<DeviceFile>,
     /// Seed of the emulated device's aging.
     seed: Option<u64>,
+    /// A file with a `[device]` table (`ioshare calibrate --out`): what the policy
+    /// charges requests by.
+    cost_device: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +175,9 @@ pub struct ServerConfig {
     pub shared: Option<(PathBuf, Option<u64>)>,
     /// The emulated backend's device model and aging seed.
     pub emulated: Option<(DeviceSpec, u64)>,
+    /// The device whose cost model the policy charges by (`backend.cost_device`, else
+    /// the emulated device); `None`: the policy's default.
+    pub cost_device: Option<DeviceSpec>,
     /// The exports, in order (their index is their [`crate::types::TenantId`]).
     pub tenants: Vec<TenantConfig>,
 }
@@ -222,6 +228,7 @@ impl ServerConfig {
             cache: backend.cache,
             shared: backend.shared,
             emulated: backend.emulated,
+            cost_device: backend.cost_device,
             tenants,
         })
     }
@@ -259,6 +266,7 @@ impl ServerConfig {
             ("backend.cache", self.cache == new.cache),
             ("backend.path/size", self.shared == new.shared),
             ("backend.device", self.emulated == new.emulated),
+            ("backend.cost_device", self.cost_device == new.cost_device),
         ];
         if let Some((field, _)) = server.iter().find(|(_, same)| !same) {
             return Some(field.to_string());
@@ -511,6 +519,30 @@ struct Backend {
     cache: Cache,
     shared: Option<(PathBuf, Option<u64>)>,
     emulated: Option<(DeviceSpec, u64)>,
+    cost_device: Option<DeviceSpec>,
+}
+
+/// The `[device]` of a file (a scenario, a `calibrate --out` file, or the table alone).
+fn device_of_file(path: &std::path::Path) -> Result<DeviceSpec, Invalid> {
+    let field = "backend.cost_device";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Invalid::new(field, format!("cannot read {}: {e}", path.display())))?;
+    let mut doc: toml::Table = toml::from_str(&text)
+        .map_err(|e| Invalid::new(field, format!("{}: {}", path.display(), e.message())))?;
+    let table = match doc.remove("device") {
+        Some(toml::Value::Table(t)) => t,
+        _ if doc.contains_key("model") => doc,
+        _ => {
+            return Err(Invalid::new(
+                field,
+                format!("{}: no [device] table", path.display()),
+            ));
+        }
+    };
+    let file: DeviceFile = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| Invalid::new(field, e.message().to_string()))?;
+    file.spec().map_err(|e| e.within(field))
 }
 
 fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Backend, Invalid> {
@@ -564,11 +596,16 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
     if kind == BackendKind::Null && shared.is_some() {
         return Err(Invalid::new("backend.path", "the null backend has no file"));
     }
+    let cost_device = match b.cost_device {
+        Some(p) => Some(device_of_file(&at(p))?),
+        None => emulated.as_ref().map(|(d, _)| d.clone()),
+    };
     Ok(Backend {
         kind,
         cache,
         shared,
         emulated,
+        cost_device,
     })
 }
 

@@ -222,9 +222,9 @@ pub fn serve(
     }
     let specs = config.specs();
     let cost = config
-        .emulated
+        .cost_device
         .as_ref()
-        .map(|(device, _)| device.cost_model());
+        .map(|device| device.cost_model());
     let policy = crate::policy::build_for(
         &config.policy.name,
         config.policy.params.clone(),
