@@ -243,39 +243,75 @@ impl Target {
     /// Writes the whole target once, 1 MiB at a time at queue depth 16, so that reads
     /// read data (a fresh file's holes read as zeroes without touching the disk).
     pub fn fill(&self, progress: bool) -> anyhow::Result<()> {
+        let chunk = 1u64 << 20;
+        let count = self.size / chunk;
+        self.write_pass("filling", count, chunk as u32, 16, |i| i * chunk, progress)
+    }
+
+    /// Ages the target: random 4 KiB writes at queue depth 32, `passes` times its size
+    /// in all (seeded: the same offsets every run), so that a flash drive is measured
+    /// in the steady state its garbage collection reaches rather than fresh.
+    pub fn age(&self, passes: f64, progress: bool) -> anyhow::Result<()> {
+        use rand::{RngExt, SeedableRng};
+        anyhow::ensure!(
+            passes.is_finite() && passes > 0.0 && passes <= 100.0,
+            "aging passes must be in (0, 100], got {passes}"
+        );
+        let slots = self.size / 4096;
+        let count = (passes * slots as f64) as u64;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        self.write_pass(
+            "aging",
+            count,
+            4096,
+            32,
+            move |_| rng.random_range(0..slots) * 4096,
+            progress,
+        )
+    }
+
+    /// `count` writes of `len` bytes at the offsets `at` gives, `depth` at a time.
+    fn write_pass(
+        &self,
+        label: &str,
+        count: u64,
+        len: u32,
+        depth: usize,
+        mut at: impl FnMut(u64) -> u64,
+        progress: bool,
+    ) -> anyhow::Result<()> {
         let bar = progress.then(|| {
-            let b = indicatif::ProgressBar::new(self.size >> 20);
+            let b = indicatif::ProgressBar::new(count);
             b.set_style(
-                indicatif::ProgressStyle::with_template("filling [{bar:30}] {pos}/{len} MiB")
-                    .expect("valid template")
-                    .progress_chars("=> "),
+                indicatif::ProgressStyle::with_template(&format!(
+                    "{label} [{{bar:30}}] {{pos}}/{{len}} writes ({{eta}} left)"
+                ))
+                .expect("valid template")
+                .progress_chars("=> "),
             );
             b
         });
         let mut dev = self.device()?;
-        let chunk = 1u64 << 20;
-        let mut next = 0u64;
-        let mut id = 0;
+        let mut issued = 0u64;
         let mut done = Vec::new();
         let mut in_flight = 0;
-        while next < self.size || in_flight > 0 {
-            while in_flight < 16 && next < self.size {
-                id += 1;
+        while issued < count || in_flight > 0 {
+            while in_flight < depth && issued < count {
                 let r = Request {
-                    id,
+                    id: issued + 1,
                     tenant: 0,
                     op: Op::Write,
-                    offset: next,
-                    len: chunk as u32,
+                    offset: at(issued),
+                    len,
                     arrival: 0,
                 };
-                let _ = dev.submit(&r, 0);
-                next += chunk;
+                let _ = dev.submit(&r, dev.now());
+                issued += 1;
                 in_flight += 1;
             }
             dev.wait(dev.now() + 1_000_000_000);
             if let Some(e) = dev.failure() {
-                bail!("filling {}: {e}", self.path.display());
+                bail!("{label} {}: {e}", self.path.display());
             }
             done.clear();
             let now = dev.now();

@@ -42,6 +42,26 @@ fn a_new_file_is_created_filled_and_removed() {
     assert!(!path.exists());
 }
 
+/// Aging writes `passes` × the size in random 4 KiB blocks (seeded), over the data
+/// the fill wrote.
+#[test]
+fn aging_overwrites_random_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Target::open(&dir.path().join("t.img"), Some(4 * MIB), true, false).unwrap();
+    t.fill(false).unwrap();
+    let before = std::fs::read(&t.path).unwrap();
+    t.age(0.5, false).unwrap();
+    let after = std::fs::read(&t.path).unwrap();
+    let changed = before
+        .chunks(4096)
+        .zip(after.chunks(4096))
+        .filter(|(a, b)| a != b)
+        .count();
+    // 512 writes over 1024 blocks: about 1 − e^(−0.5) ≈ 39 % of them, seeded.
+    assert!((300..=500).contains(&changed), "{changed} blocks changed");
+    assert!(t.age(0.0, false).is_err());
+}
+
 /// A file too small to measure is refused before it is made; a size for a path that
 /// exists is a mistake, not ignored.
 #[test]
