@@ -748,10 +748,21 @@ impl Measured {
                     .transpose()?;
                 ioshare::target::stop_on_signals();
                 let t = ioshare::target::Target::open(path, create, writes, real.destroy_data)?;
-                Ok(Measured::Live(LiveRunner {
+                let live = LiveRunner {
                     target: t,
                     cost_device,
-                }))
+                };
+                if real.cost_device.is_some() {
+                    // Checked now, not after a fill: the table with the target's size.
+                    use ioshare::characterize::runner::Runner as _;
+                    let file: ioshare::device::spec::DeviceFile = toml::Value::Table(live.device())
+                        .try_into()
+                        .map_err(|e: toml::de::Error| anyhow::anyhow!("--cost-device: {e}"))?;
+                    file.spec().map_err(|e| {
+                        anyhow::anyhow!("--cost-device: {}: {}", e.field, e.problem)
+                    })?;
+                }
+                Ok(Measured::Live(live))
             }
         }
     }
@@ -918,13 +929,36 @@ fn calibrate(a: Calibrate) -> Result<()> {
         }
     }
     let progress = a.progress && std::io::stderr().is_terminal();
-    // The output files are made now: a name that cannot be written fails before the
-    // measurements, not after them.
-    let create = |path: &Path| {
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))
-    };
-    let out_file = a.out.map(create).transpose()?;
-    let json_file = a.json.map(create).transpose()?;
+    if a.real.cost_device.is_some() {
+        bail!("--cost-device is for characterize: calibrate writes the cost model (--out)");
+    }
+    if a.out.is_some() && a.out == a.json {
+        bail!("--out and --json name the same file");
+    }
+    for (flag, path) in [("--out", a.out), ("--json", a.json)] {
+        if let (Some(p), Some(d)) = (path, a.device)
+            && Path::new(d) == p
+        {
+            bail!(
+                "{flag} {} is the --device file calibrated against",
+                p.display()
+            );
+        }
+        // A name that cannot be written fails now, not after the measurements; an
+        // existing file is kept as it is until the new one replaces it.
+        if let Some(p) = path {
+            let exists = p.exists();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .with_context(|| format!("{flag}: cannot write {}", p.display()))?;
+            if !exists {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
     if let Some(passes) = a.age
         && !(passes.is_finite() && passes > 0.0 && passes <= 100.0)
     {
@@ -966,14 +1000,12 @@ fn calibrate(a: Calibrate) -> Result<()> {
         started.elapsed().as_secs_f64(),
         ioshare::device::spec::DeviceSpec::Fitted(params.clone()).describe()
     );
-    match (a.out, out_file) {
-        (Some(path), Some(mut f)) => {
-            use std::io::Write as _;
-            f.write_all(file.as_bytes())
-                .with_context(|| format!("cannot write {}", path.display()))?;
+    match a.out {
+        Some(path) => {
+            replace_file(path, file.as_bytes())?;
             println!("wrote {}", path.display());
         }
-        _ => print!("\n{file}"),
+        None => print!("\n{file}"),
     }
     let checked = if a.check && !sizes.is_empty() {
         let plan = |device: toml::Table| Plan {
@@ -998,18 +1030,27 @@ fn calibrate(a: Calibrate) -> Result<()> {
     } else {
         None
     };
-    if let (Some(path), Some(mut f)) = (a.json, json_file) {
-        use std::io::Write as _;
+    if let Some(path) = a.json {
         let v = serde_json::json!({
             "measurements": m,
             "fitted": device_table(&params),
             "check": checked,
         });
-        f.write_all((serde_json::to_string_pretty(&v)? + "\n").as_bytes())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        replace_file(path, (serde_json::to_string_pretty(&v)? + "\n").as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Writes `bytes` to a file beside `path` and renames it over `path`: a reader (a
+/// server reloading its `backend.cost_device`) sees the old file or the new one.
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    std::fs::write(&partial, bytes)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    std::fs::rename(&partial, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The `[device]` table of a preset name or a TOML file, with the precondition and

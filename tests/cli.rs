@@ -308,6 +308,32 @@ fn calibrate_writes_a_device_file_that_runs() {
             vec!["characterize", "--device", "intel-x25m", "--kernel", "bfq"],
             "block device",
         ),
+        (
+            vec![
+                "calibrate",
+                "--device",
+                "intel-x25m",
+                "--out",
+                "a.toml",
+                "--json",
+                "a.toml",
+            ],
+            "same file",
+        ),
+        (
+            vec!["calibrate", "x.img", "--cost-device", "c.toml"],
+            "calibrate writes the cost model",
+        ),
+        (
+            vec![
+                "characterize",
+                "--device",
+                "intel-x25m",
+                "--kernel",
+                "bfq,bfq",
+            ],
+            "given twice",
+        ),
     ] {
         let o = ioshare().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

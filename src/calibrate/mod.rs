@@ -340,25 +340,35 @@ pub fn fit_line(points: &[(f64, f64)]) -> (f64, f64) {
     }
 }
 
-/// The write cache a burst shows: the bytes acknowledged above the sustained rate
-/// (the median of the last third) before the rate first settles within 10 % of it;
-/// 0 when the first interval is not 20 % above it. Also the sustained rate.
+/// The write cache a burst shows, and the sustained rate (the mean of the last third).
+/// The cache is how far the bytes acknowledged ran ahead of the sustained rate (the
+/// largest lead of the running total over the sustained line), less how far they
+/// wander from it while sustained (the same lead within the last third): a target
+/// that acknowledges in clumps (every few intervals, as through a FUSE mount) shows
+/// clumps, not a cache. Less than two intervals of the sustained rate is no cache.
 pub fn cache_from_burst(bytes_per_s: &[f64], interval_s: f64) -> (f64, f64) {
-    if bytes_per_s.len() < 3 {
+    let n = bytes_per_s.len();
+    if n < 3 {
         return (0.0, bytes_per_s.last().copied().unwrap_or(0.0));
     }
-    let mut tail: Vec<f64> = bytes_per_s[bytes_per_s.len() * 2 / 3..].to_vec();
-    tail.sort_by(f64::total_cmp);
-    let steady = tail[tail.len() / 2];
-    if bytes_per_s[0] <= 1.2 * steady {
+    let tail = &bytes_per_s[n * 2 / 3..];
+    let steady = tail.iter().sum::<f64>() / tail.len() as f64;
+    // The largest lead of the running total over `steady` from the start of `rates`.
+    let lead = |rates: &[f64]| {
+        let mut total = 0.0;
+        let mut most: f64 = 0.0;
+        for (i, b) in rates.iter().enumerate() {
+            total += b * interval_s;
+            most = most.max(total - steady * interval_s * (i + 1) as f64);
+        }
+        most
+    };
+    let cache = lead(bytes_per_s) - lead(tail);
+    // Less than two intervals' worth is a rate settling, not a cache.
+    if cache < 2.0 * steady * interval_s {
         return (0.0, steady);
     }
-    let excess: f64 = bytes_per_s
-        .iter()
-        .take_while(|&&b| b > 1.1 * steady)
-        .map(|b| (b - steady) * interval_s)
-        .sum();
-    (excess, steady)
+    (cache, steady)
 }
 
 fn point(m: &Measurements, op: ProbeOp, random: bool, depth: u32) -> Vec<(f64, f64)> {
@@ -439,7 +449,8 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     let write = side(ProbeOp::Write)?;
     let units = |s: &Side, op: ProbeOp| {
         let deep4k = point(m, op, true, DEEP)[0].1;
-        (s.t4k_us / deep4k).ceil().clamp(1.0, f64::from(DEEP)) as u32
+        // Up, but not for noise just past a whole number.
+        (s.t4k_us / deep4k - 0.1).ceil().clamp(1.0, f64::from(DEEP)) as u32
     };
     // Two readers that get no more than one (a disk arm, seeking between them) mean
     // one unit, whatever the deep queue gains (a disk's reordering is not units).
@@ -525,7 +536,11 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                 // Up to a backlog the writer could build in the measured window; a
                 // target out of reach (the writer never outpaces the media, so no
                 // backlog builds whatever the cache) keeps no cache.
-                let hi = m.mixed_seconds * p.write_media_mb_s * 1e6 / (1u64 << 20) as f64;
+                let units_rate = f64::from(p.units) * 4096.0
+                    / (p.unit_time(Op::Write, 4096, true) as f64 * 1e-9)
+                    / 1e6;
+                let hi = m.mixed_seconds * units_rate.max(p.write_media_mb_s) * 1e6
+                    / (1u64 << 20) as f64;
                 p.write_cache_mib =
                     bisect(0.0, hi.max(1.0), |mib| Ok(reads_with(cache(mib))? > target))?
                         .unwrap_or(0.0);
@@ -592,7 +607,11 @@ pub fn device_file(p: &FittedParams, m: &Measurements) -> String {
     let _ = writeln!(s, "# Fitted by `ioshare calibrate` to {}.", m.target);
     let _ = writeln!(
         s,
-        "# Use it as a scenario's [device] (or `backend.device` of the emulated backend)."
+        "# Use it as a scenario's [device], the emulated backend's `backend.device`, a live"
+    );
+    let _ = writeln!(
+        s,
+        "# server's `backend.cost_device`, or `characterize --cost-device`."
     );
     let mut root = toml::Table::new();
     root.insert("device".into(), toml::Value::Table(device_table(p)));

@@ -46,6 +46,20 @@ fn the_cache_is_the_burst_above_the_sustained_rate() {
     assert_eq!(cache, 4.0 * 200.0 * 0.5);
     assert_eq!(cache_from_burst(&[100.0; 10], 0.5), (0.0, 100.0));
     assert_eq!(cache_from_burst(&[], 0.5), (0.0, 0.0));
+    // Acknowledged in clumps (one interval in five carries five intervals' bytes): no
+    // cache, and the sustained rate is the mean.
+    let clumps: Vec<f64> = (0..30)
+        .map(|i| if i % 5 == 4 { 500.0 } else { 0.0 })
+        .collect();
+    let (cache, steady) = cache_from_burst(&clumps, 0.5);
+    assert_eq!(steady, 100.0);
+    assert_eq!(cache, 0.0, "clumps are not a cache");
+    // The same clumps after a real cache still show the cache.
+    let mut cached = vec![300.0; 4];
+    cached.extend(clumps);
+    // To within a clump (250).
+    let (cache, _) = cache_from_burst(&cached, 0.5);
+    assert!((150.0..=650.0).contains(&cache), "{cache}");
 }
 
 /// The fitted device measured and fitted again gives itself back.
@@ -122,9 +136,11 @@ proptest! {
         }
         // The QD1 line itself (the summary the file carries beside its points), and
         // the points between the measured sizes.
-        prop_assert!(close(f.read_latency_us, p.read_latency_us, 0.05), "{f:?}\n{p:?}");
+        // The intercept to within 3 % of a 4 KiB request's time (it can be a sliver of it).
+        let t4k = |op| p.unit_time(op, 4096, true) as f64 / 1000.0;
+        prop_assert!((f.read_latency_us - p.read_latency_us).abs() <= 0.03 * t4k(Op::Read), "{f:?}\n{p:?}");
         prop_assert!(close(f.read_transfer_mb_s, p.read_transfer_mb_s, 0.05), "{f:?}\n{p:?}");
-        prop_assert!(close(f.write_latency_us, p.write_latency_us, 0.05), "{f:?}\n{p:?}");
+        prop_assert!((f.write_latency_us - p.write_latency_us).abs() <= 0.03 * t4k(Op::Write), "{f:?}\n{p:?}");
         prop_assert!(close(f.write_transfer_mb_s, p.write_transfer_mb_s, 0.05), "{f:?}\n{p:?}");
         for op in [Op::Read, Op::Write] {
             let (got, want) = (f.unit_time(op, 128 << 10, true), p.unit_time(op, 128 << 10, true));

@@ -118,7 +118,8 @@ impl Runner for LiveRunner {
                     None,
                     crate::sim::RunOptions::default(),
                 )?;
-                if let Some(why) = failure.lock().expect("failure lock").take() {
+                let failed = failure.lock().expect("failure lock").take();
+                if let Some(why) = failed.or_else(crate::target::interrupted) {
                     anyhow::bail!("{}: {why}", self.target.path.display());
                 }
                 out.push(r);

@@ -73,16 +73,22 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Makes SIGINT and SIGTERM stop a measurement as a failure ("interrupted"), so that
 /// what it changed is put back as it unwinds (a created file removed, a scheduler
-/// restored) instead of the process dying with it changed.
+/// restored) instead of the process dying with it changed. Once: a second signal
+/// kills the process as usual.
 pub fn stop_on_signals() {
-    // SAFETY: installing a handler that only stores to an atomic.
+    // SAFETY: a zeroed sigaction with a handler that only stores to an atomic.
     unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
     }
 }
 
-fn interrupted() -> Option<String> {
+/// Why a measurement must stop, when SIGINT or SIGTERM came ([`stop_on_signals`]).
+pub fn interrupted() -> Option<String> {
     INTERRUPTED
         .load(Ordering::SeqCst)
         .then(|| "interrupted (SIGINT or SIGTERM)".to_string())
@@ -92,10 +98,10 @@ fn interrupted() -> Option<String> {
 const ALIGN: u64 = crate::server::backend::DIRECT_ALIGN;
 
 impl Target {
-    /// Opens `path`. A missing path is created as a file of `create_bytes` (and
-    /// filled with data, so reads read something); writing to anything this call did
-    /// not create needs `destroy_data`, and to a block device with a mounted file
-    /// system is refused even then unless `destroy_data` — the caller says so.
+    /// Opens `path`. A missing path is created as a file of `create_bytes` (fill it
+    /// with [`Target::fill`] so reads read something); writing to anything this call
+    /// did not create needs `destroy_data`, and a block device that is mounted, swap,
+    /// or held by device-mapper, md or another measurement is refused even then.
     pub fn open(
         path: &Path,
         create_bytes: Option<u64>,
@@ -184,7 +190,7 @@ impl Target {
                 Ok(f) => Some(f),
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                     let why = mounted(meta.rdev()).ok().flatten().map_or(
-                        "in use: mounted, swap, or held by device-mapper, md or a partition"
+                        "in use: mounted, swap, or held by device-mapper, md, a partition or another measurement"
                             .to_string(),
                         |m| format!("holds a mounted file system ({m})"),
                     );
@@ -324,7 +330,9 @@ impl Target {
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        self.direct.sync_all()?;
+        self.direct
+            .sync_all()
+            .with_context(|| format!("{label} {}: sync", self.path.display()))?;
         Ok(())
     }
 
@@ -471,12 +479,20 @@ impl Drop for SchedulerGuard {
             return;
         }
         let queue = PathBuf::from(format!("/sys/block/{}/queue", self.disk));
+        let put = |path: &Path, value: &str| {
+            if let Err(e) = std::fs::write(path, value)
+                // Read-only entries (EACCES) and values the scheduler refuses (EINVAL)
+                // stay as they are.
+                && !matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EINVAL))
+            {
+                eprintln!("could not put {} back to {value}: {e}", path.display());
+            }
+        };
         if let Some(n) = &self.nr_requests {
-            let _ = std::fs::write(queue.join("nr_requests"), n);
+            put(&queue.join("nr_requests"), n);
         }
         for (path, value) in &self.tunables {
-            // Read-only entries and ones the scheduler refuses stay as they are.
-            let _ = std::fs::write(path, value);
+            put(path, value);
         }
     }
 }
@@ -505,9 +521,11 @@ pub struct RingDevice {
     failure: Arc<Mutex<Option<String>>>,
     /// Write payloads back from completed writes, to write again ([`Self::payload`]).
     spare: Vec<IoBuf>,
-    /// The count stamped on each 4 KiB block written.
-    stamp: u64,
 }
+
+/// The count stamped on each 4 KiB block written, over the whole process (every run's
+/// blocks differ from every other's).
+static STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl RingDevice {
     fn new(t: &Target) -> anyhow::Result<RingDevice> {
@@ -530,7 +548,6 @@ impl RingDevice {
             ready: Vec::new(),
             failure: Arc::new(Mutex::new(None)),
             spare: Vec::new(),
-            stamp: 0,
         })
     }
 
@@ -591,10 +608,12 @@ impl RingDevice {
                 IoBuf::copy_of(&v)
             }
         };
-        for block in buf.chunks_mut(4096) {
-            self.stamp += 1;
+        // One range of counts per write: its blocks are numbered in order.
+        let blocks = len.div_ceil(4096) as u64;
+        let first = STAMP.fetch_add(blocks, Ordering::Relaxed) + 1;
+        for (i, block) in buf.chunks_mut(4096).enumerate() {
             let n = block.len().min(8);
-            block[..n].copy_from_slice(&self.stamp.to_le_bytes()[..n]);
+            block[..n].copy_from_slice(&(first + i as u64).to_le_bytes()[..n]);
         }
         buf
     }
@@ -680,7 +699,10 @@ impl Wall for RingDevice {
     }
 
     fn wait(&mut self, until: Nanos) {
-        if self.ready.is_empty() {
+        if !self.ready.is_empty() {
+            // Completions to hand out first; what was queued meanwhile goes now.
+            let _ = self.ring.submit();
+        } else {
             let ns = until.saturating_sub(self.now());
             let result = if self.in_flight == 0 {
                 // Nothing to wait for but the time.
@@ -798,7 +820,6 @@ impl DeviceModel for RingDevice {
             ready: Vec::new(),
             failure: self.failure.clone(),
             spare: Vec::new(),
-            stamp: self.stamp + (1 << 48),
         })
     }
 
@@ -817,7 +838,7 @@ impl Drop for RingDevice {
                     if matches!(
                         e.raw_os_error(),
                         Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                    ) =>
+                    ) && interrupted().is_none() =>
                 {
                     self.reap()
                 }

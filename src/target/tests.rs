@@ -122,9 +122,11 @@ fn requests_complete_and_mistakes_fail_the_device() {
     assert_eq!(done.len(), 2);
     assert!(done.iter().all(|f| f.finish >= f.submitted));
     let written = std::fs::read(&t.path).unwrap();
-    // Each 4 KiB block stamped with its count, the rest pseudo-random.
+    // Each 4 KiB block stamped with a count, the rest pseudo-random.
+    // (Stamps count over the process: consecutive from the first block's.)
+    let first = u64::from_le_bytes(written[..8].try_into().unwrap());
     for (i, block) in written[..65536].chunks(4096).enumerate() {
-        assert_eq!(block[..8], (i as u64 + 1).to_le_bytes(), "block {i}");
+        assert_eq!(block[..8], (first + i as u64).to_le_bytes(), "block {i}");
         assert!(block[8..].iter().any(|&b| b != 0));
     }
     // Refused requests complete at once without going to the file.
