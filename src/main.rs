@@ -91,7 +91,8 @@ enum Command {
     /// policies (ta1, ta2, ta3, mclock) through compliant tenants beside violators and
     /// flooders instead.
     Conformance {
-        /// Only this device: sata-aged, nvme-clean or nvme-aged; with --slo nvme-aged,
+        /// Only this device: sata-aged, nvme-clean, nvme-aged, sata-aged-wb or
+        /// nvme-aged-wb; with --slo nvme-aged,
         /// nvme-clean, hdd or raid0 (repeatable; default all).
         #[arg(long = "device", value_name = "D")]
         devices: Vec<String>,
@@ -522,13 +523,17 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
     } else {
         devices
             .iter()
-            .map(|d| match d.as_str() {
-                "sata-aged" => Ok(Device::SataAged),
-                "nvme-clean" => Ok(Device::NvmeClean),
-                "nvme-aged" => Ok(Device::NvmeAged),
-                other => bail!(
-                    "--device: unknown device '{other}' (known: sata-aged, nvme-clean, nvme-aged)"
-                ),
+            .map(|d| {
+                Device::ALL
+                    .into_iter()
+                    .find(|x| x.key() == d.as_str())
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = Device::ALL.iter().map(|x| x.key()).collect();
+                        anyhow::anyhow!(
+                            "--device: unknown device '{d}' (known: {})",
+                            known.join(", ")
+                        )
+                    })
             })
             .collect::<Result<_>>()?
     };

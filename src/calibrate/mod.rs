@@ -42,8 +42,12 @@ pub const DEEP_SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
 pub const DEEP: u32 = 32;
 /// A QD1 time within this factor of the deep queue's time per request is media-bound.
 pub const MEDIA_BOUND: f64 = 1.1;
-/// Two readers getting less than this many times one reader's rate share one unit.
-pub const PAIR_PARALLEL: f64 = 1.5;
+/// Two readers getting less than this many times one reader's rate share one unit (a
+/// disk arm).
+pub const PAIR_PARALLEL: f64 = 1.15;
+/// Two readers getting less than this many times one reader's rate (but more than
+/// [`PAIR_PARALLEL`]) share a path: the fitted `shared_path_us`.
+pub const PAIR_SHARED: f64 = 1.9;
 /// Where every QD1 point is media-bound, the unit line is this share of the media's.
 pub const UNDER_MEDIA: f64 = 0.9;
 
@@ -455,10 +459,21 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     // Two readers that get no more than one (a disk arm, seeking between them) mean
     // one unit, whatever the deep queue gains (a disk's reordering is not units).
     let one_reader = point(m, ProbeOp::Read, true, 1)[0].1;
-    let units = if m.pair_read_iops * one_reader * 1e-6 < PAIR_PARALLEL {
+    let pair = m.pair_read_iops * one_reader * 1e-6;
+    let units = if pair < PAIR_PARALLEL {
         1
     } else {
         units(&read, ProbeOp::Read).max(units(&write, ProbeOp::Write))
+    };
+    // Two readers that get more than one but well under two, where the deep queue
+    // gains more (a virtual disk's host path, which carries a deep queue many requests
+    // at a time but two synchronous streams one at a time): the shared path's batch
+    // time. Two streams phase-locked on it take two batches a cycle, so the batch is
+    // half of what each stream's request took beside the other.
+    let shared_path_us = if (PAIR_PARALLEL..PAIR_SHARED).contains(&pair) && units > 1 {
+        (1e6 / m.pair_read_iops).min(one_reader)
+    } else {
+        0.0
     };
     // The burst's sustained rate is in 1 MiB writes; the cache is measured in them.
     let (cache_bytes, _) = cache_from_burst(&m.burst_bytes_per_s, m.burst_interval_s);
@@ -478,6 +493,8 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         write_cache_mib: cache_bytes / (1u64 << 20) as f64,
         writes_delay_reads: 1.0,
         reads_delay_writes: 1.0,
+        read_collision_us: 0.0,
+        shared_path_us,
         read_points: read.points,
         write_points: write.points,
     };
@@ -518,15 +535,33 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
             Ok(r[0].tenants[0].iops)
         };
         let target = mix.read_iops;
+        // The write in progress a read finds (a program on its die, when a cache or a
+        // shallow queue keeps the backlog short): the collision time that slows the
+        // model's reader as much, up to 100 ms.
+        let collision = |p: &FittedParams| -> anyhow::Result<f64> {
+            let collide = |us: f64| FittedParams {
+                read_collision_us: us,
+                ..p.clone()
+            };
+            Ok(
+                bisect(0.0, 100_000.0, |us| Ok(reads_with(collide(us))? > target))?
+                    .unwrap_or(100_000.0),
+            )
+        };
         if p.write_cache_mib > 0.0 {
             let share = |k: f64| FittedParams {
                 writes_delay_reads: k,
                 ..p.clone()
             };
             // Out of reach: reads wait for all of the queued writes, and still less
-            // than measured.
-            p.writes_delay_reads =
-                bisect(0.0, 1.0, |k| Ok(reads_with(share(k))? > target))?.unwrap_or(1.0);
+            // than measured; the rest is collisions.
+            match bisect(0.0, 1.0, |k| Ok(reads_with(share(k))? > target))? {
+                Some(k) => p.writes_delay_reads = k,
+                None => {
+                    p.writes_delay_reads = 1.0;
+                    p.read_collision_us = collision(&p)?;
+                }
+            }
         } else {
             let cache = |mib: f64| FittedParams {
                 write_cache_mib: mib,
@@ -541,9 +576,10 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                     / 1e6;
                 let hi = m.mixed_seconds * units_rate.max(p.write_media_mb_s) * 1e6
                     / (1u64 << 20) as f64;
-                p.write_cache_mib =
-                    bisect(0.0, hi.max(1.0), |mib| Ok(reads_with(cache(mib))? > target))?
-                        .unwrap_or(0.0);
+                match bisect(0.0, hi.max(1.0), |mib| Ok(reads_with(cache(mib))? > target))? {
+                    Some(mib) => p.write_cache_mib = mib,
+                    None => p.read_collision_us = collision(&p)?,
+                }
             }
         }
     }

@@ -43,31 +43,55 @@ pub const DEVICE_COST_POLICIES: [&str; 2] = [
     "{ name = \"sfq\", label = \"sfq-dev\", cost = \"device\" }",
 ];
 
-/// A device the suite runs on.
+/// A device the suite runs on. The first three are write-through (the presets with
+/// `write_buffer_mib = 0`): a write completes when programmed, so a tenant's
+/// completions carry its device cost — the case the policies were built for and the
+/// tests hold them to. The `-wb` two are the presets as shipped, with their write-back
+/// buffers: a write is acknowledged from the buffer and its program (and the garbage
+/// collection it causes) lands later, in whoever's requests come next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
-    /// `sata-840pro`, aged (garbage collection active), 4 GiB.
+    /// `sata-840pro`, aged (garbage collection active), 4 GiB, write-through.
     SataAged,
-    /// `nvme-p4500`, clean, 4 GiB.
+    /// `nvme-p4500`, clean, 4 GiB, write-through.
     NvmeClean,
-    /// `nvme-p4500`, aged, 4 GiB.
+    /// `nvme-p4500`, aged, 4 GiB, write-through.
     NvmeAged,
+    /// `sata-840pro`, aged, 4 GiB, its 8 MiB write-back buffer.
+    SataAgedWb,
+    /// `nvme-p4500`, aged, 4 GiB, its 16 MiB write-back buffer.
+    NvmeAgedWb,
 }
 
 impl Device {
     /// Every device.
-    pub const ALL: [Device; 3] = [Device::SataAged, Device::NvmeClean, Device::NvmeAged];
+    pub const ALL: [Device; 5] = [
+        Device::SataAged,
+        Device::NvmeClean,
+        Device::NvmeAged,
+        Device::SataAgedWb,
+        Device::NvmeAgedWb,
+    ];
+
+    /// The write-through devices (what the tests hold the policies to).
+    pub const WRITE_THROUGH: [Device; 3] = [Device::SataAged, Device::NvmeClean, Device::NvmeAged];
 
     /// Its `[device]` table.
     fn toml(self) -> &'static str {
         match self {
             Device::SataAged => {
-                "model = \"ssd\"\npreset = \"sata-840pro\"\nprecondition = \"aged\"\ncapacity_gib = 4"
+                "model = \"ssd\"\npreset = \"sata-840pro\"\nprecondition = \"aged\"\ncapacity_gib = 4\nwrite_buffer_mib = 0"
             }
             Device::NvmeClean => {
-                "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"clean\"\ncapacity_gib = 4"
+                "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"clean\"\ncapacity_gib = 4\nwrite_buffer_mib = 0"
             }
             Device::NvmeAged => {
+                "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"aged\"\ncapacity_gib = 4\nwrite_buffer_mib = 0"
+            }
+            Device::SataAgedWb => {
+                "model = \"ssd\"\npreset = \"sata-840pro\"\nprecondition = \"aged\"\ncapacity_gib = 4"
+            }
+            Device::NvmeAgedWb => {
                 "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"aged\"\ncapacity_gib = 4"
             }
         }
@@ -79,14 +103,27 @@ impl Device {
             Device::SataAged => "sata-840pro aged",
             Device::NvmeClean => "nvme-p4500 clean",
             Device::NvmeAged => "nvme-p4500 aged",
+            Device::SataAgedWb => "sata-840pro aged, write-back",
+            Device::NvmeAgedWb => "nvme-p4500 aged, write-back",
+        }
+    }
+
+    /// Its name on the command line.
+    pub fn key(self) -> &'static str {
+        match self {
+            Device::SataAged => "sata-aged",
+            Device::NvmeClean => "nvme-clean",
+            Device::NvmeAged => "nvme-aged",
+            Device::SataAgedWb => "sata-aged-wb",
+            Device::NvmeAgedWb => "nvme-aged-wb",
         }
     }
 
     /// A rate a light 4 KiB reader keeps to, well under any share it would get.
     fn light_rate(self) -> f64 {
         match self {
-            Device::SataAged => 2000.0,
-            Device::NvmeClean | Device::NvmeAged => 5000.0,
+            Device::SataAged | Device::SataAgedWb => 2000.0,
+            Device::NvmeClean | Device::NvmeAged | Device::NvmeAgedWb => 5000.0,
         }
     }
 }

@@ -118,9 +118,9 @@ impl SloDevice {
         match self {
             SloDevice::NvmeAged | SloDevice::NvmeClean => Fit {
                 device: if self == SloDevice::NvmeAged {
-                    "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"aged\"\ncapacity_gib = 4"
+                    "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"aged\"\ncapacity_gib = 4\nwrite_buffer_mib = 0"
                 } else {
-                    "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"clean\"\ncapacity_gib = 4"
+                    "model = \"ssd\"\npreset = \"nvme-p4500\"\nprecondition = \"clean\"\ncapacity_gib = 4\nwrite_buffer_mib = 0"
                 },
                 queue_depth: 32,
                 region: ("256m", 320 << 20),

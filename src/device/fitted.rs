@@ -36,6 +36,21 @@ use serde::{Deserialize, Serialize};
 /// The media's unit of cost, bytes (a 4 KiB page or block).
 pub const UNIT_BYTES: u32 = 4096;
 
+/// How far back the media's write use counts for read collisions, ns (a decaying
+/// window).
+pub const BUSY_WINDOW_NS: f64 = 10_000_000.0;
+
+/// The expected largest of `k` waits, each 0 with chance `1 - busy` and otherwise
+/// uniform on [0, 1]: ∫₀¹ 1 − (1 − busy·t)^k dt.
+pub fn collision_share(k: u32, busy: f64) -> f64 {
+    let busy = busy.clamp(0.0, 1.0);
+    if busy <= 0.0 {
+        return 0.0;
+    }
+    let k1 = f64::from(k.max(1)) + 1.0;
+    1.0 - (1.0 - (1.0 - busy).powf(k1)) / (busy * k1)
+}
+
 /// Parameters of the fitted model (what `ioshare calibrate` writes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,6 +91,22 @@ pub struct FittedParams {
     /// Share of a read's media time that writes wait for too, 0 ..= 1.
     #[serde(default = "one")]
     pub reads_delay_writes: f64,
+    /// How long a read that finds the media writing waits for the write in progress,
+    /// µs (0: never): on flash, a page read behind a program on its die. A read of
+    /// `k` 4 KiB units waits `read_collision_us` × the expected largest of `k` waits,
+    /// each uniform over the write with the chance the media is writing (the write
+    /// clock's use over the last [`BUSY_WINDOW_NS`]).
+    #[serde(default)]
+    pub read_collision_us: f64,
+    /// A path every request takes one batch at a time, µs (0: none): a notification,
+    /// an interrupt, a host's I/O thread. A batch takes this long and carries every
+    /// request that arrived before it started; a request that arrives while one is in
+    /// service waits for the next. It is part of the QD1 time (the unit is held for the
+    /// rest), so one stream is as fast as without it; two streams wait for each other's
+    /// batches and together get less than twice one stream, while a deep queue,
+    /// carried many at a time, hardly notices.
+    #[serde(default)]
+    pub shared_path_us: f64,
     /// Measured unit times of random reads, `[size in bytes, µs]` by size: where
     /// given, a read's unit time is interpolated between them (and continued past the
     /// ends along the nearest segment) instead of the latency + transfer line.
@@ -178,6 +209,14 @@ pub struct FittedDevice {
     read_at: Nanos,
     /// The write media clock.
     write_at: Nanos,
+    /// The shared path: when the batch in service ends, and the one after it (0: none
+    /// formed yet).
+    path_end: Nanos,
+    path_next: Nanos,
+    path_ns: Nanos,
+    /// Write media work over the decaying window, ns, as of `busy_at`.
+    write_busy: f64,
+    busy_at: Nanos,
     sequence: Sequence,
 }
 
@@ -188,9 +227,14 @@ impl FittedDevice {
             cost: params.cost_model(),
             cache_ns: params.cache_ns(),
             units: vec![0; params.units.max(1) as usize],
+            path_ns: (params.shared_path_us * 1000.0).round() as Nanos,
             params,
             read_at: 0,
             write_at: 0,
+            path_end: 0,
+            path_next: 0,
+            write_busy: 0.0,
+            busy_at: 0,
             sequence: Sequence::default(),
         }
     }
@@ -214,11 +258,34 @@ impl FittedDevice {
             .enumerate()
             .min_by_key(|&(i, t)| (t, i))
             .expect("at least one unit");
-        let unit_end = free_at.max(now) + self.params.unit_time(request.op, request.len, random);
-        self.units[idx] = unit_end;
         let cost = self
             .cost
             .cost(request.op, request.offset, request.len, random);
+        // The write media's use over the window, decayed to now.
+        let since = now.saturating_sub(self.busy_at) as f64;
+        self.write_busy *= (-since / BUSY_WINDOW_NS).exp();
+        self.busy_at = self.busy_at.max(now);
+        let collision = match request.op {
+            Op::Read if self.params.read_collision_us > 0.0 => {
+                let k = request.len.div_ceil(UNIT_BYTES).max(1);
+                let share = collision_share(k, self.write_busy / BUSY_WINDOW_NS);
+                (self.params.read_collision_us * 1000.0 * share).round() as Nanos
+            }
+            Op::Write | Op::Trim => {
+                self.write_busy += cost;
+                0
+            }
+            _ => 0,
+        };
+        let unit_time = self.params.unit_time(request.op, request.len, random);
+        let (start, unit_time) = if self.path_ns > 0 {
+            let through = self.through_path(now);
+            (through, unit_time.saturating_sub(self.path_ns).max(1))
+        } else {
+            (now, unit_time)
+        };
+        let unit_end = free_at.max(start) + unit_time + collision;
+        self.units[idx] = unit_end;
         let advance = |clock: &mut Nanos, share: f64| {
             *clock = (*clock).max(now) + (cost * share).round() as Nanos;
         };
@@ -243,6 +310,27 @@ impl FittedDevice {
             }
         };
         unit_end.max(media_done)
+    }
+}
+
+impl FittedDevice {
+    /// When a request that arrives at `now` is through the shared path: with the batch
+    /// starting now when the path is idle, else with the next batch.
+    fn through_path(&mut self, now: Nanos) -> Nanos {
+        if now >= self.path_end && self.path_next > self.path_end && now < self.path_next {
+            // The batch that was next is in service now.
+            self.path_end = self.path_next;
+            self.path_next = 0;
+        }
+        if now >= self.path_end {
+            self.path_end = now + self.path_ns;
+            self.path_next = 0;
+            return self.path_end;
+        }
+        if self.path_next <= self.path_end {
+            self.path_next = self.path_end + self.path_ns;
+        }
+        self.path_next
     }
 }
 
@@ -283,6 +371,8 @@ pub fn check(p: &FittedParams) -> Result<(), crate::config::Invalid> {
         ("write_cache_mib", p.write_cache_mib, 0.0, 1.0e6),
         ("writes_delay_reads", p.writes_delay_reads, 0.0, 1.0),
         ("reads_delay_writes", p.reads_delay_writes, 0.0, 1.0),
+        ("read_collision_us", p.read_collision_us, 0.0, 60.0e6),
+        ("shared_path_us", p.shared_path_us, 0.0, 60.0e6),
     ];
     for (field, v, lo, hi) in ranges {
         if !(v.is_finite() && v >= lo && v <= hi) {
@@ -342,6 +432,8 @@ pub(crate) mod tests {
             write_cache_mib: 0.0,
             writes_delay_reads: 1.0,
             reads_delay_writes: 1.0,
+            read_collision_us: 0.0,
+            shared_path_us: 0.0,
             read_points: Vec::new(),
             write_points: Vec::new(),
         }
@@ -365,6 +457,90 @@ pub(crate) mod tests {
         let mut d = FittedDevice::new(params());
         // 100 µs + 4096 B / 1000 MB/s = 104.096 µs.
         assert_eq!(d.serve(&req(Op::Read, 0, 4096), 0), 104_096);
+    }
+
+    /// The expected largest wait: none when the media is idle, half the write for one
+    /// unit at full use, nearly all of it for many units.
+    #[test]
+    fn collisions_grow_with_the_units_a_read_touches() {
+        assert_eq!(collision_share(1, 0.0), 0.0);
+        assert!((collision_share(1, 1.0) - 0.5).abs() < 1e-12);
+        assert!((collision_share(1, 0.3) - 0.15).abs() < 1e-12);
+        assert!((collision_share(16, 1.0) - 16.0 / 17.0).abs() < 1e-12);
+        let mut last = 0.0;
+        for k in [1, 2, 4, 16, 256] {
+            let s = collision_share(k, 0.25);
+            assert!(s > last && s < 1.0, "{k}: {s}");
+            last = s;
+        }
+    }
+
+    /// A read beside writes waits the collision time × the expected largest wait, at
+    /// the write clock's use over the window; without writes it does not.
+    #[test]
+    fn a_read_beside_writes_waits_for_the_write_in_progress() {
+        let p = FittedParams {
+            read_collision_us: 100.0,
+            write_cache_mib: 64.0,
+            ..params()
+        };
+        let mut d = FittedDevice::new(p.clone());
+        // Alone: the unit time.
+        assert_eq!(d.serve(&req(Op::Read, 0, 4096), 0), 104_096);
+        // A 4 KiB write every 56.768 µs (twice its 28.384 µs media cost) for 100 ms:
+        // the window holds about half its length of write work.
+        let mut t = 0;
+        while t < 100_000_000 {
+            let _ = d.serve(&req(Op::Write, 0, 4096), t);
+            t += 56_768;
+        }
+        let busy = d.write_busy / BUSY_WINDOW_NS;
+        assert!((busy - 0.5).abs() < 0.01, "{busy}");
+        let at = t;
+        let done = d.serve(&req(Op::Read, 1 << 20, 4096), at);
+        // The write 56.768 µs ago has decayed a little: use just under 0.5.
+        let share = collision_share(
+            1,
+            busy * (-((at - (t - 56_768)) as f64) / BUSY_WINDOW_NS).exp(),
+        );
+        assert_eq!(done - at, 104_096 + (100_000.0 * share).round() as Nanos);
+        assert!(done - at > 104_096 + 24_000 && done - at < 104_096 + 25_100);
+    }
+
+    /// The shared path: one stream as fast as without it, two streams one batch each
+    /// in turn, a deep queue carried many at a time.
+    #[test]
+    fn a_shared_path_slows_two_streams_not_one_or_a_deep_queue() {
+        let p = FittedParams {
+            shared_path_us: 80.0,
+            ..params()
+        };
+        // One stream: 104.096 µs a request, path included.
+        let mut d = FittedDevice::new(p.clone());
+        let mut t = 0;
+        for i in 0..10u64 {
+            t = d.serve(&req(Op::Read, i * 8192, 4096), t);
+        }
+        assert_eq!(t, 10 * 104_096);
+        // Two streams, each sending its next request when its last is done: after the
+        // first cycle each request waits for the other's batch, 2 × 80 µs a cycle.
+        let mut d = FittedDevice::new(p.clone());
+        let (mut a, mut b) = (0, 0);
+        for i in 0..100u64 {
+            a = d.serve(&req(Op::Read, i * 8192, 4096), a);
+            b = d.serve(&req(Op::Read, (1 << 29) + i * 8192, 4096), b);
+        }
+        let cycle = b as f64 / 100.0;
+        assert!((cycle - 160_000.0).abs() < 1_000.0, "{cycle}");
+        // A deep queue: one batch carries the 1000 requests; the media binds as before.
+        let mut q = p;
+        q.units = 64;
+        let mut d = FittedDevice::new(q);
+        let mut last = 0;
+        for i in 0..1000u64 {
+            last = d.serve(&req(Op::Read, i * 8192, 4096), 0);
+        }
+        assert_eq!(last, 1000 * 28_192);
     }
 
     /// Many at once: the media clock binds at 20 µs + 8.192 µs per 4 KiB request,

@@ -149,11 +149,15 @@ impl DeviceSpec {
                     Precondition::Clean => 1.0,
                 };
                 let read_page = us((p.read_us / dies).max(links));
+                // Pages read in order share their read unit's sensing; a read
+                // elsewhere pays one sensing of its own.
+                let read_next =
+                    us((p.read_us / f64::from(p.read_unit_pages.max(1)) / dies).max(links));
                 CostModel {
                     read: OpCost {
                         per_request_ns: us(p.command_us),
-                        per_unit_ns: read_page,
-                        random_ns: 0.0,
+                        per_unit_ns: read_next,
+                        random_ns: read_page - read_next,
                     },
                     write: OpCost {
                         per_request_ns: us(p.command_us),
@@ -182,8 +186,13 @@ impl DeviceSpec {
                 format_bytes(self.capacity_bytes())
             ),
             DeviceSpec::Fitted(p) => format!(
-                "fitted: {} units, read {:.0} µs + {:.0} MB/s (media {:.0} MB/s), write {:.0} µs + {:.0} MB/s (media {:.0} MB/s{}), {}",
+                "fitted: {} units{}, read {:.0} µs + {:.0} MB/s (media {:.0} MB/s), write {:.0} µs + {:.0} MB/s (media {:.0} MB/s{}), {}",
                 p.units,
+                if p.shared_path_us > 0.0 {
+                    format!(" behind a {:.0} µs shared path", p.shared_path_us)
+                } else {
+                    String::new()
+                },
                 p.read_latency_us,
                 p.read_transfer_mb_s,
                 p.read_media_mb_s,
@@ -473,6 +482,8 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
         ("erase_us", p.erase_us),
         ("command_us", p.command_us),
         ("read_suspend_us", p.read_suspend_us),
+        ("command_latency_us", p.command_latency_us.unwrap_or(0.0)),
+        ("write_ack_us", p.write_ack_us),
     ] {
         if !(v.is_finite() && v >= 0.0) {
             return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));
@@ -482,6 +493,16 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
         return Err(Invalid::new(
             "write_buffer_mib",
             format!("must be ≥ 0, got {}", p.write_buffer_mib),
+        ));
+    }
+    let unit = p.read_unit_pages;
+    if !(1..=64).contains(&unit) || !p.pages_per_block.is_multiple_of(unit) {
+        return Err(Invalid::new(
+            "read_unit_pages",
+            format!(
+                "must be 1 ..= 64 and divide pages_per_block ({}), got {unit}",
+                p.pages_per_block
+            ),
         ));
     }
     for (name, v) in [("channel_mb_s", p.channel_mb_s), ("host_mb_s", p.host_mb_s)] {
@@ -574,9 +595,10 @@ mod tests {
     fn an_ssd_costs_its_slowest_resource_per_page_and_aging_its_garbage_collection() {
         let clean = spec("model = 'ssd'\npreset = 'sata-840pro'\ncapacity_gib = 1").cost_model();
         // Reads: the SATA link (4096 B / 550 MB/s = 7.45 µs) is slower than 32 dies
-        // reading (60 / 32 µs); 10 µs of command per request.
+        // reading (70 / 32 µs); 10.5 µs of command per request.
         assert!((clean.read.per_unit_ns - 4096.0 / 550.0 * 1000.0).abs() < 1e-6);
-        assert_eq!(clean.read.per_request_ns, 10_000.0);
+        assert_eq!(clean.read.per_request_ns, 10_500.0);
+        assert_eq!(clean.read.random_ns, 0.0);
         // Writes on a clean drive: 250 µs / 32 dies = 7.8 µs a page.
         assert!((clean.write.per_unit_ns - 7812.5).abs() < 1e-6);
         // 512 B costs a page, like 4 KiB, and the read of the page it merges into.

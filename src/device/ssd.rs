@@ -5,12 +5,22 @@
 //!
 //! Timing is a resource-reservation model: each die keeps the time it is next free and a
 //! request's pages are scheduled on their dies in submission order; the request completes
-//! when its last page (and its host transfer) does. The controller and the inbound link
-//! (commands, write data) are one timeline in submission order. Transfers whose data is
-//! ready only later (a read's page after its die, read data back to the host) are charged
-//! to a per-channel / outbound *virtual clock* that starts at submission: it caps the
-//! rate, but a transfer never waits behind one reserved further in the future, which
-//! would otherwise stall a write on an idle die behind a read queued on a busy one.
+//! when its last page (and its host transfer) does. The controller takes one command
+//! every `command_us` and passes it on after `command_latency_us` (a pipelined
+//! controller when that is shorter); write data follows on the inbound link page by
+//! page. Transfers whose data is ready only later (a read's page after its die, read
+//! data back to the host) are charged to a per-channel / outbound *virtual clock* that
+//! starts at submission: it caps the rate, but a transfer never waits behind one
+//! reserved further in the future, which would otherwise stall a write on an idle die
+//! behind a read queued on a busy one.
+//!
+//! With a write-back buffer, a write is acknowledged once its pages hold slots, and
+//! reads go ahead of the buffered programs queued on their die (waiting for the
+//! operation in progress: one program, or an erase they arrive during). Optional read
+//! units sense several 4 KiB pages at once into a die's page register, which a
+//! sequential reader then reads without sensing again. Readings and the measurements
+//! that chose them are in `docs/devices.md`; the presets' sources are the drives'
+//! datasheets.
 //!
 //! A write that covers a page only in part (a 512 B write, or an unaligned one) reads the
 //! page first and programs the merged page (read-modify-write), unless the page holds no
@@ -26,7 +36,10 @@ use super::{DeviceModel, DeviceStats, Submitted, write_amplification};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Erases remembered per die for reads that arrive during one (older ones are dropped).
+const ERASES_KEPT: usize = 32;
 
 /// Every parameter of the SSD model. A preset fills them; a scenario may override any.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -53,15 +66,41 @@ pub struct SsdParams {
     pub channel_mb_s: f64,
     /// Host interface bandwidth (SATA / PCIe), MB/s.
     pub host_mb_s: f64,
-    /// Per-command host interface and controller overhead, microseconds.
+    /// Controller time per command, microseconds: commands are taken one after another,
+    /// one every `command_us` (what caps small random I/O).
     pub command_us: f64,
+    /// How long a command takes to reach the flash (or, for a write, the link) after
+    /// the controller takes it, microseconds. Absent: `command_us`, a controller that
+    /// finishes one command before it starts the next. Less than `command_us`: a
+    /// pipelined controller whose per-command work (mapping updates, completion
+    /// handling) partly follows the command, so one command alone is faster than the
+    /// rate commands can be taken at. Every preset sets it (a scenario can override
+    /// only what its preset has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_latency_us: Option<f64>,
     /// GC runs on a die when its free pool drops below this many blocks.
     pub gc_threshold_blocks: u32,
     /// Write-back buffer in MiB (0: none, a write completes when programmed). With a
     /// buffer a write completes once its pages hold a buffer slot; a slot frees when its
-    /// page is programmed, and a flush waits until every buffered page is.
+    /// page is programmed, and a flush waits until every buffered page is. Reads go
+    /// ahead of the buffered pages queued on their die: a read waits for the operation
+    /// in progress only, taken as one program (`program_us`), and the queued work ends
+    /// later by the read. Readings: an erase or relocation in progress counts as one
+    /// program too, and slot and flush times already answered keep theirs.
     #[serde(default)]
     pub write_buffer_mib: f64,
+    /// With a write buffer, the time from a write's last page taking its slot to the
+    /// acknowledgement, microseconds (firmware bookkeeping; 0: at once). It delays the
+    /// write's completion only, nothing waits on it; without a buffer it does nothing
+    /// (a write completes when programmed).
+    #[serde(default)]
+    pub write_ack_us: f64,
+    /// 4 KiB pages one read sensing brings into a die's page register (a 16 KiB NAND
+    /// page holds 4). A read of a page whose unit is still in its die's register (the
+    /// die's last operation sensed it) needs only the channel transfer: sequential
+    /// reads get the die's full page rate, random 4 KiB reads do not. Default 1.
+    #[serde(default = "one")]
+    pub read_unit_pages: u32,
     /// The host link carries one direction at a time (SATA, SAS): read and write data
     /// share `host_mb_s` together. `false`: a full-duplex link (PCIe), `host_mb_s` each
     /// way.
@@ -76,6 +115,10 @@ pub struct SsdParams {
     /// faster than one per (suspend + read) on a die hold its programs and GC back.
     #[serde(default)]
     pub read_suspend_us: f64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// A named preset: parameters and where they came from.
@@ -100,16 +143,19 @@ pub fn presets() -> &'static [SsdPreset] {
                 channels: 8,
                 dies_per_channel: 4,  // 32 × 64 Gbit MLC dies
                 pages_per_block: 512, // 2 MiB blocks
-                read_us: 60.0,
-                program_us: 250.0, // 32 dies × 4 KiB / 250 µs ≈ 524 MB/s sequential write
+                read_us: 70.0,        // QD1 4 KiB read ≈ 100 µs with command, channel and link
+                program_us: 250.0,    // 32 dies × 4 KiB / 250 µs ≈ 524 MB/s sequential write
                 erase_us: 3000.0,
                 channel_mb_s: 400.0, // Toggle DDR 2.0
                 host_mb_s: 550.0,    // SATA 6 Gb/s payload, one direction at a time
-                command_us: 10.0,    // caps 4 KiB random I/O near 100K IOPS
+                command_us: 10.5,    // caps 4 KiB random I/O near 95K IOPS (datasheet 100K/90K)
                 gc_threshold_blocks: 3,
-                write_buffer_mib: 0.0,
+                write_buffer_mib: 8.0, // DRAM write-back (assumed size)
                 half_duplex: true,
                 read_suspend_us: 0.0,
+                command_latency_us: Some(12.0),
+                write_ack_us: 10.5, // QD1 4 KiB write ≈ 30 µs
+                read_unit_pages: 1,
             },
         },
         SsdPreset {
@@ -117,7 +163,7 @@ pub fn presets() -> &'static [SsdPreset] {
             description: "1 TB TLC datacenter NVMe SSD of the Intel DC P4500 class (FeedBAC paper)",
             params: SsdParams {
                 capacity_gib: 931.3, // 1 TB (10^12) user capacity
-                op_ratio: 0.2,
+                op_ratio: 0.17,      // steady-state 4 KiB random write ≈ 30.5K IOPS (assumed spare)
                 channels: 12,
                 dies_per_channel: 2,   // 24 read/program units
                 pages_per_block: 1024, // 4 MiB blocks
@@ -128,9 +174,12 @@ pub fn presets() -> &'static [SsdPreset] {
                 host_mb_s: 3200.0, // PCIe 3.0 ×4
                 command_us: 1.5,
                 gc_threshold_blocks: 3,
-                write_buffer_mib: 0.0,
+                write_buffer_mib: 16.0, // power-loss-protected DRAM (assumed size)
                 half_duplex: false,
                 read_suspend_us: 0.0,
+                command_latency_us: Some(1.5),
+                write_ack_us: 17.0, // QD1 4 KiB write ≈ 20 µs
+                read_unit_pages: 4, // 16 KiB TLC pages: sequential reads at 3.2 GB/s
             },
         },
         SsdPreset {
@@ -142,16 +191,19 @@ pub fn presets() -> &'static [SsdPreset] {
                 channels: 10,
                 dies_per_channel: 2,  // 20 × 32 Gbit 34 nm MLC dies
                 pages_per_block: 128, // 512 KiB blocks
-                read_us: 50.0,
-                program_us: 1170.0, // 20 dies × 4 KiB / 1170 µs ≈ 70 MB/s sequential write
+                read_us: 35.0,        // QD1 4 KiB read 65 µs with command, channel and link
+                program_us: 1170.0,   // 20 dies × 4 KiB / 1170 µs ≈ 70 MB/s sequential write
                 erase_us: 2000.0,
-                channel_mb_s: 80.0,
+                channel_mb_s: 400.0,
                 host_mb_s: 265.0, // SATA 3 Gb/s payload, one direction at a time
                 command_us: 28.0, // caps 4 KiB random reads near 35K IOPS
                 gc_threshold_blocks: 3,
-                write_buffer_mib: 0.25, // the controller's buffer: QD1 writes near the datasheet's 85 µs
+                write_buffer_mib: 0.25, // the controller's buffer (assumed)
                 half_duplex: true,
                 read_suspend_us: 0.0,
+                command_latency_us: Some(5.0),
+                write_ack_us: 64.5, // QD1 4 KiB write 85 µs
+                read_unit_pages: 1,
             },
         },
     ]
@@ -176,6 +228,9 @@ pub enum Precondition {
 /// Random overwrites used by aging, as multiples of the logical space.
 pub const DEFAULT_AGING_PASSES: f64 = 1.0;
 
+/// An empty page register.
+const NO_UNIT: u64 = u64::MAX;
+
 fn ns(us: f64) -> Nanos {
     (us * 1000.0).round() as Nanos
 }
@@ -195,6 +250,8 @@ pub struct SsdDevice {
     move_ns: Nanos,
     page_xfer_ns: Nanos,
     command_ns: Nanos,
+    command_latency_ns: Nanos,
+    write_ack_ns: Nanos,
     host_page_ns: Nanos,
     channels: u32,
     die_free: Vec<Nanos>,
@@ -202,9 +259,18 @@ pub struct SsdDevice {
     /// with suspend they go ahead of the programs and erases in `die_free`).
     die_read_free: Vec<Nanos>,
     suspend_ns: Nanos,
+    /// Per die, the read unit its page register holds and when its sensing is done
+    /// (`NO_UNIT`: none; any program, relocation or erase on the die clears it).
+    register: Vec<(u64, Nanos)>,
+    unit_pages: u32,
+    /// Per die, the erases queued on it (start, end), oldest first: a read that goes
+    /// ahead of buffered work still waits for an erase it arrives during.
+    erasing: Vec<VecDeque<(Nanos, Nanos)>>,
+    /// The controller: when it takes its next command.
+    ctrl_free: Nanos,
     /// Per channel, a virtual clock of transfers in submission order (see `host_out_clock`).
     channel_clock: Vec<Nanos>,
-    /// Controller and inbound link: commands and write data, in submission order.
+    /// Inbound link (write data on a full-duplex link), in submission order.
     host_in_free: Nanos,
     /// Outbound link (read data) as a virtual clock: it advances by each read's
     /// transfer from the read's command time, so it caps the read data rate without
@@ -244,11 +310,17 @@ impl SsdDevice {
             move_ns: read_ns + program_ns,
             page_xfer_ns: transfer_ns(PAGE_BYTES, params.channel_mb_s),
             command_ns: ns(params.command_us),
+            command_latency_ns: ns(params.command_latency_us.unwrap_or(params.command_us)),
+            write_ack_ns: ns(params.write_ack_us),
             host_page_ns: transfer_ns(PAGE_BYTES, params.host_mb_s),
             channels: params.channels,
             die_free: vec![0; dies as usize],
             die_read_free: vec![0; dies as usize],
             suspend_ns: ns(params.read_suspend_us),
+            register: vec![(NO_UNIT, 0); dies as usize],
+            unit_pages: params.read_unit_pages.max(1),
+            erasing: vec![VecDeque::new(); dies as usize],
+            ctrl_free: 0,
             channel_clock: vec![0; params.channels as usize],
             host_in_free: 0,
             host_out_clock: 0,
@@ -289,18 +361,70 @@ impl SsdDevice {
         (die % self.channels) as usize
     }
 
-    /// Reads one page: die busy for the read, then the page crosses its channel.
+    /// The read unit a page belongs to: its physical page's, or for a page never
+    /// written, the fixed stripe's (kept apart from physical units by the top bit).
+    #[inline]
+    fn read_unit(&self, lpn: u32) -> u64 {
+        let unit = self.unit_pages as u64;
+        match self.ftl.lookup(lpn) {
+            Some(ppn) => ppn as u64 / unit,
+            None => (1 << 63) | (lpn as u64 / self.ftl.geometry().dies as u64 / unit),
+        }
+    }
+
+    /// Reads one page: die busy for the read (unless its unit is in the die's page
+    /// register), then the page crosses its channel.
     #[inline]
     fn read_page(&mut self, lpn: u32, at: Nanos) -> Nanos {
         let die = self.ftl.read_die(lpn);
         let ch = self.channel_of(die);
         let i = die as usize;
+        let unit = if self.unit_pages > 1 {
+            self.read_unit(lpn)
+        } else {
+            NO_UNIT
+        };
+        if unit != NO_UNIT && self.register[i].0 == unit {
+            // Sensed already: only the transfer out of the register.
+            let sensed = self.register[i].1;
+            let c = &mut self.channel_clock[ch];
+            *c = (*c).max(at) + self.page_xfer_ns;
+            return (sensed.max(at) + self.page_xfer_ns).max(*c);
+        }
         let start = at.max(self.die_read_free[i]);
-        let read_done = if self.suspend_ns > 0 && self.die_free[i] > start + self.suspend_ns {
+        let busy = self.die_free[i].saturating_sub(start);
+        let read_done = if self.suspend_ns > 0
+            && busy > self.suspend_ns
+            && (self.buffer_slots == 0 || self.suspend_ns < self.program_ns)
+        {
             // The die is programming or erasing past the suspend time: suspend it, read,
             // resume; what is queued on it ends later by the suspend and the read.
             let done = start + self.suspend_ns + self.read_ns;
             self.die_free[i] += self.suspend_ns + self.read_ns;
+            done
+        } else if self.buffer_slots > 0 && busy > self.program_ns {
+            // Buffered pages wait in the buffer until their die takes them: a read goes
+            // ahead of them and waits for the operation in progress only: an erase it
+            // arrives during, otherwise one program (a page relocation is about as
+            // long), none when the die is reading (a read right behind another). What
+            // is queued ends later by the read.
+            let erasing = &mut self.erasing[i];
+            while erasing.front().is_some_and(|&(_, end)| end <= start) {
+                erasing.pop_front();
+            }
+            let erase_end = erasing
+                .iter()
+                .find(|&&(from, end)| from <= start && start < end)
+                .map(|&(_, end)| end);
+            let in_progress = if self.die_read_free[i] >= at && at > 0 {
+                0
+            } else if let Some(end) = erase_end {
+                end - start
+            } else {
+                self.program_ns
+            };
+            let done = start + in_progress + self.read_ns;
+            self.die_free[i] += self.read_ns;
             done
         } else {
             let done = self.die_free[i].max(start) + self.read_ns;
@@ -308,25 +432,40 @@ impl SsdDevice {
             done
         };
         self.die_read_free[i] = read_done;
+        self.register[i] = (unit, read_done);
         let c = &mut self.channel_clock[ch];
         *c = (*c).max(at) + self.page_xfer_ns;
         (read_done + self.page_xfer_ns).max(*c)
     }
 
     /// Writes one page: the die first runs any GC the allocation needed, the page
-    /// crosses its channel, then the die programs it.
+    /// crosses its channel, then the die programs it. The page is there from `at`; its
+    /// channel transfer is charged to the channel's virtual clock from `charged_from`
+    /// (the time its data reached the drive, earlier than `at` for a page that waited
+    /// for a buffer slot: charging it at the slot's time would push the clock past the
+    /// reads in between and make them wait for a transfer still in the future).
     #[inline]
-    fn write_page(&mut self, lpn: u32, at: Nanos) -> Nanos {
+    fn write_page(&mut self, lpn: u32, at: Nanos, charged_from: Nanos) -> Nanos {
         let work = self.ftl.write(lpn);
         let die = work.die as usize;
+        self.register[die] = (NO_UNIT, 0);
         if work.moved > 0 || work.erased > 0 {
-            let gc = work.moved as Nanos * self.move_ns + work.erased as Nanos * self.erase_ns;
-            self.die_free[die] = self.die_free[die].max(at) + gc;
+            let moves = work.moved as Nanos * self.move_ns;
+            let erases = work.erased as Nanos * self.erase_ns;
+            let from = self.die_free[die].max(at);
+            self.die_free[die] = from + moves + erases;
+            if erases > 0 {
+                let erasing = &mut self.erasing[die];
+                if erasing.len() == ERASES_KEPT {
+                    erasing.pop_front();
+                }
+                erasing.push_back((from + moves, from + moves + erases));
+            }
         }
         let ch = self.channel_of(work.die);
         let c = &mut self.channel_clock[ch];
-        let xfer_done = (*c).max(at) + self.page_xfer_ns;
-        *c = xfer_done;
+        *c = (*c).max(charged_from) + self.page_xfer_ns;
+        let xfer_done = (*c).max(at + self.page_xfer_ns);
         let d = &mut self.die_free[die];
         let done = (*d).max(xfer_done) + self.program_ns;
         *d = done;
@@ -335,14 +474,22 @@ impl SsdDevice {
 }
 
 impl SsdDevice {
+    /// The controller takes a command at `now` or when it is next free, one every
+    /// `command_us`; answers when the command is through it (`command_latency_us`).
+    #[inline]
+    fn command(&mut self, now: Nanos) -> Nanos {
+        let taken = self.ctrl_free.max(now);
+        self.ctrl_free = taken + self.command_ns;
+        taken + self.command_latency_ns
+    }
+
     /// Accepts a request at `now` and answers when it finishes.
     pub fn serve(&mut self, request: &Request, now: Nanos) -> Nanos {
         let pages = self.pages(request);
         let npages = (pages.end - pages.start) as Nanos;
         match request.op {
             Op::Read => {
-                let start = self.host_in_free.max(now) + self.command_ns;
-                self.host_in_free = start;
+                let start = self.command(now);
                 let mut last = start;
                 for lpn in pages {
                     last = last.max(self.read_page(lpn, start));
@@ -354,50 +501,56 @@ impl SsdDevice {
                 (last + xfer).max(self.host_out_clock)
             }
             Op::Write => {
-                // Command and data cross the host link first. On a half-duplex link the
-                // data shares the clock read data leaves by; on a full-duplex one it
-                // follows the command in the inbound direction.
-                let command = self.host_in_free.max(now) + self.command_ns;
-                let xfer = npages * self.host_page_ns;
-                // Commands wait for the data before them either way; on half duplex the
-                // data also waits for the read data on the shared clock, never less.
-                self.host_in_free = command + xfer;
-                let arrived = if self.params.half_duplex {
-                    self.host_out_clock = self.host_out_clock.max(command) + xfer;
+                // The data crosses the host link once the controller has taken the
+                // command, page by page. On a half-duplex link it shares the clock read
+                // data leaves by; on a full-duplex one it has the inbound direction, in
+                // order. With a buffer a page crosses once it has a slot (flow control:
+                // the link waits for it), so a write larger than the buffer streams in
+                // as the buffer drains.
+                let command = self.command(now);
+                let link = if self.params.half_duplex {
                     self.host_out_clock
                 } else {
-                    command + xfer
+                    self.host_in_free
                 };
-                let mut last = arrived;
+                let mut sent = link.max(command);
+                let mut last = sent;
                 let (first, end) = (pages.start, pages.end);
                 let head_cut = !request.offset.is_multiple_of(PAGE_BYTES);
                 let tail_cut = !(request.offset + request.len as u64).is_multiple_of(PAGE_BYTES);
                 for lpn in pages {
+                    let slot_free =
+                        if self.buffer_slots > 0 && self.buffer.len() >= self.buffer_slots {
+                            self.buffer.pop().map_or(0, |Reverse(t)| t)
+                        } else {
+                            0
+                        };
+                    sent = sent.max(slot_free) + self.host_page_ns;
+                    let arrived = sent;
                     // A page the write covers only in part is read first and merged
                     // (read-modify-write), unless it holds no data yet.
                     let partial = (lpn == first && head_cut) || (lpn + 1 == end && tail_cut);
-                    let arrived = if partial && self.ftl.lookup(lpn).is_some() {
+                    let ready = if partial && self.ftl.lookup(lpn).is_some() {
                         self.rmw_reads += 1;
                         self.read_page(lpn, arrived)
                     } else {
                         arrived
                     };
+                    let programmed = self.write_page(lpn, ready, arrived);
                     if self.buffer_slots == 0 {
-                        last = last.max(self.write_page(lpn, arrived));
+                        last = last.max(programmed);
                         continue;
                     }
-                    // The page enters the buffer when a slot is free; the write is
-                    // acknowledged then, and the page is programmed in the background.
-                    let slot_free = if self.buffer.len() >= self.buffer_slots {
-                        self.buffer.pop().map_or(0, |Reverse(t)| t)
-                    } else {
-                        0
-                    };
-                    let buffered = arrived.max(slot_free);
-                    let programmed = self.write_page(lpn, buffered);
+                    // In the buffer the write is acknowledged; the page is programmed in
+                    // the background and frees its slot then.
                     self.buffer.push(Reverse(programmed));
                     self.buffer_drained = self.buffer_drained.max(programmed);
-                    last = last.max(buffered);
+                    last = last.max(ready + self.write_ack_ns);
+                }
+                if self.params.half_duplex {
+                    self.host_out_clock = sent;
+                } else {
+                    self.host_in_free = sent;
                 }
                 last
             }
@@ -405,16 +558,10 @@ impl SsdDevice {
                 for lpn in pages {
                     self.ftl.trim(lpn);
                 }
-                let done = self.host_in_free.max(now) + self.command_ns;
-                self.host_in_free = done;
-                done
+                self.command(now)
             }
             // A flush costs the command and waits for the write buffer to drain.
-            Op::Flush => {
-                let done = self.host_in_free.max(now) + self.command_ns;
-                self.host_in_free = done;
-                done.max(self.buffer_drained)
-            }
+            Op::Flush => self.command(now).max(self.buffer_drained),
         }
     }
 }
@@ -471,6 +618,9 @@ mod tests {
             write_buffer_mib: 0.0,
             half_duplex: false,
             read_suspend_us: 0.0,
+            command_latency_us: None,
+            write_ack_us: 0.0,
+            read_unit_pages: 1,
         }
     }
 
@@ -601,11 +751,12 @@ mod tests {
     #[test]
     fn pages_on_different_dies_overlap() {
         let mut d = SsdDevice::new(tiny());
-        // 4 pages striped over 4 dies on 2 channels: programs overlap.
+        // 4 pages striped over 4 dies on 2 channels: programs overlap. Command 5 µs,
+        // then a page a µs on the link (in at 6, 7, 8, 9 µs); channel 0 carries pages 0
+        // and 2 (6–16, 16–26 µs), channel 1 pages 1 and 3 (7–17, 17–27 µs): the last
+        // page programs from 27 µs to 227 µs.
         let t = d.serve(&req(Op::Write, 0, 4 * 4096), 0);
-        // host 5 + 4 µs; channel 0 carries pages 0 and 2 (10 + 10 µs): last page programs
-        // from 29 µs to 229 µs.
-        assert_eq!(t, 229_000);
+        assert_eq!(t, 227_000);
     }
 
     #[test]
@@ -623,12 +774,13 @@ mod tests {
         // Die 0: A programs until 216 µs, then ten 50 µs reads; the last page crosses the
         // channel 10 µs later.
         assert_eq!(last_read, 216_000 + 10 * 50_000 + 10_000 + 1_000);
-        // C goes to die 2, also on channel 0. Its command arrives at 12 + 10 × 5 + 6 µs;
+        // C goes to die 2, also on channel 0. The controller takes its command at
+        // 12 × 5 = 60 µs (A, B and the ten reads before it), its data is in at 66 µs;
         // the channel carried A (6–16 µs) and owes the reads ten transfers from their
-        // command times (17 µs on: clock at 117 µs), so C crosses at 117–127 µs and
-        // programs until 327 µs, long before die 0's reads are done.
+        // command times (clock at 116 µs), so C crosses at 116–126 µs and programs
+        // until 326 µs, long before die 0's reads are done.
         let c = d.serve(&req(Op::Write, 2 * 4096, 4096), 0);
-        assert_eq!(c, 327_000);
+        assert_eq!(c, 326_000);
     }
 
     #[test]
@@ -638,14 +790,107 @@ mod tests {
             ..tiny()
         });
         // A (die 0) and B (die 1) take the two slots: acknowledged when their data is in
-        // (6 and 12 µs), programmed until 216 and 222 µs.
+        // (6 µs; B's command is taken at 5 µs, its data in at 11 µs), programmed until
+        // 216 and 221 µs.
         assert_eq!(d.serve(&req(Op::Write, 0, 4096), 0), 6_000);
-        assert_eq!(d.serve(&req(Op::Write, 4096, 4096), 0), 12_000);
-        // C (die 2, channel 0) waits for A's slot (216 µs), crosses the channel until
-        // 226 µs and programs until 426 µs.
-        assert_eq!(d.serve(&req(Op::Write, 2 * 4096, 4096), 0), 216_000);
+        assert_eq!(d.serve(&req(Op::Write, 4096, 4096), 0), 11_000);
+        // C (die 2, channel 0) waits for A's slot (216 µs) before its data crosses the
+        // link (until 217 µs), then its channel (227 µs), and programs until 427 µs.
+        assert_eq!(d.serve(&req(Op::Write, 2 * 4096, 4096), 0), 217_000);
         // A flush waits for the last buffered page.
-        assert_eq!(d.serve(&req(Op::Flush, 0, 0), 0), 426_000);
+        assert_eq!(d.serve(&req(Op::Flush, 0, 0), 0), 427_000);
+    }
+
+    /// A pipelined controller: one command every `command_us`, each through it after
+    /// `command_latency_us`. A lone read is faster; a burst is paced the same.
+    #[test]
+    fn a_pipelined_controller_shortens_a_lone_command_not_the_rate() {
+        let burst = |latency: Option<f64>| {
+            let mut d = SsdDevice::new(SsdParams {
+                command_us: 20.0,
+                command_latency_us: latency,
+                ..tiny()
+            });
+            let lone = d.serve(&req(Op::Read, 0, 4096), 0);
+            // 16 reads of pages on 4 dies at 1 ms: the controller takes one every 20 µs.
+            let t = 1_000_000;
+            let last = (0..16u64)
+                .map(|i| d.serve(&req(Op::Read, i * 4096, 4096), t))
+                .max()
+                .unwrap();
+            (lone, last - t)
+        };
+        // command 20 + read 50 + channel 10 + host 1 µs.
+        assert_eq!(burst(None).0, 81_000);
+        assert_eq!(burst(Some(5.0)).0, 66_000);
+        // The 16th command is taken at 300 µs either way; its page's die (3) has read
+        // pages 3, 7 and 11 from 60 (or 45) µs on, one every 20 µs, so it is free.
+        let (_, serial) = burst(None);
+        let (_, piped) = burst(Some(5.0));
+        assert_eq!(serial, 300_000 + 81_000);
+        assert_eq!(piped, 300_000 + 66_000);
+    }
+
+    /// With a buffer, `write_ack_us` delays the acknowledgement and nothing else.
+    #[test]
+    fn write_ack_delays_the_acknowledgement_only() {
+        let run = |ack_us| {
+            let mut d = SsdDevice::new(SsdParams {
+                write_buffer_mib: 1.0,
+                write_ack_us: ack_us,
+                ..tiny()
+            });
+            let w = d.serve(&req(Op::Write, 0, 4096), 0);
+            let f = d.serve(&req(Op::Flush, 0, 0), 0);
+            (w, f)
+        };
+        assert_eq!(run(0.0), (6_000, 216_000));
+        assert_eq!(run(30.0), (36_000, 216_000));
+    }
+
+    /// With 4-page read units, the pages a sequential write put next to each other on a
+    /// die are sensed once: reading them back takes one sensing per unit, random reads
+    /// of separate units take one each.
+    #[test]
+    fn a_read_unit_is_sensed_once_for_its_pages() {
+        let read_all = |unit: u32, lpns: &[u64]| {
+            let mut d = SsdDevice::new(SsdParams {
+                read_unit_pages: unit,
+                host_mb_s: 409_600.0, // 0.01 µs a page: the link out of the way
+                ..tiny()
+            });
+            // 64 pages written in order: page l on die l % 4, 16 in a row on each die.
+            let _ = d.serve(&req(Op::Write, 0, 64 * 4096), 0);
+            let t = 10_000_000;
+            let last = lpns
+                .iter()
+                .map(|&l| d.serve(&req(Op::Read, l * 4096, 4096), t))
+                .max()
+                .unwrap();
+            (last - t, d)
+        };
+        // Die 0 holds pages 0, 4, 8, … in its block's first 16 slots: units of 4 slots
+        // are pages {0, 4, 8, 12}, {16, 20, 24, 28}, …
+        let same_unit = [0u64, 4, 8, 12];
+        let (one, _) = read_all(1, &same_unit);
+        let (four, _) = read_all(4, &same_unit);
+        // Unit 1: four sensings on die 0 (50 µs each) — the last done at 5 + 200 µs,
+        // then its channel transfer. Unit 4: one sensing done at 55 µs, then the
+        // transfers; the channel's virtual clock (from the commands at 5–20 µs) is at
+        // 45 µs, below the data, so each is out 10 µs after the sensing. Each then
+        // crosses the link in 10 ns.
+        assert_eq!(one, 5_000 + 4 * 50_000 + 10_000 + 10);
+        assert_eq!(four, 5_000 + 50_000 + 10_000 + 10);
+        // Four pages in four different units of die 0: no gain.
+        let apart = [0u64, 16, 32, 48];
+        assert_eq!(read_all(4, &apart).0, read_all(1, &apart).0);
+        // A program on the die empties its register: the unit is sensed again.
+        let (_, mut d) = read_all(4, &same_unit);
+        let t = 20_000_000;
+        let _ = d.serve(&req(Op::Write, 100 * 4096, 4096), t); // round-robin: die 0
+        assert_eq!(d.ftl.read_die(100), 0);
+        let r = d.serve(&req(Op::Read, 0, 4096), t + 1_000_000) - t - 1_000_000;
+        assert_eq!(r, 5_000 + 50_000 + 10_000 + 10);
     }
 
     #[test]

@@ -250,7 +250,7 @@ mod tests {
             ))
         };
         // 10 µs commands: 100 K a second, under the link's 2 × 550 MB/s / 4 KiB.
-        let c = ssd("").cost();
+        let c = ssd("command_us = 10.0").cost();
         assert_eq!(c.requests, 100.0 + 100_000.0 * 10.0);
         // Without the command cap, the full-duplex link at whole pages; half duplex halves it.
         let c = ssd("command_us = 0.0\nhalf_duplex = false").cost();
