@@ -579,8 +579,11 @@ fn a_compliant_poisson_reader_keeps_its_slo() {
 }
 
 /// The demo shows each kind of policy at work: without scheduling the database tenant
-/// (vm4, SLO of 300 reads a second within 20 ms) misses its SLO most of the time; the
-/// token buckets keep it; vm3 goes idle in the middle phase and comes back.
+/// (vm4, SLO of 300 reads a second within 20 ms) misses its SLO a tenth of the time
+/// (on the write-through drive, most of the time; the 840 Pro's buffer now lets its
+/// reads go ahead of the fileservers' programs) and waits over ten times longer at the
+/// 99th percentile; the token buckets keep it; vm3 goes idle in the middle phase and
+/// comes back.
 #[test]
 fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
     let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "demo", "demo").unwrap();
@@ -591,8 +594,10 @@ fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
     let r = run_scenario(&s, false).unwrap();
     let run = |label: &str| r.runs.iter().find(|x| x.policy == label).unwrap();
     let vm4 = |label: &str| run(label).tenants[3].slo_satisfaction.unwrap();
-    assert!(vm4("none") < 0.5, "none: {}", vm4("none"));
+    assert!(vm4("none") < 0.95, "none: {}", vm4("none"));
     assert!(vm4("ta1") >= 0.99, "ta1: {}", vm4("ta1"));
+    let p99 = |label: &str| run(label).tenants[3].latency_us.p99;
+    assert!(p99("none") > 10.0 * p99("ta1"), "{} vs {}", p99("none"), p99("ta1"));
     let phases = &run("none").phases;
     assert_eq!(phases.len(), 3);
     let vm3 = |p: usize| phases[p].tenants[2].iops;

@@ -471,7 +471,9 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     // time. Two streams phase-locked on it take two batches a cycle, so the batch is
     // half of what each stream's request took beside the other.
     let shared_path_us = if (PAIR_PARALLEL..PAIR_SHARED).contains(&pair) && units > 1 {
-        (1e6 / m.pair_read_iops).min(one_reader)
+        // Never longer than a 4 KiB request takes alone: the path is part of it.
+        let write_4k = point(m, ProbeOp::Write, true, 1)[0].1;
+        (1e6 / m.pair_read_iops).min(one_reader).min(write_4k)
     } else {
         0.0
     };

@@ -102,7 +102,9 @@ pub struct FittedParams {
     /// an interrupt, a host's I/O thread. A batch takes this long and carries every
     /// request that arrived before it started; a request that arrives while one is in
     /// service waits for the next. It is part of the QD1 time (the unit is held for the
-    /// rest), so one stream is as fast as without it; two streams wait for each other's
+    /// rest; reads and writes take it, flushes and trims do not), so one stream is as
+    /// fast as without it as long as its requests take longer than the path (the
+    /// fitter keeps it under the 4 KiB read and write times); two streams wait for each other's
     /// batches and together get less than twice one stream, while a deep queue,
     /// carried many at a time, hardly notices.
     #[serde(default)]
@@ -278,7 +280,8 @@ impl FittedDevice {
             _ => 0,
         };
         let unit_time = self.params.unit_time(request.op, request.len, random);
-        let (start, unit_time) = if self.path_ns > 0 {
+        let data = matches!(request.op, Op::Read | Op::Write);
+        let (start, unit_time) = if self.path_ns > 0 && data {
             let through = self.through_path(now);
             (through, unit_time.saturating_sub(self.path_ns).max(1))
         } else {

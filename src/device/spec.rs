@@ -488,6 +488,13 @@ fn check_ssd(p: &SsdParams) -> Result<(), Invalid> {
         if !(v.is_finite() && v >= 0.0) {
             return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));
         }
+        // A minute: past it a request's times could overflow the clock.
+        if v > 60.0e6 {
+            return Err(Invalid::new(
+                name,
+                format!("must be at most 60000000 (a minute), got {v}"),
+            ));
+        }
     }
     if !(p.write_buffer_mib.is_finite() && (0.0..=65_536.0).contains(&p.write_buffer_mib)) {
         return Err(Invalid::new(

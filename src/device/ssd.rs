@@ -84,9 +84,11 @@ pub struct SsdParams {
     /// buffer a write completes once its pages hold a buffer slot; a slot frees when its
     /// page is programmed, and a flush waits until every buffered page is. Reads go
     /// ahead of the buffered pages queued on their die: a read waits for the operation
-    /// in progress only, taken as one program (`program_us`), and the queued work ends
-    /// later by the read. Readings: an erase or relocation in progress counts as one
-    /// program too, and slot and flush times already answered keep theirs.
+    /// in progress only — an erase it arrives during, otherwise one program
+    /// (`program_us`), nothing right behind another read — and the queued work ends
+    /// later by the read. Readings: a relocation in progress counts as one program;
+    /// a read 1 ns after the die's last read ended counts as arriving during a program;
+    /// slot times already answered keep theirs (a flush waits for the dies' queues).
     #[serde(default)]
     pub write_buffer_mib: f64,
     /// With a write buffer, the time from a write's last page taking its slot to the
@@ -416,7 +418,7 @@ impl SsdDevice {
                 .iter()
                 .find(|&&(from, end)| from <= start && start < end)
                 .map(|&(_, end)| end);
-            let in_progress = if self.die_read_free[i] >= at && at > 0 {
+            let in_progress = if self.die_read_free[i] > 0 && self.die_read_free[i] >= at {
                 0
             } else if let Some(end) = erase_end {
                 end - start
@@ -424,6 +426,14 @@ impl SsdDevice {
                 self.program_ns
             };
             let done = start + in_progress + self.read_ns;
+            // The erases queued after the read start later by it.
+            for e in self.erasing[i]
+                .iter_mut()
+                .filter(|e| e.0 >= done - self.read_ns)
+            {
+                e.0 += self.read_ns;
+                e.1 += self.read_ns;
+            }
             self.die_free[i] += self.read_ns;
             done
         } else {
@@ -441,9 +451,10 @@ impl SsdDevice {
     /// Writes one page: the die first runs any GC the allocation needed, the page
     /// crosses its channel, then the die programs it. The page is there from `at`; its
     /// channel transfer is charged to the channel's virtual clock from `charged_from`
-    /// (the time its data reached the drive, earlier than `at` for a page that waited
-    /// for a buffer slot: charging it at the slot's time would push the clock past the
-    /// reads in between and make them wait for a transfer still in the future).
+    /// (when its data would have crossed the link had it not waited for a buffer slot,
+    /// earlier than `at` for a page that did: charging it at the slot's time would push
+    /// the clock past the reads in between and make them wait for a transfer still in
+    /// the future).
     #[inline]
     fn write_page(&mut self, lpn: u32, at: Nanos, charged_from: Nanos) -> Nanos {
         let work = self.ftl.write(lpn);
@@ -504,17 +515,20 @@ impl SsdDevice {
                 // The data crosses the host link once the controller has taken the
                 // command, page by page. On a half-duplex link it shares the clock read
                 // data leaves by; on a full-duplex one it has the inbound direction, in
-                // order. With a buffer a page crosses once it has a slot (flow control:
-                // the link waits for it), so a write larger than the buffer streams in
-                // as the buffer drains.
+                // order. The link's clock is charged as if no page waited (`link`):
+                // with a buffer a page crosses only once it has a slot (flow control),
+                // so a write larger than the buffer streams in as the buffer drains
+                // (`arrived`), but while it waits the link carries other commands'
+                // data (NCQ), so the wait is not charged to the link or the channels.
                 let command = self.command(now);
-                let link = if self.params.half_duplex {
+                let mut link = if self.params.half_duplex {
                     self.host_out_clock
                 } else {
                     self.host_in_free
-                };
-                let mut sent = link.max(command);
-                let mut last = sent;
+                }
+                .max(command);
+                let mut arrived = link;
+                let mut last = link;
                 let (first, end) = (pages.start, pages.end);
                 let head_cut = !request.offset.is_multiple_of(PAGE_BYTES);
                 let tail_cut = !(request.offset + request.len as u64).is_multiple_of(PAGE_BYTES);
@@ -525,18 +539,21 @@ impl SsdDevice {
                         } else {
                             0
                         };
-                    sent = sent.max(slot_free) + self.host_page_ns;
-                    let arrived = sent;
+                    link += self.host_page_ns;
+                    arrived = (arrived + self.host_page_ns)
+                        .max(slot_free + self.host_page_ns)
+                        .max(link);
                     // A page the write covers only in part is read first and merged
-                    // (read-modify-write), unless it holds no data yet.
+                    // (read-modify-write), unless it holds no data yet; the old page is
+                    // read while the new data is on its way.
                     let partial = (lpn == first && head_cut) || (lpn + 1 == end && tail_cut);
                     let ready = if partial && self.ftl.lookup(lpn).is_some() {
                         self.rmw_reads += 1;
-                        self.read_page(lpn, arrived)
+                        self.read_page(lpn, link).max(arrived)
                     } else {
                         arrived
                     };
-                    let programmed = self.write_page(lpn, ready, arrived);
+                    let programmed = self.write_page(lpn, ready, link);
                     if self.buffer_slots == 0 {
                         last = last.max(programmed);
                         continue;
@@ -548,9 +565,9 @@ impl SsdDevice {
                     last = last.max(ready + self.write_ack_ns);
                 }
                 if self.params.half_duplex {
-                    self.host_out_clock = sent;
+                    self.host_out_clock = link;
                 } else {
-                    self.host_in_free = sent;
+                    self.host_in_free = link;
                 }
                 last
             }
@@ -560,8 +577,18 @@ impl SsdDevice {
                 }
                 self.command(now)
             }
-            // A flush costs the command and waits for the write buffer to drain.
-            Op::Flush => self.command(now).max(self.buffer_drained),
+            // A flush costs the command and waits for the write buffer to drain: for
+            // every buffered page's program, which reads that went ahead of it (they
+            // move the dies' queues later, not the answered slot times) may have
+            // delayed up to the end of its die's queue.
+            Op::Flush => {
+                let done = self.command(now).max(self.buffer_drained);
+                if self.buffer_slots > 0 && self.buffer_drained > now {
+                    done.max(self.die_free.iter().copied().max().unwrap_or(0))
+                } else {
+                    done
+                }
+            }
         }
     }
 }
@@ -829,6 +856,53 @@ mod tests {
         let (_, piped) = burst(Some(5.0));
         assert_eq!(serial, 300_000 + 81_000);
         assert_eq!(piped, 300_000 + 66_000);
+    }
+
+    /// A write waiting for buffer slots does not hold the half-duplex link: a read
+    /// behind it finishes as it would with a buffer large enough for the whole write.
+    #[test]
+    fn a_write_waiting_for_slots_does_not_hold_the_link() {
+        let read_after = |slots: f64| {
+            let mut d = SsdDevice::new(SsdParams {
+                host_mb_s: 40.96, // 100 µs a page
+                half_duplex: true,
+                write_buffer_mib: slots * 4096.0 / (1u64 << 20) as f64,
+                ..tiny()
+            });
+            let w = d.serve(&req(Op::Write, 0, 4 * 4096), 0);
+            let r = d.serve(&req(Op::Read, 1 << 20, 4 * 4096), 10_000);
+            (w, r)
+        };
+        let (w_small, r_small) = read_after(2.0);
+        let (w_large, r_large) = read_after(64.0);
+        // The small buffer's write is acknowledged later (pages 2 and 3 wait for slots)…
+        assert!(w_small > w_large, "{w_small} vs {w_large}");
+        // …but the read's data leaves on the link's clock as if nothing had waited
+        // (the write's 4 pages to 405 µs, then the read's 4), and its pages are ready
+        // as early: the same answer.
+        assert_eq!(r_small, r_large);
+        assert!(r_large >= 405_000 + 400_000, "{r_large}");
+    }
+
+    /// A read that goes ahead of buffered programs still waits for an erase it arrives
+    /// during, and a flush waits for the dies' queues the reads made longer.
+    #[test]
+    fn a_read_ahead_of_buffered_programs_waits_for_an_erase_in_progress() {
+        let mut d = SsdDevice::new(SsdParams {
+            write_buffer_mib: 1.0,
+            ..tiny()
+        });
+        d.erasing[0].push_back((1_000_000, 3_000_000));
+        d.die_free[0] = 5_000_000;
+        // Page 0 was never written: its die is 0. Arriving at 2 ms, during the erase.
+        let r = d.serve(&req(Op::Read, 0, 4096), 2_000_000 - 5_000) - 2_000_000;
+        // Command 5 µs, the erase's last 1000 µs, read 50, channel 10, host 1.
+        assert_eq!(r, 1_000_000 + 50_000 + 10_000 + 1_000);
+        // The queue behind it is 50 µs longer; a later read waits one program only.
+        assert_eq!(d.die_free[0], 5_050_000);
+        let r = d.serve(&req(Op::Read, 16 * 4096, 4096), 4_000_000) - 4_000_000;
+        assert_eq!(d.ftl.read_die(16), 0);
+        assert_eq!(r, 5_000 + 200_000 + 50_000 + 10_000 + 1_000);
     }
 
     /// With a buffer, `write_ack_us` delays the acknowledgement and nothing else.
