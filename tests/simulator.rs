@@ -597,7 +597,12 @@ fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
     assert!(vm4("none") < 0.95, "none: {}", vm4("none"));
     assert!(vm4("ta1") >= 0.99, "ta1: {}", vm4("ta1"));
     let p99 = |label: &str| run(label).tenants[3].latency_us.p99;
-    assert!(p99("none") > 10.0 * p99("ta1"), "{} vs {}", p99("none"), p99("ta1"));
+    assert!(
+        p99("none") > 10.0 * p99("ta1"),
+        "{} vs {}",
+        p99("none"),
+        p99("ta1")
+    );
     let phases = &run("none").phases;
     assert_eq!(phases.len(), 3);
     let vm3 = |p: usize| phases[p].tenants[2].iops;

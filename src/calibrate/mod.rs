@@ -119,6 +119,10 @@ pub struct Measurements {
     /// Two 4 KiB random readers, one request each, on their own halves: reads per
     /// second together (against one reader's: one unit or more).
     pub pair_read_iops: f64,
+    /// A 4 KiB sequential reader beside a 4 KiB random reader, one request each, on
+    /// their own halves: the sequential reader's reads per second (does the other break
+    /// its stream?).
+    pub seq_beside_random_iops: f64,
 }
 
 /// Depths (each side's) of the mixed measurements: one at a time, as the
@@ -242,6 +246,12 @@ pub fn measure(
             depth,
         )?);
     }
+    // A sequential reader beside a random one: whether the other breaks its stream.
+    scenarios.push(seq_beside_random_scenario(&bench(
+        timing.probe_s,
+        timing.probe_s / 5.0,
+        timing.probe_s / 5.0,
+    ))?);
     // Two readers one request each, on their own halves: one unit or more.
     scenarios.push(
         bench(timing.probe_s, timing.probe_s / 5.0, timing.probe_s / 5.0).scenario(&[
@@ -263,6 +273,7 @@ pub fn measure(
         .collect();
     let pair = runs.last().expect("the pair ran");
     let pair_read_iops = pair.tenants[0].iops + pair.tenants[1].iops;
+    let seq_beside_random_iops = runs[runs.len() - 2].tenants[0].iops;
     let mixed = MIXED_DEPTHS
         .iter()
         .zip(&runs[1 + probes.len()..])
@@ -303,7 +314,16 @@ pub fn measure(
         mixed_seconds: timing.burst_s + timing.probe_s,
         mixed_warmup: timing.burst_s,
         pair_read_iops,
+        seq_beside_random_iops,
     })
+}
+
+/// A 4 KiB sequential reader beside a 4 KiB random reader, one request each.
+fn seq_beside_random_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
+    Ok(bench.scenario(&[
+        ("seq", workload(Pattern::SeqRead, 4096, 1)),
+        ("rand", workload(Pattern::RandRead, 4096, 1)),
+    ])?)
 }
 
 /// 4 KiB random reads beside 4 KiB random writes, `depth` each.
@@ -497,6 +517,7 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         reads_delay_writes: 1.0,
         read_collision_us: 0.0,
         shared_path_us,
+        sequential_break: 0.0,
         read_points: read.points,
         write_points: write.points,
     };
@@ -584,6 +605,35 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                 }
             }
         }
+    }
+    // Whether another tenant's reads break a sequential stream (a disk arm moving away,
+    // a flash die's register emptied): the share of the sequential saving lost that
+    // slows the model's sequential reader beside a random one as much as the target's.
+    if p.read_random_us > 0.0 && m.seq_beside_random_iops > 0.0 {
+        let probe_s = m.mixed_seconds - m.mixed_warmup;
+        let seq_with = |k: f64| -> anyhow::Result<f64> {
+            let table = device_table(&FittedParams {
+                sequential_break: k,
+                ..p.clone()
+            });
+            let none = ["\"none\"".to_string()];
+            let bench = Bench {
+                device: &table,
+                seed: 1,
+                seconds: probe_s,
+                warmup: probe_s / 5.0,
+                interval: probe_s / 5.0,
+                queue_depth: Some(DEEP),
+                policies: &none,
+            };
+            let r = ModelRunner {
+                device: table.clone(),
+            }
+            .run(&[seq_beside_random_scenario(&bench)?], false)?;
+            Ok(r[0].tenants[0].iops)
+        };
+        let target = m.seq_beside_random_iops;
+        p.sequential_break = bisect(0.0, 1.0, |k| Ok(seq_with(k)? > target))?.unwrap_or(1.0);
     }
     crate::device::fitted::check(&p)
         .map_err(|e| anyhow::anyhow!("fitted {}: {}", e.field, e.problem))?;

@@ -94,6 +94,7 @@ fn identifiable() -> impl Strategy<Value = FittedParams> {
                 reads_delay_writes: 1.0,
                 read_collision_us: 0.0,
                 shared_path_us: 0.0,
+                sequential_break: 0.0,
                 read_points: Vec::new(),
                 write_points: Vec::new(),
             };
@@ -196,25 +197,15 @@ fn calibrating_the_840pro_recovers_its_matrix() {
 
 /// The P4500 senses 16 KiB at a time (`read_unit_pages = 4`): a sequential reader
 /// gets three of every four 4 KiB pages from its die's page register, and a random
-/// reader or a writer beside it empties the register. The fitted model has one
-/// sequential discount per tenant and no register, so the sequential-read cells with
-/// a background are off by up to 2× while the rest hold: median within 5 %, 90th
-/// percentile within 25 %, every other cell within 30 % (the worst, two random
-/// readers, −27 %: the fitted media charges a random read's whole QD1 penalty).
+/// reader or a writer beside it empties the register — what the fitted
+/// `sequential_break` stands for. Two cells stay far off: 64 KiB sequential reads
+/// beside a random reader (+53 %: the break is fitted at 4 KiB, and a 64 KiB request
+/// loses its register hits on many dies at once), and two random readers (−27 %: the
+/// fitted media charges a random read its whole QD1 penalty).
 #[test]
 fn calibrating_the_p4500_recovers_its_matrix() {
     let c = round_trip("model = \"ssd\"\npreset = \"nvme-p4500\"\ncapacity_gib = 8");
-    assert!(c.median <= 0.05 && c.p90 <= 0.25, "{}", c.table());
-    let others: Vec<_> = c
-        .cells
-        .iter()
-        .filter(|x| !x.pattern.starts_with("seq-read"))
-        .collect();
-    assert!(
-        others.iter().all(|x| x.error.abs() <= 0.30),
-        "{}",
-        c.table()
-    );
+    assert!(c.median <= 0.05 && c.p90 <= 0.10, "{}", c.table());
 }
 
 /// A disk is fitted worse: its deep queue gains by reordering (SPTF), which the
@@ -306,6 +297,7 @@ fn the_fitter_recovers_a_shared_path() {
         reads_delay_writes: 1.0,
         read_collision_us: 0.0,
         shared_path_us: 40.0,
+        sequential_break: 0.0,
         read_points: Vec::new(),
         write_points: Vec::new(),
     };
@@ -329,4 +321,46 @@ fn the_fitter_recovers_a_shared_path() {
     };
     let f = fit(&measure(&mut runner, quick(), 1, false).unwrap()).unwrap();
     assert_eq!(f.shared_path_us, 0.0, "{f:?}");
+}
+
+/// A device whose sequential streams another reader breaks (a disk arm, a flash die's
+/// register): the fitter finds the share of the sequential saving lost; where nothing
+/// breaks it, none.
+#[test]
+fn the_fitter_recovers_a_sequential_break() {
+    let base = FittedParams {
+        capacity_gib: 1.0,
+        units: 32,
+        read_latency_us: 60.0,
+        read_transfer_mb_s: 1000.0,
+        write_latency_us: 20.0,
+        write_transfer_mb_s: 1000.0,
+        // Small beside the unit time, so that two random readers do not saturate the
+        // media (which the fitter would read as a shared path).
+        read_random_us: 20.0,
+        write_random_us: 0.0,
+        read_request_us: 5.0,
+        read_media_mb_s: 3000.0,
+        write_request_us: 20.0 / 12.0,
+        write_media_mb_s: 3000.0,
+        write_cache_mib: 0.0,
+        writes_delay_reads: 1.0,
+        reads_delay_writes: 1.0,
+        read_collision_us: 0.0,
+        shared_path_us: 0.0,
+        sequential_break: 0.6,
+        read_points: Vec::new(),
+        write_points: Vec::new(),
+    };
+    for want in [0.6, 0.0] {
+        let p = FittedParams {
+            sequential_break: want,
+            ..base.clone()
+        };
+        let mut runner = ModelRunner {
+            device: fitted_table(&p),
+        };
+        let f = fit(&measure(&mut runner, quick(), 1, false).unwrap()).unwrap();
+        assert!((f.sequential_break - want).abs() <= 0.05, "{want}: {f:?}");
+    }
 }

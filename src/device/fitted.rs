@@ -109,6 +109,12 @@ pub struct FittedParams {
     /// carried many at a time, hardly notices.
     #[serde(default)]
     pub shared_path_us: f64,
+    /// Share of a sequential request's saving (`{op}_random_us`) it loses when another
+    /// tenant's request reached the device since its tenant's last one, 0 ..= 1 (0:
+    /// none): a disk arm that moved away, a flash die's page register that another
+    /// read emptied. 1 makes an interrupted stream as slow as a random one.
+    #[serde(default)]
+    pub sequential_break: f64,
     /// Measured unit times of random reads, `[size in bytes, µs]` by size: where
     /// given, a read's unit time is interpolated between them (and continued past the
     /// ends along the nearest segment) instead of the latency + transfer line.
@@ -216,6 +222,10 @@ pub struct FittedDevice {
     path_end: Nanos,
     path_next: Nanos,
     path_ns: Nanos,
+    /// Requests served so far, and each tenant's count at its last request (whether
+    /// another tenant came in between).
+    served: u64,
+    last_served: Vec<u64>,
     /// Write media work over the decaying window, ns, as of `busy_at`.
     write_busy: f64,
     busy_at: Nanos,
@@ -235,6 +245,8 @@ impl FittedDevice {
             write_at: 0,
             path_end: 0,
             path_next: 0,
+            served: 0,
+            last_served: Vec::new(),
             write_busy: 0.0,
             busy_at: 0,
             sequence: Sequence::default(),
@@ -279,7 +291,23 @@ impl FittedDevice {
             }
             _ => 0,
         };
-        let unit_time = self.params.unit_time(request.op, request.len, random);
+        let mut unit_time = self.params.unit_time(request.op, request.len, random);
+        if matches!(request.op, Op::Read | Op::Write) {
+            let t = request.tenant as usize;
+            if self.last_served.len() <= t {
+                self.last_served.resize(t + 1, 0);
+            }
+            self.served += 1;
+            let interrupted = self.last_served[t] > 0 && self.served > self.last_served[t] + 1;
+            self.last_served[t] = self.served;
+            if !random && interrupted && self.params.sequential_break > 0.0 {
+                let saving = match request.op {
+                    Op::Read => self.params.read_random_us,
+                    _ => self.params.write_random_us,
+                };
+                unit_time += (saving * self.params.sequential_break * 1000.0).round() as Nanos;
+            }
+        }
         let data = matches!(request.op, Op::Read | Op::Write);
         let (start, unit_time) = if self.path_ns > 0 && data {
             let through = self.through_path(now);
@@ -376,6 +404,7 @@ pub fn check(p: &FittedParams) -> Result<(), crate::config::Invalid> {
         ("reads_delay_writes", p.reads_delay_writes, 0.0, 1.0),
         ("read_collision_us", p.read_collision_us, 0.0, 60.0e6),
         ("shared_path_us", p.shared_path_us, 0.0, 60.0e6),
+        ("sequential_break", p.sequential_break, 0.0, 1.0),
     ];
     for (field, v, lo, hi) in ranges {
         if !(v.is_finite() && v >= lo && v <= hi) {
@@ -437,6 +466,7 @@ pub(crate) mod tests {
             reads_delay_writes: 1.0,
             read_collision_us: 0.0,
             shared_path_us: 0.0,
+            sequential_break: 0.0,
             read_points: Vec::new(),
             write_points: Vec::new(),
         }
@@ -544,6 +574,35 @@ pub(crate) mod tests {
             last = d.serve(&req(Op::Read, i * 8192, 4096), 0);
         }
         assert_eq!(last, 1000 * 28_192);
+    }
+
+    /// A sequential stream saves its `read_random_us` until another tenant's request
+    /// comes in between; then it loses `sequential_break` of the saving.
+    #[test]
+    fn another_tenant_breaks_a_sequential_stream_by_its_share() {
+        let p = FittedParams {
+            read_random_us: 40.0,
+            sequential_break: 0.5,
+            ..params()
+        };
+        let mut d = FittedDevice::new(p);
+        let at = |tenant, offset| Request {
+            tenant,
+            ..req(Op::Read, offset, 4096)
+        };
+        // Tenant 0 alone: random first (144.096 µs), then sequential (104.096 µs).
+        let t = 1_000_000;
+        assert_eq!(d.serve(&at(0, 0), t) - t, 144_096);
+        let t = 2_000_000;
+        assert_eq!(d.serve(&at(0, 4096), t) - t, 104_096);
+        // Tenant 1 in between: tenant 0's next sequential read loses half the saving.
+        let t = 3_000_000;
+        let _ = d.serve(&at(1, 1 << 29), t);
+        let t = 4_000_000;
+        assert_eq!(d.serve(&at(0, 8192), t) - t, 124_096);
+        // Alone again: the whole saving.
+        let t = 5_000_000;
+        assert_eq!(d.serve(&at(0, 12288), t) - t, 104_096);
     }
 
     /// Many at once: the media clock binds at 20 µs + 8.192 µs per 4 KiB request,
