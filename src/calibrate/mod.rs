@@ -123,6 +123,9 @@ pub struct Measurements {
     /// their own halves: the sequential reader's reads per second (does the other break
     /// its stream?).
     pub seq_beside_random_iops: f64,
+    /// 64 KiB random reads beside 4 KiB random writes, one request each: reads per
+    /// second (how a read's collisions grow with its size).
+    pub large_read_beside_writes_iops: f64,
 }
 
 /// Depths (each side's) of the mixed measurements: one at a time, as the
@@ -246,6 +249,12 @@ pub fn measure(
             depth,
         )?);
     }
+    // 64 KiB reads beside 4 KiB writes: how collisions grow with a read's size.
+    scenarios.push(large_read_scenario(&bench(
+        timing.burst_s + timing.probe_s,
+        timing.burst_s,
+        timing.probe_s / 5.0,
+    ))?);
     // A sequential reader beside a random one: whether the other breaks its stream.
     scenarios.push(seq_beside_random_scenario(&bench(
         timing.probe_s,
@@ -274,6 +283,7 @@ pub fn measure(
     let pair = runs.last().expect("the pair ran");
     let pair_read_iops = pair.tenants[0].iops + pair.tenants[1].iops;
     let seq_beside_random_iops = runs[runs.len() - 2].tenants[0].iops;
+    let large_read_beside_writes_iops = runs[runs.len() - 3].tenants[0].iops;
     let mixed = MIXED_DEPTHS
         .iter()
         .zip(&runs[1 + probes.len()..])
@@ -315,7 +325,16 @@ pub fn measure(
         mixed_warmup: timing.burst_s,
         pair_read_iops,
         seq_beside_random_iops,
+        large_read_beside_writes_iops,
     })
+}
+
+/// 64 KiB random reads beside 4 KiB random writes, one request each.
+fn large_read_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
+    Ok(bench.scenario(&[
+        ("reads", workload(Pattern::RandRead, 64 << 10, 1)),
+        ("writes", workload(Pattern::RandWrite, 4096, 1)),
+    ])?)
 }
 
 /// A 4 KiB sequential reader beside a 4 KiB random reader, one request each.
@@ -518,6 +537,7 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         read_collision_us: 0.0,
         shared_path_us,
         sequential_break: 0.0,
+        collision_spread: 0,
         read_points: read.points,
         write_points: write.points,
     };
@@ -605,6 +625,40 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                 }
             }
         }
+    }
+    // How far a read's collisions spread with its size: the spread (in 4 KiB units,
+    // 0 for all of them) whose model comes nearest the 64 KiB reads beside the writer.
+    if p.read_collision_us > 0.0 && m.large_read_beside_writes_iops > 0.0 {
+        let large_with = |spread: u32| -> anyhow::Result<f64> {
+            let table = device_table(&FittedParams {
+                collision_spread: spread,
+                ..p.clone()
+            });
+            let none = ["\"none\"".to_string()];
+            let bench = Bench {
+                device: &table,
+                seed: 1,
+                seconds: m.mixed_seconds,
+                warmup: m.mixed_warmup,
+                interval: (m.mixed_seconds - m.mixed_warmup) / 5.0,
+                queue_depth: Some(DEEP),
+                policies: &none,
+            };
+            let r = ModelRunner {
+                device: table.clone(),
+            }
+            .run(&[large_read_scenario(&bench)?], false)?;
+            Ok(r[0].tenants[0].iops)
+        };
+        let target = m.large_read_beside_writes_iops;
+        let mut best = (f64::INFINITY, 0);
+        for spread in [1, 2, 4, 8, 0] {
+            let miss = (large_with(spread)? / target).ln().abs();
+            if miss < best.0 - 1e-9 {
+                best = (miss, spread);
+            }
+        }
+        p.collision_spread = best.1;
     }
     // Whether another tenant's reads break a sequential stream (a disk arm moving away,
     // a flash die's register emptied): the share of the sequential saving lost that

@@ -95,6 +95,7 @@ fn identifiable() -> impl Strategy<Value = FittedParams> {
                 read_collision_us: 0.0,
                 shared_path_us: 0.0,
                 sequential_break: 0.0,
+                collision_spread: 0,
                 read_points: Vec::new(),
                 write_points: Vec::new(),
             };
@@ -298,6 +299,7 @@ fn the_fitter_recovers_a_shared_path() {
         read_collision_us: 0.0,
         shared_path_us: 40.0,
         sequential_break: 0.0,
+        collision_spread: 0,
         read_points: Vec::new(),
         write_points: Vec::new(),
     };
@@ -349,6 +351,7 @@ fn the_fitter_recovers_a_sequential_break() {
         read_collision_us: 0.0,
         shared_path_us: 0.0,
         sequential_break: 0.6,
+        collision_spread: 0,
         read_points: Vec::new(),
         write_points: Vec::new(),
     };

@@ -98,6 +98,11 @@ pub struct FittedParams {
     /// clock's use over the last [`BUSY_WINDOW_NS`]).
     #[serde(default)]
     pub read_collision_us: f64,
+    /// The most 4 KiB units of a read that count for its collisions (0: all): on flash
+    /// a 64 KiB read meets programs on 16 dies, on a virtual disk's backing store it is
+    /// one request.
+    #[serde(default)]
+    pub collision_spread: u32,
     /// A path every request takes one batch at a time, µs (0: none): a notification,
     /// an interrupt, a host's I/O thread. A batch takes this long and carries every
     /// request that arrived before it started; a request that arrives while one is in
@@ -281,7 +286,10 @@ impl FittedDevice {
         self.busy_at = self.busy_at.max(now);
         let collision = match request.op {
             Op::Read if self.params.read_collision_us > 0.0 => {
-                let k = request.len.div_ceil(UNIT_BYTES).max(1);
+                let mut k = request.len.div_ceil(UNIT_BYTES).max(1);
+                if self.params.collision_spread > 0 {
+                    k = k.min(self.params.collision_spread);
+                }
                 let share = collision_share(k, self.write_busy / BUSY_WINDOW_NS);
                 (self.params.read_collision_us * 1000.0 * share).round() as Nanos
             }
@@ -432,6 +440,12 @@ pub fn check(p: &FittedParams) -> Result<(), crate::config::Invalid> {
             last = pt[0];
         }
     }
+    if p.collision_spread > 65_536 {
+        return Err(Invalid::new(
+            "collision_spread",
+            format!("must be 0 ..= 65536, got {}", p.collision_spread),
+        ));
+    }
     if !(1..=65_536).contains(&p.units) {
         return Err(Invalid::new(
             "units",
@@ -467,6 +481,7 @@ pub(crate) mod tests {
             read_collision_us: 0.0,
             shared_path_us: 0.0,
             sequential_break: 0.0,
+            collision_spread: 0,
             read_points: Vec::new(),
             write_points: Vec::new(),
         }
@@ -574,6 +589,33 @@ pub(crate) mod tests {
             last = d.serve(&req(Op::Read, i * 8192, 4096), 0);
         }
         assert_eq!(last, 1000 * 28_192);
+    }
+
+    /// With `collision_spread` 1 a 64 KiB read collides like a 4 KiB one; with 0 like
+    /// the 16 units it touches.
+    #[test]
+    fn the_spread_caps_the_units_a_collision_counts() {
+        let delay = |spread: u32| {
+            let mut d = FittedDevice::new(FittedParams {
+                read_collision_us: 100.0,
+                collision_spread: spread,
+                write_cache_mib: 64.0,
+                ..params()
+            });
+            let mut t = 0;
+            while t < 100_000_000 {
+                let _ = d.serve(&req(Op::Write, 0, 4096), t);
+                t += 56_768;
+            }
+            let at = t;
+            d.serve(&req(Op::Read, 1 << 20, 65536), at) - at
+        };
+        let alone = 100_000 + 65_536_000 / 1000;
+        let (one, all) = (delay(1), delay(0));
+        // About half the write use: one unit waits about a quarter of the collision
+        // time, sixteen nearly nine tenths of it.
+        assert!((one - alone) > 24_000 && (one - alone) < 25_100, "{one}");
+        assert!((all - alone) > 85_000 && (all - alone) < 90_000, "{all}");
     }
 
     /// A sequential stream saves its `read_random_us` until another tenant's request
