@@ -1,0 +1,219 @@
+//! Guest file-system journal detection for the PDC cache mode (Kim & Lee, "Analysis and
+//! improvement of I/O performance degradation by journaling in a virtualized
+//! environment"; the English specification's "Mechanism", item 1).
+//!
+//! The paper keeps, per 128 MB group of the disk (ext4's block group), the most recent
+//! write address, and marks as *journal* the groups whose writes run sequentially and
+//! then wrap around and repeat: a circular log. It misses the first pass over the
+//! journal; after that its detection matches the ground truth.
+//!
+//! Readings chosen (the paper gives the rule, not its thresholds):
+//! * A *run* is a stretch of writes each starting where the last ended (within
+//!   `gap_bytes`, for a journal that skips a block now and then). A group follows up to
+//!   [`RUNS`] runs at once, so data writes landing in a journal's group between its
+//!   commits do not break the journal's run; a write that extends none replaces the
+//!   run that grew least recently, never the longest. Up to `RUNS - 2` data writes in
+//!   the group between two commits leave the journal's run in place.
+//! * A *wrap* is a write that starts at or before the start of a run at least
+//!   `min_run_bytes` long (within `wrap_tolerance_bytes`), and no further before it
+//!   than the run is long: the log came back to its beginning. It starts a run of its
+//!   own, remembered as a second pass.
+//! * A group is marked journal when a second pass has itself run `min_run_bytes`: the
+//!   log wrapped *and repeated*, which one backwards write after a long sequential file
+//!   does not do. Marks are kept (a file system's journal does not move while mounted).
+//! * A write that spans groups counts in each, cut at the boundary; a journal larger
+//!   than a group is then detected group by group, each when the log comes back to the
+//!   group's first journal block.
+//! * Known false positive, as in the paper: a region rewritten sequentially from the
+//!   same start over and over (a fixed-size log kept by an application) is a circular
+//!   log too, and is marked.
+//!
+//! Sans-I/O and bounded: one fixed-size entry per group of the export, nothing else
+//! grows.
+
+/// Runs followed per group at once.
+pub const RUNS: usize = 8;
+const _: () = assert!(RUNS > 1, "one slot is kept for the longest run");
+
+/// The detector's thresholds; defaults are the paper's group and readings for ext4's
+/// journal (jbd2 writes whole blocks in order; a pass covers at least its 32 MiB
+/// minimum journal).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JournalParams {
+    /// Size of a group (ext4's block group: 128 MiB), bytes.
+    pub group_bytes: u64,
+    /// A run this long before a wrap, and a second pass this long after it, make a
+    /// circular log, bytes.
+    pub min_run_bytes: u64,
+    /// A wrap may land this far past the start of the run it returns to, bytes.
+    pub wrap_tolerance_bytes: u64,
+    /// A write this far past a run's end still extends it, bytes.
+    pub gap_bytes: u64,
+}
+
+impl Default for JournalParams {
+    fn default() -> Self {
+        JournalParams {
+            group_bytes: 128 << 20,
+            min_run_bytes: 4 << 20,
+            wrap_tolerance_bytes: 1 << 20,
+            gap_bytes: 64 << 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    start: u64,
+    end: u64,
+    /// Began with a wrap (a second pass).
+    second_pass: bool,
+    /// When it last grew (the group's write count).
+    used: u64,
+}
+
+impl Run {
+    fn len(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Group {
+    runs: [Option<Run>; RUNS],
+    writes: u64,
+    journal: bool,
+}
+
+/// What one write was found to be.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its group is a journal group (a write marking the group counts already).
+    Journal,
+    /// Not (or not yet) known to be journal.
+    Data,
+}
+
+/// The detector for one export (one guest disk).
+#[derive(Debug, Clone)]
+pub struct JournalDetector {
+    params: JournalParams,
+    groups: Vec<Group>,
+    marked: u64,
+}
+
+impl JournalDetector {
+    /// A detector for an export of `capacity` bytes. `params.group_bytes` must be at
+    /// least 4 KiB.
+    pub fn new(capacity: u64, params: JournalParams) -> Self {
+        assert!(params.group_bytes >= 4096, "a group is at least 4 KiB");
+        let groups = capacity.div_ceil(params.group_bytes).max(1) as usize;
+        JournalDetector {
+            params,
+            groups: vec![Group::default(); groups],
+            marked: 0,
+        }
+    }
+
+    /// The thresholds in use.
+    pub fn params(&self) -> &JournalParams {
+        &self.params
+    }
+
+    /// Takes a write of `len` bytes at `offset` and answers whether it is journal.
+    /// Writes past the export's end are ignored (the server refuses them before).
+    pub fn write(&mut self, offset: u64, len: u32) -> Verdict {
+        let g = self.params.group_bytes;
+        let mut at = offset;
+        let end = offset + u64::from(len.max(1));
+        let first = (offset / g) as usize;
+        while at < end {
+            let index = (at / g) as usize;
+            let cut = end.min((at / g + 1) * g);
+            if index < self.groups.len() {
+                self.observe(index, at, cut);
+            }
+            at = cut;
+        }
+        if self.groups.get(first).is_some_and(|x| x.journal) {
+            Verdict::Journal
+        } else {
+            Verdict::Data
+        }
+    }
+
+    fn observe(&mut self, index: usize, start: u64, end: u64) {
+        let p = self.params;
+        let group = &mut self.groups[index];
+        group.writes += 1;
+        let now = group.writes;
+        // Extends a run: starts at its end, or a little past it.
+        if let Some(run) = group
+            .runs
+            .iter_mut()
+            .flatten()
+            .find(|r| start >= r.end && start <= r.end + p.gap_bytes)
+        {
+            run.end = end;
+            run.used = now;
+            if run.second_pass && run.len() >= p.min_run_bytes && !group.journal {
+                group.journal = true;
+                self.marked += 1;
+            }
+            return;
+        }
+        // A wrap: back to the start of a long run, or before it by no more than the
+        // run's own length (tracking may have begun in the middle of a pass).
+        let wrapped = group.runs.iter().flatten().any(|r| {
+            r.len() >= p.min_run_bytes
+                && start <= r.start + p.wrap_tolerance_bytes
+                && start + r.len() >= r.start
+        });
+        let fresh = Run {
+            start,
+            end,
+            second_pass: wrapped,
+            used: now,
+        };
+        // Takes an empty slot, else replaces the run that grew least recently, never the
+        // longest (a log's pass in progress; data writes between its commits start
+        // one-write runs that age out first).
+        let longest = (0..RUNS).max_by_key(|&i| group.runs[i].map_or(0, |r| r.len()));
+        let slot = group
+            .runs
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or_else(|| {
+                (0..RUNS)
+                    .filter(|&i| Some(i) != longest)
+                    .min_by_key(|&i| group.runs[i].map_or(0, |r| r.used))
+                    .expect("RUNS > 1")
+            });
+        group.runs[slot] = Some(fresh);
+    }
+
+    /// Whether the group holding `offset` is marked journal.
+    pub fn is_journal(&self, offset: u64) -> bool {
+        self.groups
+            .get((offset / self.params.group_bytes) as usize)
+            .is_some_and(|g| g.journal)
+    }
+
+    /// The journal groups' indices, in order.
+    pub fn journal_groups(&self) -> impl Iterator<Item = usize> + '_ {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.journal)
+            .map(|(i, _)| i)
+    }
+
+    /// Groups marked so far (detection events).
+    pub fn marked(&self) -> u64 {
+        self.marked
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use super::*;
+use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// A circular log at `[start, start + size)` written in `block`-byte commits, `passes`
+/// times over; answers each write's verdict.
+fn log_writes(
+    d: &mut JournalDetector,
+    start: u64,
+    size: u64,
+    block: u32,
+    passes: u32,
+) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for _ in 0..passes {
+        let mut at = start;
+        while at < start + size {
+            out.push(d.write(at, block));
+            at += u64::from(block);
+        }
+    }
+    out
+}
+
+/// A 64 MiB journal in one group: missed on the first pass, marked early in the second
+/// (after `min_run_bytes` of it), and every later write is journal.
+#[test]
+fn a_circular_log_is_marked_on_its_second_pass() {
+    let mut d = JournalDetector::new(4 * GIB, JournalParams::default());
+    let start = 2 * 128 * MIB + 16 * MIB;
+    let verdicts = log_writes(&mut d, start, 64 * MIB, 64 << 10, 3);
+    let per_pass = (64 * MIB / (64 << 10)) as usize;
+    assert!(verdicts[..per_pass].iter().all(|&v| v == Verdict::Data));
+    // Second pass: data until its run is 4 MiB long (64 writes), journal from then on.
+    let first_journal = verdicts
+        .iter()
+        .position(|&v| v == Verdict::Journal)
+        .unwrap();
+    assert_eq!(first_journal, per_pass + 63);
+    assert!(
+        verdicts[first_journal..]
+            .iter()
+            .all(|&v| v == Verdict::Journal)
+    );
+    assert_eq!(d.journal_groups().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(d.marked(), 1);
+    assert!(d.is_journal(start) && !d.is_journal(start + 128 * MIB));
+}
+
+/// Tracking that starts in the middle of a pass: the first wrap lands below the run's
+/// start, which still counts.
+#[test]
+fn tracking_from_the_middle_of_a_pass_still_finds_the_wrap() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let (start, size) = (32 * MIB, 48 * MIB);
+    let mut at = start + 20 * MIB;
+    while at < start + size {
+        let _ = d.write(at, 4096);
+        at += 4096;
+    }
+    assert_eq!(d.marked(), 0);
+    let _ = log_writes(&mut d, start, size, 4096, 1);
+    assert_eq!(d.journal_groups().collect::<Vec<_>>(), vec![0]);
+}
+
+/// A journal over two groups is marked in both, each when the log comes back to it.
+#[test]
+fn a_journal_across_groups_is_marked_in_each() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let _ = log_writes(&mut d, 100 * MIB, 100 * MIB, 128 << 10, 3);
+    assert_eq!(d.journal_groups().collect::<Vec<_>>(), vec![0, 1]);
+}
+
+/// Data writes landing in the journal's group between its commits do not hide it.
+#[test]
+fn data_writes_between_commits_do_not_hide_the_journal() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for _ in 0..3 {
+        let mut at = 8 * MIB;
+        while at < 40 * MIB {
+            let _ = d.write(at, 16 << 10);
+            at += 16 << 10;
+            for _ in 0..3 {
+                let o = rng.random_range(0..128 * MIB / 4096) * 4096;
+                let _ = d.write(o, 4096);
+            }
+        }
+    }
+    assert_eq!(d.journal_groups().collect::<Vec<_>>(), vec![0]);
+}
+
+/// What is not a circular log is not marked: random writes, files written once in
+/// order one after another, and one long file followed by a backwards write that does
+/// not run on.
+#[test]
+fn data_is_not_marked() {
+    let mut d = JournalDetector::new(4 * GIB, JournalParams::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for _ in 0..200_000 {
+        let o = rng.random_range(0..4 * GIB / 4096) * 4096;
+        let _ = d.write(o, 4096 * rng.random_range(1..32));
+    }
+    // Sequential files, each written once, later ones higher up.
+    let mut at = 0;
+    for _ in 0..40 {
+        let len = rng.random_range(1..64) * MIB;
+        let mut o = at;
+        while o < at + len {
+            let _ = d.write(o, 256 << 10);
+            o += 256 << 10;
+        }
+        at += len + rng.random_range(0..8) * MIB;
+    }
+    // A long file, then a short write back at its start.
+    let mut o = 3 * GIB;
+    while o < 3 * GIB + 64 * MIB {
+        let _ = d.write(o, 1 << 20);
+        o += 1 << 20;
+    }
+    let _ = d.write(3 * GIB, 4096);
+    assert_eq!(
+        d.marked(),
+        0,
+        "{:?}",
+        d.journal_groups().collect::<Vec<_>>()
+    );
+}
+
+/// Writes past the end are ignored; a write over the last group's end is cut there.
+#[test]
+fn writes_past_the_end_are_ignored() {
+    let mut d = JournalDetector::new(200 * MIB, JournalParams::default());
+    assert_eq!(d.write(10 * GIB, 4096), Verdict::Data);
+    assert_eq!(d.write(200 * MIB - 4096, 1 << 20), Verdict::Data);
+    assert_eq!(d.journal_groups().count(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+
+    /// A circular log of any size and placement, its commits any size, among random data
+    /// writes: marked in every group it covers after its second pass, and no other group.
+    #[test]
+    fn a_log_among_random_data_is_found_and_nothing_else(
+        start_mib in 0u64..900,
+        size_mib in 8u64..200,
+        commit_kib in prop_oneof![Just(4u32), Just(16), Just(64), Just(512)],
+        noise in 0u32..4,
+        seed in any::<u64>(),
+    ) {
+        let capacity = 2 * GIB;
+        let mut d = JournalDetector::new(capacity, JournalParams::default());
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (start, size) = (start_mib * MIB, size_mib * MIB);
+        for _ in 0..3 {
+            let mut at = start;
+            while at < start + size {
+                let _ = d.write(at, commit_kib << 10);
+                at += u64::from(commit_kib) << 10;
+                for _ in 0..noise {
+                    let o = rng.random_range(0..capacity / 4096) * 4096;
+                    let _ = d.write(o, 4096);
+                }
+            }
+        }
+        let g = 128 * MIB;
+        let covered: Vec<usize> = ((start / g) as usize..=((start + size - 1) / g) as usize)
+            // A group the log only grazes (less than a run's worth) cannot show a run.
+            .filter(|&i| {
+                let (lo, hi) = (i as u64 * g, (i as u64 + 1) * g);
+                (start + size).min(hi) - start.max(lo) >= 4 * MIB + (u64::from(commit_kib) << 10)
+            })
+            .collect();
+        let found: Vec<usize> = d.journal_groups().collect();
+        for i in &covered {
+            prop_assert!(found.contains(i), "group {i} of {covered:?} not found: {found:?}");
+        }
+        for i in &found {
+            prop_assert!(
+                (start / g..=(start + size - 1) / g).contains(&(*i as u64)),
+                "group {i} marked, the log is in {covered:?}"
+            );
+        }
+    }
+}
