@@ -557,25 +557,12 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     // the smallest cache whose backlog slows the model's reader as much (a cache too
     // small for the burst's intervals still holds programs a read waits behind).
     if let Some(mix) = m.mixed.iter().find(|x| x.depth == 1) {
-        let reads_with = |q: FittedParams| -> anyhow::Result<f64> {
-            let table = device_table(&q);
-            let none = ["\"none\"".to_string()];
-            // The window the target's mix was measured in: a cache's backlog grows
-            // over it.
-            let bench = Bench {
-                device: &table,
-                seed: 1,
-                seconds: m.mixed_seconds,
-                warmup: m.mixed_warmup,
-                interval: (m.mixed_seconds - m.mixed_warmup) / 5.0,
-                queue_depth: Some(DEEP),
-                policies: &none,
-            };
-            let r = ModelRunner {
-                device: table.clone(),
-            }
-            .run(&[mixed_scenario(&bench, 1)?], false)?;
-            Ok(r[0].tenants[0].iops)
+        // In the window the target's mix was measured in: a cache's backlog grows
+        // over it.
+        let reads_with = |q: FittedParams| {
+            first_tenant_iops(&q, m.mixed_seconds, m.mixed_warmup, |b| {
+                mixed_scenario(b, 1)
+            })
         };
         let target = mix.read_iops;
         // The write in progress a read finds (a program on its die, when a cache or a
@@ -629,26 +616,12 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     // How far a read's collisions spread with its size: the spread (in 4 KiB units,
     // 0 for all of them) whose model comes nearest the 64 KiB reads beside the writer.
     if p.read_collision_us > 0.0 && m.large_read_beside_writes_iops > 0.0 {
-        let large_with = |spread: u32| -> anyhow::Result<f64> {
-            let table = device_table(&FittedParams {
+        let large_with = |spread: u32| {
+            let q = FittedParams {
                 collision_spread: spread,
                 ..p.clone()
-            });
-            let none = ["\"none\"".to_string()];
-            let bench = Bench {
-                device: &table,
-                seed: 1,
-                seconds: m.mixed_seconds,
-                warmup: m.mixed_warmup,
-                interval: (m.mixed_seconds - m.mixed_warmup) / 5.0,
-                queue_depth: Some(DEEP),
-                policies: &none,
             };
-            let r = ModelRunner {
-                device: table.clone(),
-            }
-            .run(&[large_read_scenario(&bench)?], false)?;
-            Ok(r[0].tenants[0].iops)
+            first_tenant_iops(&q, m.mixed_seconds, m.mixed_warmup, large_read_scenario)
         };
         let target = m.large_read_beside_writes_iops;
         let mut best = (f64::INFINITY, 0);
@@ -665,26 +638,12 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     // slows the model's sequential reader beside a random one as much as the target's.
     if p.read_random_us > 0.0 && m.seq_beside_random_iops > 0.0 {
         let probe_s = m.mixed_seconds - m.mixed_warmup;
-        let seq_with = |k: f64| -> anyhow::Result<f64> {
-            let table = device_table(&FittedParams {
+        let seq_with = |k: f64| {
+            let q = FittedParams {
                 sequential_break: k,
                 ..p.clone()
-            });
-            let none = ["\"none\"".to_string()];
-            let bench = Bench {
-                device: &table,
-                seed: 1,
-                seconds: probe_s,
-                warmup: probe_s / 5.0,
-                interval: probe_s / 5.0,
-                queue_depth: Some(DEEP),
-                policies: &none,
             };
-            let r = ModelRunner {
-                device: table.clone(),
-            }
-            .run(&[seq_beside_random_scenario(&bench)?], false)?;
-            Ok(r[0].tenants[0].iops)
+            first_tenant_iops(&q, probe_s, probe_s / 5.0, seq_beside_random_scenario)
         };
         let target = m.seq_beside_random_iops;
         p.sequential_break = bisect(0.0, 1.0, |k| Ok(seq_with(k)? > target))?.unwrap_or(1.0);
@@ -692,6 +651,32 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     crate::device::fitted::check(&p)
         .map_err(|e| anyhow::anyhow!("fitted {}: {}", e.field, e.problem))?;
     Ok(p)
+}
+
+/// Runs one measurement's scenario (`seconds` long after `warmup`, as the target's
+/// was) on the model `p`: its first tenant's requests per second.
+fn first_tenant_iops(
+    p: &FittedParams,
+    seconds: f64,
+    warmup: f64,
+    scenario: impl Fn(&Bench) -> anyhow::Result<Scenario>,
+) -> anyhow::Result<f64> {
+    let table = device_table(p);
+    let none = ["\"none\"".to_string()];
+    let bench = Bench {
+        device: &table,
+        seed: 1,
+        seconds,
+        warmup,
+        interval: (seconds - warmup) / 5.0,
+        queue_depth: Some(DEEP),
+        policies: &none,
+    };
+    let r = ModelRunner {
+        device: table.clone(),
+    }
+    .run(&[scenario(&bench)?], false)?;
+    Ok(r[0].tenants[0].iops)
 }
 
 /// The smallest `x` in `[lo, hi]` (to 1/2^20 of the span) where `above(x)` is false,
