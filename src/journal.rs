@@ -18,9 +18,18 @@
 //!   `min_run_bytes` long (within `wrap_tolerance_bytes`), and no further before it
 //!   than the run is long: the log came back to its beginning. It starts a run of its
 //!   own, remembered as a second pass.
-//! * A group is marked journal when a second pass has itself run `min_run_bytes`: the
+//!   A write that extends a short run (one left where jbd2 rewrote the log's first
+//!   block, its superblock, in place) and is a wrap makes that run the second pass;
+//!   of several runs a write extends, a second pass wins, then the longest.
+//! * A group is marked journal when a second pass has itself run `confirm_bytes`: the
 //!   log wrapped *and repeated*, which one backwards write after a long sequential file
 //!   does not do. Marks are kept (a file system's journal does not move while mounted).
+//! * Only the log is journal, not its whole group: the group keeps the extent the
+//!   second passes have covered (from the marking pass on, each pass that has run
+//!   `confirm_bytes` widens it), and a write is journal when it overlaps that extent.
+//!   ext4 puts block bitmaps and inode tables beside a journal that does not fill its
+//!   group; those stay cached. The price: the rest of the marking pass beyond the
+//!   extent so far is journal only as each write extends it, which it does.
 //! * A write that spans groups counts in each, cut at the boundary; a journal larger
 //!   than a group is then detected group by group, each when the log comes back to the
 //!   group's first journal block.
@@ -42,9 +51,10 @@ const _: () = assert!(RUNS > 1, "one slot is kept for the longest run");
 pub struct JournalParams {
     /// Size of a group (ext4's block group: 128 MiB), bytes.
     pub group_bytes: u64,
-    /// A run this long before a wrap, and a second pass this long after it, make a
-    /// circular log, bytes.
+    /// A run this long before a wrap makes the wrap a possible second pass, bytes.
     pub min_run_bytes: u64,
+    /// A second pass this long confirms a circular log, bytes.
+    pub confirm_bytes: u64,
     /// A wrap may land this far past the start of the run it returns to, bytes.
     pub wrap_tolerance_bytes: u64,
     /// A write this far past a run's end still extends it, bytes.
@@ -56,6 +66,7 @@ impl Default for JournalParams {
         JournalParams {
             group_bytes: 128 << 20,
             min_run_bytes: 4 << 20,
+            confirm_bytes: 4 << 20,
             wrap_tolerance_bytes: 1 << 20,
             gap_bytes: 64 << 10,
         }
@@ -83,6 +94,9 @@ struct Group {
     runs: [Option<Run>; RUNS],
     writes: u64,
     journal: bool,
+    /// The log's extent in the group as far as second passes have covered it (set
+    /// when the group is marked).
+    log: Option<(u64, u64)>,
 }
 
 /// What one write was found to be.
@@ -105,9 +119,15 @@ pub struct JournalDetector {
 
 impl JournalDetector {
     /// A detector for an export of `capacity` bytes. `params.group_bytes` must be at
-    /// least 4 KiB.
+    /// least 4 KiB, `confirm_bytes` more than 0 and `wrap_tolerance_bytes` less than
+    /// `min_run_bytes` (else a run's own next write would be its wrap).
     pub fn new(capacity: u64, params: JournalParams) -> Self {
         assert!(params.group_bytes >= 4096, "a group is at least 4 KiB");
+        assert!(params.confirm_bytes > 0, "a second pass has some length");
+        assert!(
+            params.wrap_tolerance_bytes < params.min_run_bytes,
+            "a run's next write is no wrap"
+        );
         let groups = capacity.div_ceil(params.group_bytes).max(1) as usize;
         JournalDetector {
             params,
@@ -136,7 +156,14 @@ impl JournalDetector {
             }
             at = cut;
         }
-        if self.groups.get(first).is_some_and(|x| x.journal) {
+        let last = ((end - 1) / g) as usize;
+        let inside = (first..=last).any(|i| {
+            self.groups
+                .get(i)
+                .and_then(|x| x.log)
+                .is_some_and(|(a, b)| offset < b && end > a)
+        });
+        if inside {
             Verdict::Journal
         } else {
             Verdict::Data
@@ -148,21 +175,6 @@ impl JournalDetector {
         let group = &mut self.groups[index];
         group.writes += 1;
         let now = group.writes;
-        // Extends a run: starts at its end, or a little past it.
-        if let Some(run) = group
-            .runs
-            .iter_mut()
-            .flatten()
-            .find(|r| start >= r.end && start <= r.end + p.gap_bytes)
-        {
-            run.end = end;
-            run.used = now;
-            if run.second_pass && run.len() >= p.min_run_bytes && !group.journal {
-                group.journal = true;
-                self.marked += 1;
-            }
-            return;
-        }
         // A wrap: back to the start of a long run, or before it by no more than the
         // run's own length (tracking may have begun in the middle of a pass).
         let wrapped = group.runs.iter().flatten().any(|r| {
@@ -170,6 +182,30 @@ impl JournalDetector {
                 && start <= r.start + p.wrap_tolerance_bytes
                 && start + r.len() >= r.start
         });
+        // Extends a run: starts at its end, or a little past it. Of several, a second
+        // pass first, then the longest: a short run left where the log's first block
+        // was rewritten in place (jbd2's superblock) must not take the log over.
+        let extended = group
+            .runs
+            .iter_mut()
+            .flatten()
+            .filter(|r| start >= r.end && start <= r.end + p.gap_bytes)
+            .max_by_key(|r| (r.second_pass, r.len()));
+        if let Some(run) = extended {
+            run.end = end;
+            run.used = now;
+            // The log came back to where a short run was left: this is its next pass.
+            run.second_pass |= wrapped;
+            if run.second_pass && run.len() >= p.confirm_bytes {
+                if !group.journal {
+                    group.journal = true;
+                    self.marked += 1;
+                }
+                let (a, b) = group.log.unwrap_or((run.start, run.end));
+                group.log = Some((a.min(run.start), b.max(run.end)));
+            }
+            return;
+        }
         let fresh = Run {
             start,
             end,
@@ -200,6 +236,11 @@ impl JournalDetector {
             .is_some_and(|g| g.journal)
     }
 
+    /// The log's extent found in each marked group, in order (start, end bytes).
+    pub fn journal_extents(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.groups.iter().filter_map(|g| g.log)
+    }
+
     /// The journal groups' indices, in order.
     pub fn journal_groups(&self) -> impl Iterator<Item = usize> + '_ {
         self.groups
@@ -214,6 +255,8 @@ impl JournalDetector {
         self.marked
     }
 }
+
+pub mod accuracy;
 
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,7 @@ pub mod config;
 pub mod conformance;
 pub mod device;
 pub mod host;
+pub mod iolog;
 pub mod journal;
 pub mod metrics;
 pub mod nbd;

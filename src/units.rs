@@ -14,6 +14,14 @@ impl fmt::Display for ByteSize {
     }
 }
 
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        parse_bytes(text).map(ByteSize)
+    }
+}
+
 /// Parses `"4k"`, `"4KiB"`, `"1.5g"`, `"512"`. Binary multiples.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();

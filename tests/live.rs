@@ -124,6 +124,22 @@ impl Server {
     }
 }
 
+impl Server {
+    /// SIGKILL (no drain, no sync); what the server wrote to stderr until then.
+    fn killed(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        err
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -268,6 +284,71 @@ fn large_requests_round_trip_in_both_cache_modes() {
         assert!(status.success(), "{cache}: {err}");
         assert!(err.contains("0 errors, 0 refused"), "{cache}: {err}");
     }
+}
+
+/// `cache = "pdc"`: a region written sequentially three times over is a circular log;
+/// once it is found its writes go O_DIRECT and their range is dropped from the page
+/// cache, while everything else stays cached. fio verifies every byte through both
+/// paths: the log's passes (the last ones direct, read back through the cache), then
+/// random aligned and unaligned writes over the whole export, the log's extent
+/// included.
+#[test]
+fn pdc_keeps_every_byte_across_the_direct_and_cached_paths() {
+    let dir = tempdir();
+    let capture = dir.path().join("cap.log");
+    let s = Server::start_with(
+        dir.path(),
+        &format!("[backend]\ncache = \"pdc\"\n[backend.pdc]\ngroup = \"16m\"\n{TWO_TENANTS}"),
+        &["--capture", capture.to_str().unwrap()],
+    );
+    let mut log = fio_verify(&s.uri("vm1"), "64k", "8m");
+    log.args(["--rw=write", "--loops=3"]);
+    let out = run(&mut log);
+    assert!(stdout(&out).contains("err= 0"), "{}", stdout(&out));
+    for bs in ["4k", "1000", "128k"] {
+        let mut f = fio_verify(&s.uri("vm1"), bs, "64m");
+        f.arg("--number_ios=2000");
+        let out = run(&mut f);
+        assert!(stdout(&out).contains("err= 0"), "{bs}: {}", stdout(&out));
+    }
+    let out = run(&mut fio_verify(&s.uri("vm2"), "4k", "8m"));
+    assert!(stdout(&out).contains("err= 0"), "{}", stdout(&out));
+    let err = s.stopped();
+    assert!(
+        err.contains("vm1: group 0 (0 B–16 MiB) holds a circular log"),
+        "{err}"
+    );
+    assert_eq!(err.matches("holds a circular log").count(), 1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("ioshare: vm1:") && l.contains("pdc:"))
+        .unwrap();
+    assert!(
+        line.contains("0 errors") && line.contains("1 journal group(s)"),
+        "{line}"
+    );
+    assert!(!line.contains(", 0 B bypassed"), "{line}");
+    // The capture holds each request once, in fio's format.
+    let text = std::fs::read_to_string(&capture).unwrap();
+    let entries = ioshare::iolog::parse(&text).unwrap();
+    let requests: usize = line
+        .trim_start_matches("ioshare: vm1: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(entries.iter().filter(|e| e.file == "vm1").count(), requests);
+    // The log's three passes, in order.
+    let passes: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.file == "vm1" && e.action == ioshare::iolog::Action::Write)
+        .take(3 * 128)
+        .map(|e| e.offset)
+        .collect();
+    let pass: Vec<u64> = (0..128).map(|i| i * 65536).collect();
+    assert_eq!(passes, [pass.clone(), pass.clone(), pass].concat());
+    assert!(err.contains("--capture:"), "{err}");
 }
 
 #[test]
@@ -1793,6 +1874,92 @@ fn a_live_export_is_characterized_under_the_kernel_schedulers() {
         );
     }
     assert_eq!(std::fs::read_to_string(&sched).unwrap(), before, "put back");
+    m.detach();
+    s.stopped();
+}
+
+/// `cache = "pdc"` under a real guest file system: ext4's journal is found (its
+/// writes bypass the host cache), the server is SIGKILLed in the middle of
+/// fsync-heavy work, and after a restart the file system replays its journal, passes
+/// `e2fsck -f -n`, and holds every file whose fsync returned.
+#[test]
+fn ext4_with_pdc_survives_sigkill_mid_workload() {
+    if let Some(why) = no_mount_support() {
+        assert!(
+            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
+            "cannot run: {why}"
+        );
+        eprintln!("SKIPPED ext4_with_pdc_survives_sigkill_mid_workload: {why}");
+        return;
+    }
+    let dir = tempdir();
+    let config = "[backend]\ncache = \"pdc\"\n[[tenant]]\nname = \"fs\"\nfile = \"fs.img\"\ncreate = true\nsize = \"256m\"\n";
+    let s = Server::start(dir.path(), config);
+    let mut m = Mounts::default();
+    let dev = attach(&mut m, &s, "fs", dir.path());
+    // An 8 MiB journal, written out at mkfs: it wraps every few hundred commits.
+    run(Command::new("mkfs.ext4")
+        .args([
+            "-q",
+            "-F",
+            "-J",
+            "size=8",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+        ])
+        .arg(&dev));
+    let root = dir.path().join("mnt");
+    mount(&mut m, &dev, &root);
+    let content = |i: usize| format!("file {i}\n").repeat(1 + i % 700).into_bytes();
+    let synced = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = {
+        let (root, synced) = (root.clone(), synced.clone());
+        std::thread::spawn(move || {
+            for i in 0.. {
+                let path = root.join(format!("f{i}"));
+                let ok = std::fs::File::create(&path).and_then(|mut f| {
+                    f.write_all(&content(i))?;
+                    f.sync_all()
+                });
+                if ok.is_err() {
+                    return;
+                }
+                synced.lock().unwrap().push(i);
+            }
+        })
+    };
+    // Until the journal has wrapped and been found, and some commits beyond.
+    let t = Instant::now();
+    while synced.lock().unwrap().len() < 3000 {
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "the writer is too slow"
+        );
+        assert!(!writer.is_finished(), "the writer stopped early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = s.killed();
+    // The guest's side of the crash: its I/O fails from here on.
+    drop(m);
+    writer.join().unwrap();
+    assert!(
+        err.contains("fs: group 0 (0 B–128 MiB) holds a circular log")
+            || err.contains("fs: group 1 (128 MiB–256 MiB) holds a circular log"),
+        "the journal was not found: {err}"
+    );
+    let synced = synced.lock().unwrap().clone();
+    let s = Server::start(dir.path(), config);
+    let mut m = Mounts::default();
+    let dev = attach(&mut m, &s, "fs", dir.path());
+    // Mounting replays the journal; then the check must find nothing to fix.
+    mount(&mut m, &dev, &root);
+    m.unmount_fs();
+    run(Command::new("e2fsck").args(["-f", "-n"]).arg(&dev));
+    mount(&mut m, &dev, &root);
+    for &i in &synced {
+        let got = std::fs::read(root.join(format!("f{i}"))).unwrap();
+        assert!(got == content(i), "f{i} differs after the crash");
+    }
     m.detach();
     s.stopped();
 }

@@ -188,3 +188,40 @@ proptest! {
         }
     }
 }
+
+/// jbd2 rewrites the journal's first block (its superblock) in place, before the log
+/// starts and now and then while it runs. The runs those writes leave at the log's
+/// start must not hide the wrap: the second pass is marked after `min_run_bytes`, as
+/// without them (found on a captured ext4 stream, where detection waited a whole pass).
+#[test]
+fn superblock_rewrites_at_the_start_do_not_hide_the_wrap() {
+    for sb_during_pass in [false, true] {
+        let mut d = JournalDetector::new(4 * GIB, JournalParams::default());
+        let start = 15 * 128 * MIB;
+        let block = 4096u32;
+        // The superblock twice, then the log from block 1.
+        for _ in 0..2 {
+            let _ = d.write(start, block);
+        }
+        let mut verdicts = Vec::new();
+        for _pass in 0..2 {
+            for b in 1..(64 * MIB / 4096) {
+                verdicts.push(d.write(start + b * 4096, block));
+                if sb_during_pass && b % 3000 == 0 {
+                    let _ = d.write(start, block);
+                }
+            }
+        }
+        let per_pass = (64 * MIB / 4096 - 1) as usize;
+        let first = verdicts
+            .iter()
+            .position(|&v| v == Verdict::Journal)
+            .expect("marked");
+        // The second pass continues the superblock's 4 KiB run: 4 MiB after 1023 writes.
+        assert_eq!(
+            first,
+            per_pass + 1022,
+            "sb writes during the pass: {sb_during_pass}"
+        );
+    }
+}

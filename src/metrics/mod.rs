@@ -204,6 +204,10 @@ pub struct RunResult {
     /// The policy's own figures; absent (null) for policies that report none.
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub policy_stats: serde_json::Value,
+    /// The live server's host cache per tenant (mode; with `pdc`, the journal groups
+    /// found and the bytes that bypassed the cache); absent in simulations.
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub host_cache: serde_json::Value,
     /// Per phase: IOPS, per-tenant satisfaction, switch on-time (one entry when the
     /// workloads never change).
     pub phases: Vec<PhaseResult>,
@@ -737,6 +741,7 @@ impl Recorder {
                 wall_seconds,
             },
             policy_stats,
+            host_cache: serde_json::Value::Null,
             phases,
             timeseries: self.series,
         }

@@ -10,6 +10,16 @@
 //! buffers; unaligned ones go through a second, buffered descriptor of the same file
 //! (Linux writes back and invalidates the page cache around direct I/O, so both views
 //! stay coherent) instead of a read-modify-write that would have to lock block ranges.
+//!
+//! With `cache = "pdc"` (Kim & Lee's PDC, `specs/pdc.md`) everything goes through the
+//! page cache as with `writeback`, except writes the engine's journal detector marks as
+//! journal: aligned ones go through the `O_DIRECT` descriptor (opened with
+//! `POSIX_FADV_NOREUSE`), unaligned ones through the page cache, and after either the
+//! range gets `POSIX_FADV_DONTNEED`, so no page of it stays cached (the kernel already
+//! drops clean pages a direct write overlaps; the advice also starts writeback of
+//! pages a buffered write of the range left dirty before the group was detected).
+//! Flush and FUA mean what they mean in the other modes: a flush is an `fdatasync` of
+//! the file, which covers both descriptors, and FUA is `RWF_DSYNC` on the write.
 
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
 use crate::buffer::IoBuf;
@@ -30,10 +40,12 @@ pub const DIRECT_ALIGN: u64 = 4096;
 pub struct Target {
     /// The descriptor through the page cache (always there).
     pub buffered: RawFd,
-    /// The `O_DIRECT` descriptor of the same file (`cache = "none"`).
+    /// The `O_DIRECT` descriptor of the same file (`cache = "none"` or `"pdc"`).
     pub direct: Option<RawFd>,
     /// Where the tenant's export starts in the file.
     pub base: u64,
+    /// The tenant's cache mode.
+    pub cache: Cache,
 }
 
 /// The stage a request on the backend is in.
@@ -44,6 +56,8 @@ enum Stage {
     ZeroWrite,
     /// The `fdatasync` after a FUA trim or zeroing.
     Sync,
+    /// `POSIX_FADV_DONTNEED` on a journal write's range (`cache = "pdc"`).
+    Drop,
 }
 
 /// One request's I/O on the backend.
@@ -58,6 +72,8 @@ pub struct Transfer {
     done: u32,
     stage: Stage,
     direct: bool,
+    /// The journal detector found the write in a journal group (`cache = "pdc"`).
+    journal: bool,
 }
 
 /// The most zeroes written at once where the file system cannot zero a range.
@@ -101,15 +117,16 @@ impl Files {
     pub fn open(config: &ServerConfig) -> anyhow::Result<Files> {
         let mut files = Vec::new();
         let mut targets = Vec::new();
-        let direct = config.cache == Cache::None;
+        // `cache` needs a direct descriptor; with pdc it carries POSIX_FADV_NOREUSE.
         let mut open_pair = |path: &std::path::Path,
                              size: u64,
-                             create: bool|
+                             create: bool,
+                             cache: Cache|
          -> anyhow::Result<(RawFd, Option<RawFd>)> {
             let f = open_sized(path, size, create)?;
             let buffered = f.as_raw_fd();
             files.push(f);
-            let d = if direct {
+            let d = if cache.direct() {
                 let f = OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -117,11 +134,17 @@ impl Files {
                     .open(path)
                     .map_err(|e| {
                         anyhow::anyhow!(
-                            "{}: cache = \"none\" needs O_DIRECT, which failed: {e} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")",
-                            path.display()
+                            "{}: cache = \"{}\" needs O_DIRECT, which failed: {e} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")",
+                            path.display(),
+                            cache.name()
                         )
                     })?;
                 let fd = f.as_raw_fd();
+                if cache == Cache::Pdc {
+                    // SAFETY: plain syscall on a descriptor we own. Advice: its failure
+                    // changes nothing the server promises.
+                    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_NOREUSE) };
+                }
                 files.push(f);
                 Some(fd)
             } else {
@@ -131,9 +154,12 @@ impl Files {
         };
         let shared = match (&config.shared, config.backend) {
             (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
-                let need = config
+                let regions = config
                     .tenants
                     .iter()
+                    .filter(|t| matches!(t.storage, Storage::Region { .. }));
+                let need = regions
+                    .clone()
                     .filter_map(|t| match t.storage {
                         Storage::Region { offset } => Some(offset + t.size),
                         _ => None,
@@ -141,8 +167,17 @@ impl Files {
                     .max()
                     .unwrap_or(0)
                     .max(size.unwrap_or(0));
+                // One direct descriptor serves every region that needs one.
+                let cache = regions
+                    .map(|t| t.cache)
+                    .max_by_key(|c| match c {
+                        Cache::Writeback => 0,
+                        Cache::None => 1,
+                        Cache::Pdc => 2,
+                    })
+                    .unwrap_or(config.cache);
                 // The shared file (or the emulated device's) is created when missing.
-                Some(open_pair(path, need, true)?)
+                Some(open_pair(path, need, true, cache)?)
             }
             _ => None,
         };
@@ -150,11 +185,12 @@ impl Files {
             targets.push(match &t.storage {
                 Storage::Nothing => None,
                 Storage::Own(path) => {
-                    let (buffered, direct) = open_pair(path, t.size, t.create)?;
+                    let (buffered, direct) = open_pair(path, t.size, t.create, t.cache)?;
                     Some(Target {
                         buffered,
                         direct,
                         base: 0,
+                        cache: t.cache,
                     })
                 }
                 Storage::Region { offset } => {
@@ -163,6 +199,7 @@ impl Files {
                         buffered,
                         direct,
                         base: *offset,
+                        cache: t.cache,
                     })
                 }
             });
@@ -268,7 +305,20 @@ impl Transfer {
             done: 0,
             stage: Stage::Transfer,
             direct: false,
+            journal: false,
         }
+    }
+
+    /// Marks a write as the guest's journal: under `cache = "pdc"` it bypasses the
+    /// page cache.
+    pub fn set_journal(&mut self) {
+        debug_assert!(matches!(self.kind, CommandKind::Write { .. }));
+        self.journal = true;
+    }
+
+    /// Whether the write was marked as journal.
+    pub fn journal(&self) -> bool {
+        self.journal
     }
 
     /// The operation as the policy sees it.
@@ -328,7 +378,14 @@ impl Transfer {
             let aligned = self.offset.is_multiple_of(DIRECT_ALIGN)
                 && target.base.is_multiple_of(DIRECT_ALIGN)
                 && (len as u64).is_multiple_of(DIRECT_ALIGN);
-            self.direct = target.direct.is_some() && aligned;
+            let wanted = match target.cache {
+                Cache::None => true,
+                Cache::Pdc => self.journal,
+                Cache::Writeback => false,
+            };
+            self.direct = wanted && target.direct.is_some() && aligned;
+            // Only pdc marks requests as journal.
+            self.journal &= target.cache == Cache::Pdc;
             // Buffers are aligned, so a write goes out from its payload as received.
             if matches!(self.kind, CommandKind::Read) {
                 self.buf = Some(IoBuf::for_overwrite(len as usize));
@@ -344,6 +401,13 @@ impl Transfer {
         let done = self.done as usize;
         let dsync = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
         match (&self.stage, &self.kind) {
+            (Stage::Drop, _) => opcode::Fadvise::new(
+                types::Fd(target.buffered),
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+            .offset(target.base + self.offset)
+            .build(),
             (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => {
                 opcode::Fsync::new(types::Fd(target.buffered))
                     .flags(types::FsyncFlags::DATASYNC)
@@ -398,6 +462,8 @@ impl Transfer {
         if result < 0 {
             let errno = -result;
             return match (&l.stage, &l.kind) {
+                // The write is done; the advice is only advice.
+                (Stage::Drop, _) => Next::Done(0),
                 // Discarding is advisory: a file system that cannot punch holes keeps data.
                 (Stage::Transfer, CommandKind::Trim { fua }) if is_unsupported(errno) => {
                     after_range(l, *fua)
@@ -412,7 +478,7 @@ impl Transfer {
         }
         let n = result as u32;
         match (&l.stage, &l.kind) {
-            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => Next::Done(0),
+            (Stage::Sync | Stage::Drop, _) | (Stage::Transfer, CommandKind::Flush) => Next::Done(0),
             (Stage::Transfer, CommandKind::Read) => {
                 if n == 0 {
                     // Images are at least their export's size when opened.
@@ -431,6 +497,9 @@ impl Transfer {
                 }
                 l.done += n;
                 if l.done < len {
+                    Next::Again
+                } else if l.journal && l.stage == Stage::Transfer {
+                    l.stage = Stage::Drop;
                     Next::Again
                 } else {
                     Next::Done(0)
@@ -492,6 +561,11 @@ mod tests {
             buffered: 100,
             direct: direct.then_some(101),
             base,
+            cache: if direct {
+                Cache::None
+            } else {
+                Cache::Writeback
+            },
         }
     }
 
@@ -602,6 +676,45 @@ mod tests {
                 "{offset}+{len} at {base}, direct fd {direct}"
             );
         }
+    }
+
+    /// pdc: data goes through the page cache; a journal write goes direct when aligned,
+    /// buffered when not, and either way ends with DONTNEED on its range, whose failure
+    /// does not fail the write.
+    #[test]
+    fn pdc_sends_journal_writes_past_the_cache_and_drops_their_range() {
+        let pdc = Target {
+            buffered: 100,
+            direct: Some(101),
+            base: 1 << 20,
+            cache: Cache::Pdc,
+        };
+        let mut data = Transfer::new(write(8192, false), 4096, 8192);
+        let _ = data.entry(pdc);
+        assert!(!data.direct() && !data.journal());
+        assert_eq!(data.step(8192), Next::Done(0), "no advice for data");
+        let mut read = Transfer::new(CommandKind::Read, 4096, 4096);
+        let _ = read.entry(pdc);
+        assert!(!read.direct(), "reads stay cached");
+        for (offset, len, direct) in [(4096, 8192, true), (512, 4096, false)] {
+            for advice in [0, -libc::EINVAL] {
+                let mut j = Transfer::new(write(len, true), offset, len);
+                j.set_journal();
+                let e = j.entry(pdc);
+                assert_eq!(j.direct(), direct, "{offset}+{len}");
+                assert_eq!(e.get_opcode(), u32::from(opcode::Write::CODE));
+                assert_eq!(j.step(len as i32), Next::Again, "the advice comes next");
+                let e = j.entry(pdc);
+                assert_eq!(e.get_opcode(), u32::from(opcode::Fadvise::CODE));
+                assert_eq!(j.step(advice), Next::Done(0));
+            }
+        }
+        // A journal mark means nothing outside pdc.
+        let mut j = Transfer::new(write(4096, false), 0, 4096);
+        j.set_journal();
+        let _ = j.entry(target(false, 0));
+        assert!(!j.journal());
+        assert_eq!(j.step(4096), Next::Done(0));
     }
 
     #[test]

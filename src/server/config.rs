@@ -8,6 +8,7 @@ use crate::config::{
 };
 use crate::device::spec::{DeviceFile, DeviceSpec};
 use crate::host::Refuse;
+use crate::journal::JournalParams;
 use crate::types::{Nanos, Slo, TenantSpec, secs_to_nanos};
 use crate::units::{ByteSize, format_bytes};
 use serde::Deserialize;
@@ -58,9 +59,21 @@ struct BackendFile {
     device: Option<DeviceFile>,
     /// Seed of the emulated device's aging.
     seed: Option<u64>,
+    /// The journal detector's thresholds (`cache = "pdc"`).
+    pdc: Option<PdcFile>,
     /// A file with a `[device]` table (`ioshare calibrate --out`): what the policy
     /// charges requests by.
     cost_device: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PdcFile {
+    group: Option<ByteSize>,
+    min_run: Option<ByteSize>,
+    confirm: Option<ByteSize>,
+    wrap_tolerance: Option<ByteSize>,
+    gap: Option<ByteSize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,6 +94,8 @@ struct TenantFile {
     size: Option<ByteSize>,
     #[serde(default)]
     read_only: bool,
+    /// This tenant's cache mode (default: `backend.cache`).
+    cache: Option<String>,
 }
 
 /// How the file backend uses the page cache.
@@ -90,6 +105,39 @@ pub enum Cache {
     None,
     /// The page cache: writes are durable after a flush or with FUA.
     Writeback,
+    /// The page cache for everything but the guest file system's journal: writes the
+    /// journal detector ([`crate::journal`]) finds in a journal group go `O_DIRECT`, and
+    /// their range is dropped from the page cache (Kim & Lee's PDC).
+    Pdc,
+}
+
+impl Cache {
+    /// Parses a cache mode as the configuration spells it.
+    fn parse(field: &str, text: &str) -> Result<Cache, Invalid> {
+        match text {
+            "none" => Ok(Cache::None),
+            "writeback" => Ok(Cache::Writeback),
+            "pdc" => Ok(Cache::Pdc),
+            other => Err(Invalid::new(
+                field,
+                format!("'{other}' is not one of none, writeback, pdc"),
+            )),
+        }
+    }
+
+    /// The mode as the configuration spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cache::None => "none",
+            Cache::Writeback => "writeback",
+            Cache::Pdc => "pdc",
+        }
+    }
+
+    /// Whether the mode needs an `O_DIRECT` descriptor.
+    pub fn direct(self) -> bool {
+        self != Cache::Writeback
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +180,8 @@ pub struct TenantConfig {
     /// Its own image may be created when missing (`create = true`); a missing image
     /// is otherwise an error, not a blank disk served to a guest that expects its data.
     pub create: bool,
+    /// How its requests use the host's page cache (`cache`, default `backend.cache`).
+    pub cache: Cache,
 }
 
 /// A loaded, checked configuration.
@@ -169,8 +219,10 @@ pub struct ServerConfig {
     pub tls: Tls,
     /// What serves the requests.
     pub backend: BackendKind,
-    /// How the file backend uses the page cache.
+    /// How the file backend uses the page cache (the tenants' default).
     pub cache: Cache,
+    /// The journal detector's thresholds, for tenants with `cache = "pdc"`.
+    pub pdc: JournalParams,
     /// The shared file and its size when tenants are regions of one.
     pub shared: Option<(PathBuf, Option<u64>)>,
     /// The emulated backend's device model and aging seed.
@@ -226,6 +278,7 @@ impl ServerConfig {
             tls: server.tls,
             backend: backend.kind,
             cache: backend.cache,
+            pdc: backend.pdc,
             shared: backend.shared,
             emulated: backend.emulated,
             cost_device: backend.cost_device,
@@ -264,6 +317,7 @@ impl ServerConfig {
             ("server.tls*", self.tls == new.tls),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
+            ("backend.pdc", self.pdc == new.pdc),
             ("backend.path/size", self.shared == new.shared),
             ("backend.device", self.emulated == new.emulated),
             ("backend.cost_device", self.cost_device == new.cost_device),
@@ -280,6 +334,7 @@ impl ServerConfig {
                 ("size", a.size == b.size),
                 ("read_only", a.read_only == b.read_only),
                 ("file/offset", a.storage == b.storage),
+                ("cache", a.cache == b.cache),
             ];
             if let Some((field, _)) = fields.iter().find(|(_, same)| !same) {
                 return Some(format!("tenant {} ('{}'): {field}", i + 1, a.spec.name));
@@ -517,6 +572,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
 struct Backend {
     kind: BackendKind,
     cache: Cache,
+    pdc: JournalParams,
     shared: Option<(PathBuf, Option<u64>)>,
     emulated: Option<(DeviceSpec, u64)>,
     cost_device: Option<DeviceSpec>,
@@ -582,16 +638,8 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
             "the emulated backend keeps the tenants' data in one file; name it",
         ));
     }
-    let cache = match b.cache.as_deref().unwrap_or("writeback") {
-        "none" => Cache::None,
-        "writeback" => Cache::Writeback,
-        other => {
-            return Err(Invalid::new(
-                "backend.cache",
-                format!("'{other}' is not one of none, writeback"),
-            ));
-        }
-    };
+    let cache = Cache::parse("backend.cache", b.cache.as_deref().unwrap_or("writeback"))?;
+    let pdc = pdc_params(b.pdc.unwrap_or_default())?;
     let shared = b.path.map(|p| (at(p), b.size.map(|s| s.0)));
     if kind == BackendKind::Null && shared.is_some() {
         return Err(Invalid::new("backend.path", "the null backend has no file"));
@@ -603,6 +651,7 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
     Ok(Backend {
         kind,
         cache,
+        pdc,
         shared,
         emulated,
         cost_device,
@@ -649,13 +698,68 @@ fn tenant_config(
             "applies only to a tenant's own file",
         ));
     }
+    let cache = match &t.cache {
+        Some(c) => Cache::parse("cache", c)?,
+        None => backend.cache,
+    };
     Ok(TenantConfig {
         spec,
         size,
         read_only: t.read_only,
         storage,
         create: t.create,
+        cache,
     })
+}
+
+/// `[backend.pdc]`, checked: the journal detector's thresholds (defaults: the paper's
+/// group and the readings in [`crate::journal`]).
+fn pdc_params(p: PdcFile) -> Result<JournalParams, Invalid> {
+    let d = JournalParams::default();
+    let params = JournalParams {
+        group_bytes: p.group.map_or(d.group_bytes, |b| b.0),
+        min_run_bytes: p.min_run.map_or(d.min_run_bytes, |b| b.0),
+        confirm_bytes: p.confirm.map_or(d.confirm_bytes, |b| b.0),
+        wrap_tolerance_bytes: p.wrap_tolerance.map_or(d.wrap_tolerance_bytes, |b| b.0),
+        gap_bytes: p.gap.map_or(d.gap_bytes, |b| b.0),
+    };
+    if params.group_bytes < 4096 || !params.group_bytes.is_multiple_of(4096) {
+        return Err(Invalid::new(
+            "backend.pdc.group",
+            format!(
+                "{} is not a whole number of 4 KiB blocks of at least one",
+                format_bytes(params.group_bytes)
+            ),
+        ));
+    }
+    if params.min_run_bytes == 0 || params.min_run_bytes > params.group_bytes {
+        return Err(Invalid::new(
+            "backend.pdc.min_run",
+            format!(
+                "must be more than 0 and at most the group ({})",
+                format_bytes(params.group_bytes)
+            ),
+        ));
+    }
+    if params.confirm_bytes == 0 || params.confirm_bytes > params.group_bytes {
+        return Err(Invalid::new(
+            "backend.pdc.confirm",
+            format!(
+                "must be more than 0 and at most the group ({})",
+                format_bytes(params.group_bytes)
+            ),
+        ));
+    }
+    if params.wrap_tolerance_bytes >= params.min_run_bytes {
+        return Err(Invalid::new(
+            "backend.pdc.wrap_tolerance",
+            format!(
+                "must be less than min_run ({}): a run's own next write would count as its wrap",
+                format_bytes(params.min_run_bytes)
+            ),
+        ));
+    }
+    Ok(params)
 }
 
 /// Where a tenant's bytes live, and how many there are.
@@ -856,6 +960,59 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    /// `cache` per server and per tenant, and the detector's thresholds.
+    #[test]
+    fn cache_modes_per_tenant_and_pdc_thresholds() {
+        let c = parse(
+            "[backend]\ncache = \"pdc\"\n[backend.pdc]\nmin_run = \"8m\"\n\
+             [[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = \"1g\"\n\
+             [[tenant]]\nname = \"b\"\nfile = \"b.img\"\nsize = \"1g\"\ncache = \"none\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.cache, Cache::Pdc);
+        assert_eq!(c.tenants[0].cache, Cache::Pdc);
+        assert_eq!(c.tenants[1].cache, Cache::None);
+        assert_eq!(c.pdc.min_run_bytes, 8 << 20);
+        assert_eq!(c.pdc.group_bytes, 128 << 20, "the paper's group by default");
+        let t = "[[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = \"1g\"\n";
+        for (text, want) in [
+            (
+                format!("{t}cache = \"lru\""),
+                "tenant 1 ('a').cache: 'lru' is not one of none, writeback, pdc",
+            ),
+            (
+                format!("[backend.pdc]\ngroup = \"1000\"\n{t}"),
+                "backend.pdc.group",
+            ),
+            (
+                format!("[backend.pdc]\nmin_run = \"256m\"\n{t}"),
+                "backend.pdc.min_run",
+            ),
+            (
+                format!("[backend.pdc]\nconfirm = \"0\"\n{t}"),
+                "backend.pdc.confirm",
+            ),
+            (
+                format!("[backend.pdc]\nwrap_tolerance = \"4m\"\n{t}"),
+                "backend.pdc.wrap_tolerance",
+            ),
+            (
+                format!("[backend.pdc]\nsize = \"4m\"\n{t}"),
+                "unknown field",
+            ),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        // A tenant's cache mode needs a restart to change.
+        let mut other = c.clone();
+        other.tenants[1].cache = Cache::Pdc;
+        assert_eq!(
+            c.reload_conflict(&other).as_deref(),
+            Some("tenant 2 ('b'): cache")
+        );
     }
 
     /// TLS is required by default where TCP is not loopback, and then needs its

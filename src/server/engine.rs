@@ -15,12 +15,14 @@
 #![allow(unsafe_code)]
 
 use super::backend::{Files, Next, Transfer};
-use super::config::ServerConfig;
+use super::capture::Capture;
+use super::config::{Cache, ServerConfig};
 use super::conn::{Attach, Conn};
 use super::stats::LiveStats;
 use crate::buffer::IoBuf;
 use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::host::{Host, Limits, Status};
+use crate::journal::{JournalDetector, Verdict};
 use crate::metrics::Recorder;
 use crate::nbd::proto;
 use crate::nbd::{Command, CommandKind, Event};
@@ -162,6 +164,8 @@ pub struct Outcome {
     pub device: DeviceStats,
     /// The policy's full observation at the end.
     pub policy: Observation,
+    /// Per tenant with `cache = "pdc"`, the groups its journal detector marked.
+    pub journal: Vec<Option<Vec<usize>>>,
 }
 
 /// What the live engine records: the counters behind the terminal line and `/metrics`,
@@ -180,6 +184,7 @@ pub fn run(
     stats: Arc<LiveStats>,
     clock: Instant,
     recorder: Option<Recorder>,
+    capture: Option<Capture>,
 ) -> anyhow::Result<Outcome> {
     let Inbox { rx, wake } = inbox;
     let limits = Limits {
@@ -207,12 +212,28 @@ pub fn run(
         model_done: Vec::new(),
         inflight_bytes: 0,
         past_end_logged: vec![None; config.tenants.len()],
+        detectors: config
+            .tenants
+            .iter()
+            .map(|t| (t.cache == Cache::Pdc).then(|| JournalDetector::new(t.size, config.pdc)))
+            .collect(),
+        capture,
     };
     engine.run(&rx)?;
     if let Err(e) = engine.files.sync_all() {
         eprintln!("ioshare: final sync failed: {e}");
     }
     let end = engine.now();
+    if let Some(c) = engine.capture.take()
+        && let Err(e) = c.finish(end)
+    {
+        eprintln!("ioshare: {e}");
+    }
+    let journal = engine
+        .detectors
+        .iter()
+        .map(|d| d.as_ref().map(|d| d.journal_groups().collect()))
+        .collect();
     let device = engine.model.as_ref().map(|m| m.stats()).unwrap_or_default();
     let ((_, recorder), policy) = engine.host.finish();
     Ok(Outcome {
@@ -220,6 +241,7 @@ pub fn run(
         device,
         policy,
         recorder,
+        journal,
     })
 }
 
@@ -278,6 +300,11 @@ struct Engine<'a> {
     inflight_bytes: u64,
     /// When a read past the end of each tenant's image was last logged.
     past_end_logged: Vec<Option<Instant>>,
+    /// Per tenant with `cache = "pdc"`, its journal detector (fed every write as it
+    /// arrives).
+    detectors: Vec<Option<JournalDetector>>,
+    /// `serve --capture`: every request as it arrives.
+    capture: Option<Capture>,
 }
 
 /// How often a tenant's reads past the end of its image are logged.
@@ -680,8 +707,27 @@ impl Engine<'_> {
             handle: command.handle,
             bytes,
         };
-        let io = Transfer::new(command.kind, command.offset, command.len);
         let t = self.now();
+        if let Some(c) = self.capture.as_mut() {
+            c.record(
+                t,
+                tenant as usize,
+                &command.kind,
+                command.offset,
+                command.len,
+            );
+        }
+        let write = matches!(command.kind, CommandKind::Write { .. });
+        let mut io = Transfer::new(command.kind, command.offset, command.len);
+        if write && let Some(d) = self.detectors[tenant as usize].as_mut() {
+            let marked = d.marked();
+            if d.write(command.offset, command.len) == Verdict::Journal {
+                io.set_journal();
+            }
+            if d.marked() > marked {
+                self.journal_found(tenant, command.offset);
+            }
+        }
         self.next_id += 1;
         let request = Request {
             id: self.next_id,
@@ -773,6 +819,22 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// The journal detector marked the group of `tenant`'s export holding `offset`:
+    /// counted and logged (once per group: a group stays marked).
+    fn journal_found(&mut self, tenant: TenantId, offset: u64) {
+        self.host.observer().0.journal_group(tenant);
+        let g = self.config.pdc.group_bytes;
+        let group = offset / g;
+        eprintln!(
+            "ioshare: {}: group {group} ({}–{}) holds a circular log (the guest's journal); its writes bypass the host cache from now on",
+            self.config.tenants[tenant as usize].spec.name,
+            crate::units::format_bytes(group * g),
+            crate::units::format_bytes(
+                ((group + 1) * g).min(self.config.tenants[tenant as usize].size)
+            ),
+        );
+    }
+
     /// A read of `tenant` at `offset` met the end of its image: logged, at most once
     /// every [`PAST_END_LOG_EVERY`] per tenant.
     fn past_end(&mut self, tenant: usize, offset: u64) {
@@ -821,6 +883,12 @@ impl Engine<'_> {
     /// A request is over: the policy and the counters learn of it, the client gets its
     /// reply.
     fn complete(&mut self, l: Live, error: u32, t: Nanos) {
+        if error == 0 && l.io.journal() {
+            self.host
+                .observer()
+                .0
+                .journal_write(l.sub.tenant, u64::from(l.io.len()));
+        }
         let c = Completion {
             request: l.request,
             start: l.start.expect("dispatched"),

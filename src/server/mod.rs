@@ -15,6 +15,7 @@
 #![allow(unsafe_code)]
 
 pub mod backend;
+pub mod capture;
 pub mod config;
 pub mod conn;
 pub mod engine;
@@ -209,11 +210,13 @@ type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
 /// Runs the server until SIGTERM/SIGINT. `source` is the configuration file SIGHUP
 /// reloads (`None`: SIGHUP is ignored). With `out`, the run's `results.json`,
 /// `timeseries.csv` and `report.html` (the simulator's formats) are written there at
-/// shutdown.
+/// shutdown. With `capture` (a file and its size limit), every request is recorded
+/// there as it arrives ([`capture`]).
 pub fn serve(
     mut config: ServerConfig,
     source: Option<PathBuf>,
     out: Option<PathBuf>,
+    capture: Option<(PathBuf, u64)>,
 ) -> anyhow::Result<()> {
     if let Some(dir) = &out {
         // Found out now, not after hours of serving.
@@ -272,12 +275,21 @@ pub fn serve(
     let recorder = out
         .as_ref()
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
+    let capture = match &capture {
+        Some((path, limit)) => {
+            let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+            Some(capture::Capture::open(path, &names, *limit)?)
+        }
+        None => None,
+    };
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
-                engine::run(&config, files, policy, model, inbox, stats, clock, recorder)
+                engine::run(
+                    &config, files, policy, model, inbox, stats, clock, recorder, capture,
+                )
             })?
     };
     if let Some(a) = metrics_at {
@@ -346,9 +358,19 @@ fn summarize(
     out: Option<&std::path::Path>,
     clock: Instant,
 ) -> anyhow::Result<()> {
-    for t in &stats.snapshot() {
+    let snapshot = stats.snapshot();
+    for (t, c) in snapshot.iter().zip(&config.tenants) {
+        let journal = if c.cache == config::Cache::Pdc {
+            format!(
+                "; pdc: {} journal group(s), {} bypassed the host cache",
+                t.journal_groups,
+                crate::units::format_bytes(t.journal_bytes)
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused, {} held back",
+            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused, {} held back{journal}",
             t.name,
             t.completed,
             crate::units::format_bytes(t.read_bytes),
@@ -359,7 +381,7 @@ fn summarize(
         );
     }
     if let Some(dir) = out {
-        let result = live_result(config, outcome, clock.elapsed().as_secs_f64());
+        let result = live_result(config, outcome, &snapshot, clock.elapsed().as_secs_f64());
         print!("{}", crate::report::table(&result));
         crate::report::write_all(&result, dir)?;
         eprintln!(
@@ -628,8 +650,27 @@ fn report_interval(config: &ServerConfig) -> crate::types::Nanos {
 fn live_result(
     config: &ServerConfig,
     outcome: engine::Outcome,
+    counters: &[stats::TenantCounters],
     wall_seconds: f64,
 ) -> ScenarioResult {
+    let host_cache = serde_json::Value::Array(
+        config
+            .tenants
+            .iter()
+            .zip(counters)
+            .zip(&outcome.journal)
+            .map(|((t, c), groups)| {
+                let mut o = serde_json::json!({ "tenant": t.spec.name, "cache": t.cache.name() });
+                if let Some(groups) = groups {
+                    o["journal_group_bytes"] = config.pdc.group_bytes.into();
+                    o["journal_groups"] = serde_json::json!(groups);
+                    o["journal_writes"] = c.journal_writes.into();
+                    o["journal_bypassed_bytes"] = c.journal_bytes.into();
+                }
+                o
+            })
+            .collect(),
+    );
     let mut recorder = outcome.recorder.expect("recorded with --out");
     recorder.end_at(outcome.end);
     let specs = config.specs();
@@ -651,6 +692,7 @@ fn live_result(
         outcome.policy,
     );
     run.policy_name = config.policy.name.clone();
+    run.host_cache = host_cache;
     ScenarioResult {
         scenario: "live".into(),
         description: format!(

@@ -121,7 +121,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 type Field = fn(&TenantCounters) -> f64;
 
 /// The per-tenant series: name, type, help, value.
-const SERIES: [(&str, &str, &str, Field); 11] = [
+const SERIES: [(&str, &str, &str, Field); 14] = [
     (
         "ioshare_requests_arrived_total",
         "counter",
@@ -184,6 +184,24 @@ const SERIES: [(&str, &str, &str, Field); 11] = [
         "gauge",
         "Requests on the backend",
         |t| t.in_flight() as f64,
+    ),
+    (
+        "ioshare_journal_groups",
+        "gauge",
+        "cache = \"pdc\": groups of the export found to hold the guest's journal (each a detection event; a group stays marked)",
+        |t| t.journal_groups as f64,
+    ),
+    (
+        "ioshare_journal_writes_total",
+        "counter",
+        "cache = \"pdc\": journal writes that bypassed the host cache",
+        |t| t.journal_writes as f64,
+    ),
+    (
+        "ioshare_journal_bypassed_bytes_total",
+        "counter",
+        "cache = \"pdc\": bytes of journal writes that bypassed the host cache",
+        |t| t.journal_bytes as f64,
     ),
 ];
 
@@ -303,6 +321,9 @@ mod tests {
             stats.completed(&c, true);
         }
         stats.arrived(1);
+        stats.journal_group(1);
+        stats.journal_write(1, 8192);
+        stats.journal_write(1, 4096);
         stats.publish_policy(vec![
             Gauge::tenant("credits", "Credits left", 0, 5.5),
             Gauge::tenant("credits", "Credits left", 1, 0.0),
@@ -320,6 +341,14 @@ mod tests {
         assert!(has("ioshare_read_bytes_total{tenant=\"vm\\\"1\"} 16384"));
         assert!(has("ioshare_tenant_queued{tenant=\"vm2\"} 1"));
         assert!(has("ioshare_tenant_in_flight{tenant=\"vm\\\"1\"} 0"));
+        assert!(has("ioshare_journal_groups{tenant=\"vm2\"} 1"), "{text}");
+        assert!(has("ioshare_journal_writes_total{tenant=\"vm2\"} 2"));
+        assert!(has(
+            "ioshare_journal_bypassed_bytes_total{tenant=\"vm2\"} 12288"
+        ));
+        assert!(has(
+            "ioshare_journal_bypassed_bytes_total{tenant=\"vm\\\"1\"} 0"
+        ));
         // 40 µs and exactly 50 µs fall in the first bucket; 3 ms in le=0.005; 20 s
         // only in +Inf.
         let b = "ioshare_request_latency_seconds_bucket{tenant=\"vm\\\"1\",le=";

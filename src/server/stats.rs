@@ -63,6 +63,13 @@ pub struct TenantCounters {
     pub latency_buckets: [u64; LATENCY_BUCKETS_NS.len() + 1],
     /// Sum of the latencies in `latency_buckets`, nanoseconds.
     pub latency_sum_ns: u128,
+    /// `cache = "pdc"`: groups of the export found to hold the guest's journal
+    /// (detection events; a group stays marked).
+    pub journal_groups: u64,
+    /// `cache = "pdc"`: successful writes that bypassed the host cache as journal.
+    pub journal_writes: u64,
+    /// Their bytes.
+    pub journal_bytes: u64,
 }
 
 impl TenantCounters {
@@ -107,6 +114,9 @@ impl LiveStats {
                         latency: crate::metrics::latency_histogram(),
                         latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
                         latency_sum_ns: 0,
+                        journal_groups: 0,
+                        journal_writes: 0,
+                        journal_bytes: 0,
                     })
                     .collect(),
             ),
@@ -122,6 +132,19 @@ impl LiveStats {
     /// A request of `tenant` was answered `ESHUTDOWN` (the drain deadline passed).
     pub fn cancelled(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].cancelled += 1;
+    }
+
+    /// The journal detector marked one more group of `tenant`'s export.
+    pub fn journal_group(&self, tenant: TenantId) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].journal_groups += 1;
+    }
+
+    /// A journal write of `bytes` by `tenant` bypassed the host cache.
+    pub fn journal_write(&self, tenant: TenantId, bytes: u64) {
+        let mut all = self.tenants.lock().expect("stats lock");
+        let t = &mut all[tenant as usize];
+        t.journal_writes += 1;
+        t.journal_bytes += bytes;
     }
 
     /// A reload changed `tenant`'s weight.

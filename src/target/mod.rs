@@ -569,6 +569,7 @@ impl RingDevice {
             buffered: self.buffered.as_raw_fd(),
             direct: Some(self.direct.as_raw_fd()),
             base: 0,
+            cache: crate::server::config::Cache::None,
         }
     }
 
