@@ -18,18 +18,21 @@
 //!   `min_run_bytes` long (within `wrap_tolerance_bytes`), and no further before it
 //!   than the run is long: the log came back to its beginning. It starts a run of its
 //!   own, remembered as a second pass.
-//!   A write that extends a short run (one left where jbd2 rewrote the log's first
-//!   block, its superblock, in place) and is a wrap makes that run the second pass;
-//!   of several runs a write extends, a second pass wins, then the longest.
+//!   A short run (at most `wrap_tolerance_bytes`) that itself starts where a wrap
+//!   would, and is extended, becomes the second pass: jbd2 rewrites the log's first
+//!   block (its superblock) in place, and the log's next pass continues from it. Of
+//!   several runs a write extends, a second pass wins, then the longest. A long run
+//!   never turns into a second pass (two sequential writers in one group do not make
+//!   a log).
 //! * A group is marked journal when a second pass has itself run `confirm_bytes`: the
 //!   log wrapped *and repeated*, which one backwards write after a long sequential file
 //!   does not do. Marks are kept (a file system's journal does not move while mounted).
-//! * Only the log is journal, not its whole group: the group keeps the extent the
-//!   second passes have covered (from the marking pass on, each pass that has run
-//!   `confirm_bytes` widens it), and a write is journal when it overlaps that extent.
-//!   ext4 puts block bitmaps and inode tables beside a journal that does not fill its
-//!   group; those stay cached. The price: the rest of the marking pass beyond the
-//!   extent so far is journal only as each write extends it, which it does.
+//! * Only the log is journal, not its whole group: when a group is marked, its log is
+//!   taken to span the marking pass and the pass it wrapped from, and a write is journal when it overlaps that extent. ext4 puts block
+//!   bitmaps and inode tables beside a journal that does not fill its group; those
+//!   stay cached. The extent is fixed once found (a log does not move); data that
+//!   extended the earlier pass's run just past the log's end before the wrap is
+//!   inside it (none did on the captured ext4 streams).
 //! * A write that spans groups counts in each, cut at the boundary; a journal larger
 //!   than a group is then detected group by group, each when the log comes back to the
 //!   group's first journal block.
@@ -42,6 +45,9 @@
 
 /// Runs followed per group at once.
 pub const RUNS: usize = 8;
+/// Groups of one export at most (about 300 bytes each: 300 MiB for a 1 PiB export in
+/// 128 MiB groups).
+pub const MAX_GROUPS: u64 = 1 << 23;
 const _: () = assert!(RUNS > 1, "one slot is kept for the longest run");
 
 /// The detector's thresholds; defaults are the paper's group and readings for ext4's
@@ -94,8 +100,7 @@ struct Group {
     runs: [Option<Run>; RUNS],
     writes: u64,
     journal: bool,
-    /// The log's extent in the group as far as second passes have covered it (set
-    /// when the group is marked).
+    /// The log's extent in the group (set when the group is marked).
     log: Option<(u64, u64)>,
 }
 
@@ -103,7 +108,8 @@ struct Group {
 #[must_use]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Its group is a journal group (a write marking the group counts already).
+    /// It overlaps the log found in its group (a write marking the group counts
+    /// already).
     Journal,
     /// Not (or not yet) known to be journal.
     Data,
@@ -123,6 +129,10 @@ impl JournalDetector {
     /// `min_run_bytes` (else a run's own next write would be its wrap).
     pub fn new(capacity: u64, params: JournalParams) -> Self {
         assert!(params.group_bytes >= 4096, "a group is at least 4 KiB");
+        assert!(
+            capacity.div_ceil(params.group_bytes) <= MAX_GROUPS,
+            "at most {MAX_GROUPS} groups"
+        );
         assert!(params.confirm_bytes > 0, "a second pass has some length");
         assert!(
             params.wrap_tolerance_bytes < params.min_run_bytes,
@@ -146,11 +156,11 @@ impl JournalDetector {
     pub fn write(&mut self, offset: u64, len: u32) -> Verdict {
         let g = self.params.group_bytes;
         let mut at = offset;
-        let end = offset + u64::from(len.max(1));
+        let end = offset.saturating_add(u64::from(len.max(1)));
         let first = (offset / g) as usize;
         while at < end {
             let index = (at / g) as usize;
-            let cut = end.min((at / g + 1) * g);
+            let cut = end.min((at / g).saturating_add(1).saturating_mul(g));
             if index < self.groups.len() {
                 self.observe(index, at, cut);
             }
@@ -177,39 +187,48 @@ impl JournalDetector {
         let now = group.writes;
         // A wrap: back to the start of a long run, or before it by no more than the
         // run's own length (tracking may have begun in the middle of a pass).
-        let wrapped = group.runs.iter().flatten().any(|r| {
-            r.len() >= p.min_run_bytes
-                && start <= r.start + p.wrap_tolerance_bytes
-                && start + r.len() >= r.start
-        });
+        let wraps_to = |runs: &[Option<Run>; RUNS], at: u64| {
+            runs.iter()
+                .flatten()
+                .filter(|r| {
+                    r.len() >= p.min_run_bytes
+                        && at <= r.start + p.wrap_tolerance_bytes
+                        && at + r.len() >= r.start
+                })
+                .map(|r| (r.start, r.end))
+                .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+        };
+        let wrapped = wraps_to(&group.runs, start);
         // Extends a run: starts at its end, or a little past it. Of several, a second
-        // pass first, then the longest: a short run left where the log's first block
-        // was rewritten in place (jbd2's superblock) must not take the log over.
-        let extended = group
-            .runs
-            .iter_mut()
-            .flatten()
-            .filter(|r| start >= r.end && start <= r.end + p.gap_bytes)
-            .max_by_key(|r| (r.second_pass, r.len()));
-        if let Some(run) = extended {
+        // pass first, then the longest.
+        let extended = (0..RUNS)
+            .filter(|&i| {
+                group.runs[i].is_some_and(|r| start >= r.end && start <= r.end + p.gap_bytes)
+            })
+            .max_by_key(|&i| group.runs[i].map(|r| (r.second_pass, r.len())));
+        if let Some(i) = extended {
+            let mut run = group.runs[i].expect("chosen among the runs");
+            // A short run left where a wrap lands (the superblock's) carries the
+            // log's next pass.
+            if !run.second_pass && run.len() <= p.wrap_tolerance_bytes {
+                run.second_pass = wraps_to(&group.runs, run.start).is_some();
+            }
             run.end = end;
             run.used = now;
-            // The log came back to where a short run was left: this is its next pass.
-            run.second_pass |= wrapped;
-            if run.second_pass && run.len() >= p.confirm_bytes {
-                if !group.journal {
-                    group.journal = true;
-                    self.marked += 1;
-                }
-                let (a, b) = group.log.unwrap_or((run.start, run.end));
-                group.log = Some((a.min(run.start), b.max(run.end)));
+            group.runs[i] = Some(run);
+            if run.second_pass && run.len() >= p.confirm_bytes && group.log.is_none() {
+                group.journal = true;
+                self.marked += 1;
+                // Over this pass and the pass it wrapped from.
+                let (a, b) = wraps_to(&group.runs, run.start).unwrap_or((run.start, run.end));
+                group.log = Some((run.start.min(a), run.end.max(b)));
             }
             return;
         }
         let fresh = Run {
             start,
             end,
-            second_pass: wrapped,
+            second_pass: wrapped.is_some(),
             used: now,
         };
         // Takes an empty slot, else replaces the run that grew least recently, never the
@@ -234,6 +253,18 @@ impl JournalDetector {
         self.groups
             .get((offset / self.params.group_bytes) as usize)
             .is_some_and(|g| g.journal)
+    }
+
+    /// The log's extent found in group `index` (start, end bytes), once marked.
+    pub fn log_in(&self, index: usize) -> Option<(u64, u64)> {
+        self.groups.get(index).and_then(|g| g.log)
+    }
+
+    /// The groups a write of `len` bytes at `offset` falls in.
+    pub fn groups_of(&self, offset: u64, len: u32) -> std::ops::RangeInclusive<usize> {
+        let g = self.params.group_bytes;
+        let end = offset.saturating_add(u64::from(len.max(1)));
+        (offset / g) as usize..=((end - 1) / g) as usize
     }
 
     /// The log's extent found in each marked group, in order (start, end bytes).

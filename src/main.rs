@@ -1295,6 +1295,13 @@ fn journal_check(a: JournalCheck) -> Result<()> {
         .max()
         .unwrap_or(0);
     let size = a.size.unwrap_or(end).max(end);
+    if size.div_ceil(params.group_bytes) > ioshare::journal::MAX_GROUPS {
+        bail!(
+            "the export ({size} bytes, up to its furthest request) has more than {} groups of {} bytes; give a larger --group",
+            ioshare::journal::MAX_GROUPS,
+            params.group_bytes
+        );
+    }
     let s = accuracy::score(&entries, &file, size, params, &journal);
     if a.json {
         let mut v = serde_json::to_value(&s)?;

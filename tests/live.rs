@@ -315,7 +315,9 @@ fn pdc_keeps_every_byte_across_the_direct_and_cached_paths() {
     assert!(stdout(&out).contains("err= 0"), "{}", stdout(&out));
     let err = s.stopped();
     assert!(
-        err.contains("vm1: group 0 (0 B–16 MiB) holds a circular log"),
+        err.contains(
+            "vm1: group 0 holds a circular log (the guest's journal) at bytes 0–8388608 (8 MiB)"
+        ),
         "{err}"
     );
     assert_eq!(err.matches("holds a circular log").count(), 1, "{err}");
@@ -1881,7 +1883,9 @@ fn a_live_export_is_characterized_under_the_kernel_schedulers() {
 /// `cache = "pdc"` under a real guest file system: ext4's journal is found (its
 /// writes bypass the host cache), the server is SIGKILLed in the middle of
 /// fsync-heavy work, and after a restart the file system replays its journal, passes
-/// `e2fsck -f -n`, and holds every file whose fsync returned.
+/// `e2fsck -f -n`, and holds every file whose fsync returned. The server's process
+/// dies, not the machine: what this checks is that the direct and cached paths leave
+/// the image consistent, not durability across power loss.
 #[test]
 fn ext4_with_pdc_survives_sigkill_mid_workload() {
     if let Some(why) = no_mount_support() {
@@ -1942,11 +1946,12 @@ fn ext4_with_pdc_survives_sigkill_mid_workload() {
     // The guest's side of the crash: its I/O fails from here on.
     drop(m);
     writer.join().unwrap();
+    // An 8 MiB journal, found as such.
     assert!(
-        err.contains("fs: group 0 (0 B–128 MiB) holds a circular log")
-            || err.contains("fs: group 1 (128 MiB–256 MiB) holds a circular log"),
+        err.contains("fs: group ") && err.contains("(8 MiB); writes there bypass"),
         "the journal was not found: {err}"
     );
+    assert_eq!(err.matches("holds a circular log").count(), 1, "{err}");
     let synced = synced.lock().unwrap().clone();
     let s = Server::start(dir.path(), config);
     let mut m = Mounts::default();

@@ -225,3 +225,58 @@ fn superblock_rewrites_at_the_start_do_not_hide_the_wrap() {
         );
     }
 }
+
+/// Sequential writers that are not logs: two streams in one group, and a long stream
+/// that runs up to a file written before it. Neither wraps, and neither is marked.
+#[test]
+fn sequential_writers_side_by_side_are_not_a_log() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    for i in 0..(60 * MIB / 65536) {
+        let _ = d.write(i * 65536, 65536);
+        let _ = d.write(64 * MIB + i * 65536, 65536);
+    }
+    assert_eq!(d.marked(), 0, "two streams");
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    for i in 0..(8 * MIB / 65536) {
+        let _ = d.write(64 * MIB + i * 65536, 65536);
+    }
+    for i in 0..(64 * MIB / 65536) {
+        let _ = d.write(i * 65536, 65536);
+    }
+    assert_eq!(d.marked(), 0, "a stream up to a file");
+}
+
+/// Only the log is journal: data written right after the log's end, or in a long run
+/// right before its start, stays data once the log is found.
+#[test]
+fn the_log_extent_does_not_take_in_neighbouring_data() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let (start, size) = (40 * MIB, 16 * MIB);
+    // A superblock write, then two and a half passes of the log.
+    let _ = d.write(start, 4096);
+    for _ in 0..2 {
+        for b in 1..(size / 4096) {
+            let _ = d.write(start + b * 4096, 4096);
+        }
+    }
+    assert_eq!(d.marked(), 1);
+    assert_eq!(
+        d.journal_extents().collect::<Vec<_>>(),
+        vec![(start, start + size)]
+    );
+    // Data just past the end, sequentially, and a long run ending at the start.
+    for i in 0..1024 {
+        assert_eq!(d.write(start + size + i * 4096, 4096), Verdict::Data);
+    }
+    for i in 0..1024 {
+        assert_eq!(d.write(start - 4 * MIB + i * 4096, 4096), Verdict::Data);
+    }
+    // The log's next pass is still journal, write by write.
+    for b in 1..(size / 4096) {
+        assert_eq!(d.write(start + b * 4096, 4096), Verdict::Journal);
+    }
+    assert_eq!(
+        d.journal_extents().collect::<Vec<_>>(),
+        vec![(start, start + size)]
+    );
+}

@@ -5,8 +5,10 @@
 //!
 //! Bounded: the file stops growing at its limit (`--capture-limit`), and lines the
 //! writer has not caught up with are held up to [`PENDING_LIMIT`]; past either, lines
-//! are counted as lost, said once in the log when it starts and in the closing line,
-//! never dropped silently.
+//! are counted as lost, said once in the log when it starts and in the closing line.
+//! Lines reach the writer every 256 KiB and at least every tenth of a second (the
+//! engine calls [`Capture::flush`]); a server killed with SIGKILL loses what it held
+//! since, at most that tenth of a second.
 
 use crate::iolog::{self, Action, Entry};
 use crate::nbd::CommandKind;
@@ -47,6 +49,11 @@ impl Capture {
             // Two exports cannot share a file name in the log.
             if files.contains(&f) {
                 f = format!("tenant{}", i + 1);
+            }
+            let mut k = 1;
+            while files.contains(&f) {
+                f = format!("tenant{}-{k}", i + 1);
+                k += 1;
             }
             files.push(f);
         }
@@ -107,6 +114,14 @@ impl Capture {
         );
         self.lines += 1;
         if self.pending.len() >= CHUNK {
+            self.hand_over(false);
+        }
+    }
+
+    /// Hands what is pending to the writer if it has room (the engine calls this every
+    /// tenth of a second).
+    pub fn flush(&mut self) {
+        if !self.pending.is_empty() {
             self.hand_over(false);
         }
     }
@@ -181,7 +196,11 @@ mod tests {
     fn a_capture_is_an_iolog_and_stops_at_its_limit() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cap.log");
-        let names = vec!["a".to_string(), "has space".to_string()];
+        let names = vec![
+            "a".to_string(),
+            "has space".to_string(),
+            "tenant2".to_string(),
+        ];
         let mut c = Capture::open(&path, &names, 400).unwrap();
         let write = CommandKind::Write {
             data: IoBuf::zeroed(4096),
@@ -222,7 +241,7 @@ mod tests {
         assert_eq!(entries[1].action, Action::Datasync);
         assert!(entries[2].zero);
         assert!(
-            text.ends_with("9000 a close\n9000 tenant2 close\n"),
+            text.ends_with("9000 a close\n9000 tenant2 close\n9000 tenant3 close\n"),
             "{text}"
         );
     }

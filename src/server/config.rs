@@ -702,6 +702,17 @@ fn tenant_config(
         Some(c) => Cache::parse("cache", c)?,
         None => backend.cache,
     };
+    let groups = size.div_ceil(backend.pdc.group_bytes);
+    if cache == Cache::Pdc && groups > crate::journal::MAX_GROUPS {
+        return Err(Invalid::new(
+            "cache",
+            format!(
+                "pdc would follow {groups} groups of {} (at most {}); make backend.pdc.group larger",
+                format_bytes(backend.pdc.group_bytes),
+                crate::journal::MAX_GROUPS
+            ),
+        ));
+    }
     Ok(TenantConfig {
         spec,
         size,

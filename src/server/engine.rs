@@ -219,16 +219,18 @@ pub fn run(
             .collect(),
         capture,
     };
-    engine.run(&rx)?;
+    let ran = engine.run(&rx);
+    // The capture is closed whatever became of the run.
+    if let Some(c) = engine.capture.take()
+        && let Err(e) = c.finish(engine.now())
+    {
+        eprintln!("ioshare: {e}");
+    }
+    ran?;
     if let Err(e) = engine.files.sync_all() {
         eprintln!("ioshare: final sync failed: {e}");
     }
     let end = engine.now();
-    if let Some(c) = engine.capture.take()
-        && let Err(e) = c.finish(end)
-    {
-        eprintln!("ioshare: {e}");
-    }
     let journal = engine
         .detectors
         .iter()
@@ -333,6 +335,10 @@ impl Engine<'_> {
                 let gauges = self.host.observe(Detail::Gauges).gauges;
                 self.host.observer().0.publish_policy(gauges);
                 last_publish = Some(now);
+                // The capture reaches its file at least this often.
+                if let Some(c) = self.capture.as_mut() {
+                    c.flush();
+                }
             }
             self.dispatch()?;
             self.flush_replies()?;
@@ -721,11 +727,22 @@ impl Engine<'_> {
         let mut io = Transfer::new(command.kind, command.offset, command.len);
         if write && let Some(d) = self.detectors[tenant as usize].as_mut() {
             let marked = d.marked();
+            let groups = d.groups_of(command.offset, command.len);
+            let known: Vec<bool> = groups.clone().map(|i| d.log_in(i).is_some()).collect();
             if d.write(command.offset, command.len) == Verdict::Journal {
                 io.set_journal();
             }
             if d.marked() > marked {
-                self.journal_found(tenant, command.offset);
+                // Each group the write marked (one write may cross into the next).
+                let found: Vec<(usize, (u64, u64))> = groups
+                    .zip(known)
+                    .filter(|(_, known)| !known)
+                    .filter_map(|(i, _)| d.log_in(i).map(|log| (i, log)))
+                    .collect();
+                assert_eq!(found.len() as u64, d.marked() - marked, "every mark logged");
+                for (group, log) in found {
+                    self.journal_found(tenant, group, log);
+                }
             }
         }
         self.next_id += 1;
@@ -821,17 +838,12 @@ impl Engine<'_> {
 
     /// The journal detector marked the group of `tenant`'s export holding `offset`:
     /// counted and logged (once per group: a group stays marked).
-    fn journal_found(&mut self, tenant: TenantId, offset: u64) {
+    fn journal_found(&mut self, tenant: TenantId, group: usize, (start, end): (u64, u64)) {
         self.host.observer().0.journal_group(tenant);
-        let g = self.config.pdc.group_bytes;
-        let group = offset / g;
         eprintln!(
-            "ioshare: {}: group {group} ({}–{}) holds a circular log (the guest's journal); its writes bypass the host cache from now on",
+            "ioshare: {}: group {group} holds a circular log (the guest's journal) at bytes {start}–{end} ({}); writes there bypass the host cache from now on",
             self.config.tenants[tenant as usize].spec.name,
-            crate::units::format_bytes(group * g),
-            crate::units::format_bytes(
-                ((group + 1) * g).min(self.config.tenants[tenant as usize].size)
-            ),
+            crate::units::format_bytes(end - start),
         );
     }
 
@@ -883,7 +895,9 @@ impl Engine<'_> {
     /// A request is over: the policy and the counters learn of it, the client gets its
     /// reply.
     fn complete(&mut self, l: Live, error: u32, t: Nanos) {
-        if error == 0 && l.io.journal() {
+        // Bypassed: journal writes that went O_DIRECT (an unaligned one goes through
+        // the page cache).
+        if error == 0 && l.io.journal() && l.io.direct() {
             self.host
                 .observer()
                 .0
