@@ -52,9 +52,10 @@ fn a_circular_log_is_marked_on_its_second_pass() {
 }
 
 /// Tracking that starts in the middle of a pass: the first wrap lands below the run's
-/// start, which still counts.
+/// start, which is no wrap (a stream running into a file written before is not a
+/// log): the log is found one pass later, with its whole extent.
 #[test]
-fn tracking_from_the_middle_of_a_pass_still_finds_the_wrap() {
+fn tracking_from_the_middle_of_a_pass_finds_the_log_a_pass_later() {
     let mut d = JournalDetector::new(GIB, JournalParams::default());
     let (start, size) = (32 * MIB, 48 * MIB);
     let mut at = start + 20 * MIB;
@@ -62,9 +63,39 @@ fn tracking_from_the_middle_of_a_pass_still_finds_the_wrap() {
         let _ = d.write(at, 4096);
         at += 4096;
     }
+    let _ = log_writes(&mut d, start, size, 4096, 1);
     assert_eq!(d.marked(), 0);
     let _ = log_writes(&mut d, start, size, 4096, 1);
     assert_eq!(d.journal_groups().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(
+        d.journal_extents().collect::<Vec<_>>(),
+        vec![(start, start + size)]
+    );
+}
+
+/// A log that restarted from its start before it ever wrapped (the guest remounted):
+/// marked on the partial pass, its extent grows to the whole log once two full passes
+/// have run.
+#[test]
+fn a_log_restarted_early_is_covered_after_two_full_passes() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let (start, size) = (32 * MIB, 48 * MIB);
+    let _ = log_writes(&mut d, start, 20 * MIB, 4096, 2);
+    assert_eq!(
+        d.journal_extents().collect::<Vec<_>>(),
+        vec![(start, start + 20 * MIB)]
+    );
+    let verdicts = log_writes(&mut d, start, size, 4096, 3);
+    let per_pass = (size / 4096) as usize;
+    assert!(
+        verdicts[2 * per_pass..]
+            .iter()
+            .all(|&v| v == Verdict::Journal)
+    );
+    assert_eq!(
+        d.journal_extents().collect::<Vec<_>>(),
+        vec![(start, start + size)]
+    );
 }
 
 /// A journal over two groups is marked in both, each when the log comes back to it.

@@ -118,6 +118,11 @@ impl Capture {
         }
     }
 
+    /// Whether lines wait to be handed to the writer.
+    pub fn holds_lines(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Hands what is pending to the writer if it has room (the engine calls this every
     /// tenth of a second).
     pub fn flush(&mut self) {
@@ -182,6 +187,8 @@ fn write_all(file: std::fs::File, rx: Receiver<String>) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(file);
     for chunk in rx {
         out.write_all(chunk.as_bytes())?;
+        // In the file, not in this buffer, should the server be killed.
+        out.flush()?;
     }
     out.flush()?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()

@@ -381,8 +381,14 @@ impl Engine<'_> {
     }
 
     /// When the loop must run again even if nothing completes: the host's alarm, the
-    /// emulated device's next decision or answer, the end of the send grace.
+    /// emulated device's next decision or answer, the end of the send grace, the
+    /// capture's next hand-over while it holds lines.
     fn wake_at(&self) -> Option<Nanos> {
+        let capture = self
+            .capture
+            .as_ref()
+            .filter(|c| c.holds_lines())
+            .map(|_| self.now() + PUBLISH_EVERY);
         let model_next = self.model.as_ref().and_then(|m| m.next_event());
         let next_due = self.due.peek().map(|Reverse((at, _))| *at);
         // After the drain deadline, replies still being sent get a grace period.
@@ -395,6 +401,7 @@ impl Engine<'_> {
             send_grace.map(|d| d + SEND_GRACE),
             model_next,
             next_due,
+            capture,
         ]
         .into_iter()
         .flatten()
