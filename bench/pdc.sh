@@ -24,7 +24,7 @@
 #   sweep     The same bed over SWEEP_LIMITS × SWEEP_MAILS, SWEEP_RUNS windows each, for
 #             where PDC starts to matter.
 #
-#   bench/pdc.sh                                   # everything (about 40 minutes)
+#   bench/pdc.sh                                   # everything (about 35 minutes)
 #   PARTS=main RUNS=2 WINDOW_S=20 bench/pdc.sh     # a quick look
 #
 # Needs root (cgroups, loop devices, mount), cgroup v1 memory and blkio controllers,
@@ -246,15 +246,16 @@ window() {
     r1=$(disk_reads)
     b1=$(metric ioshare_journal_bypassed_bytes_total mail1)
     local busy=$(( 100 * (c1[0] - c0[0]) / ((c1[0] - c0[0]) + (c1[1] - c0[1]) + 1) ))
-    local res_read res_mail=0
+    local res_read res_mail=0 res_journal=0
     res_read=$(mib_resident "$R/read.img")
     for i in $(seq "$mails"); do
         res_mail=$(awk -v a="$res_mail" -v b="$(mib_resident "$R/mail$i.img")" 'BEGIN { print a + b }')
+        res_journal=$(awk -v a="$res_journal" -v b="$(python3 bench/pdc-resident.py "$R/mail$i.img" "$R/mail$i.journal.txt")" 'BEGIN { print a + b }')
     done
-    python3 - "$d" "$mails" "$WINDOW_S" "$((r1 - r0))" "$busy" "$res_read" "$res_mail" "${b0:-0}" "${b1:-0}" \
+    python3 - "$d" "$mails" "$WINDOW_S" "$((r1 - r0))" "$busy" "$res_read" "$res_mail" "$res_journal" "${b0:-0}" "${b1:-0}" \
         "$tag,$mode,$limit,$mails,$run" >> "$OUT/results.csv" <<'PY'
 import json, sys
-d, mails, secs, disk_sectors_read, busy, res_read, res_mail, b0, b1, key = sys.argv[1:11]
+d, mails, secs, disk_sectors_read, busy, res_read, res_mail, res_journal, b0, b1, key = sys.argv[1:12]
 mails, secs = int(mails), float(secs)
 r = json.load(open(f"{d}/read.json"))["jobs"][0]
 read_ios = r["read"]["total_ios"]
@@ -273,13 +274,13 @@ hit = max(0.0, 1 - disk_4k / max(read_ios, 1))
 print(",".join(str(x) for x in [
     key, round(read_iops), round(read_p99), round(sum(ops) / mails, 1),
     round(sum(p50) / mails), round(max(p99)), round(disk_4k), round(hit, 3),
-    res_read, round(float(res_mail) / mails, 1), busy,
+    res_read, round(float(res_mail) / mails, 1), round(float(res_journal) / mails, 1), busy,
     round((int(b1) - int(b0)) / 1048576, 1)]))
 PY
     tail -1 "$OUT/results.csv" >&2
 }
 
-CSV_HEADER="part,mode,limit_mib,mails,run,read_iops,read_p99_us,mail_ops_per_guest,fsync_p50_us,fsync_p99_us,disk_reads_4k,read_hit_ratio,host_cache_read_mib,host_cache_mail_mib_per_image,cpu_busy_pct,mail1_bypassed_mib"
+CSV_HEADER="part,mode,limit_mib,mails,run,read_iops,read_p99_us,mail_ops_per_guest,fsync_p50_us,fsync_p99_us,disk_reads_4k,read_hit_ratio,host_cache_read_mib,host_cache_mail_mib_per_image,host_cache_journal_mib_per_image,cpu_busy_pct,mail1_bypassed_mib"
 [ -f "$OUT/results.csv" ] || echo "$CSV_HEADER" > "$OUT/results.csv"
 
 # --- accuracy -------------------------------------------------------------------------
@@ -341,7 +342,8 @@ cols = [("read_iops", "read IOPS"), ("read_p99_us", "read p99 µs"),
         ("mail_ops_per_guest", "mail ops/s per guest"), ("fsync_p50_us", "fsync p50 µs"),
         ("fsync_p99_us", "fsync p99 µs"), ("read_hit_ratio", "hit ratio"),
         ("disk_reads_4k", "disk reads (4 KiB)"), ("host_cache_read_mib", "cache: read image MiB"),
-        ("host_cache_mail_mib_per_image", "cache: per mail image MiB"), ("cpu_busy_pct", "CPU busy %")]
+        ("host_cache_mail_mib_per_image", "cache: per mail image MiB"),
+        ("host_cache_journal_mib_per_image", "cache: its journal MiB"), ("cpu_busy_pct", "CPU busy %")]
 groups = {}
 for r in rows:
     groups.setdefault((r["part"], int(r["limit_mib"]), int(r["mails"])), {}).setdefault(r["mode"], []).append(r)
