@@ -137,6 +137,8 @@ pub struct JournalDetector {
     params: JournalParams,
     groups: Vec<Group>,
     marked: u64,
+    /// The groups the last write marked (kept for its allocation).
+    newly: Vec<usize>,
 }
 
 impl JournalDetector {
@@ -159,6 +161,7 @@ impl JournalDetector {
             params,
             groups: vec![Group::default(); groups],
             marked: 0,
+            newly: Vec::new(),
         }
     }
 
@@ -174,6 +177,7 @@ impl JournalDetector {
         let mut at = offset;
         let end = offset.saturating_add(u64::from(len.max(1)));
         let first = (offset / g) as usize;
+        self.newly.clear();
         while at < end {
             let index = (at / g) as usize;
             let cut = end.min((at / g).saturating_add(1).saturating_mul(g));
@@ -257,6 +261,7 @@ impl JournalDetector {
             if run.second_pass && run.len() >= p.confirm_bytes && group.log.is_none() {
                 group.journal = true;
                 self.marked += 1;
+                self.newly.push(index);
                 // Over this pass and the pass it wrapped from.
                 let (a, b) = wraps_to(&group.runs, run.start, Some(i))
                     .map_or((run.start, run.end), |r| (r.start, r.end));
@@ -300,11 +305,9 @@ impl JournalDetector {
         self.groups.get(index).and_then(|g| g.log)
     }
 
-    /// The groups a write of `len` bytes at `offset` falls in.
-    pub fn groups_of(&self, offset: u64, len: u32) -> std::ops::RangeInclusive<usize> {
-        let g = self.params.group_bytes;
-        let end = offset.saturating_add(u64::from(len.max(1)));
-        (offset / g) as usize..=((end - 1) / g) as usize
+    /// The groups the last [`JournalDetector::write`] marked, in order.
+    pub fn newly_marked(&self) -> &[usize] {
+        &self.newly
     }
 
     /// The log's extent found in each marked group, in order (start, end bytes).

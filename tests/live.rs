@@ -1167,15 +1167,23 @@ fn no_mount_support() -> Option<&'static str> {
     None
 }
 
+/// Whether `test` must be skipped here (said on stderr); IOSHARE_REQUIRE_MOUNT=1 turns
+/// the skip into a failure, for machines where it must run.
+fn skipped_without_mounts(test: &str) -> bool {
+    let Some(why) = no_mount_support() else {
+        return false;
+    };
+    assert!(
+        std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
+        "{test}: cannot run: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+    true
+}
+
 #[test]
 fn ext4_on_an_export_survives_unmount_and_server_restart() {
-    if let Some(why) = no_mount_support() {
-        // Required where it can run: IOSHARE_REQUIRE_MOUNT=1 turns the skip into a failure.
-        assert!(
-            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
-            "cannot run: {why}"
-        );
-        eprintln!("SKIPPED ext4_on_an_export_survives_unmount_and_server_restart: {why}");
+    if skipped_without_mounts("ext4_on_an_export_survives_unmount_and_server_restart") {
         return;
     }
     let dir = tempdir();
@@ -1833,12 +1841,7 @@ fn tls_with_pre_shared_keys_serves_qemu_and_libnbd() {
 /// schedulers, each switched in for its runs and the old one put back.
 #[test]
 fn a_live_export_is_characterized_under_the_kernel_schedulers() {
-    if let Some(why) = no_mount_support() {
-        assert!(
-            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
-            "cannot run: {why}"
-        );
-        eprintln!("SKIPPED a_live_export_is_characterized_under_the_kernel_schedulers: {why}");
+    if skipped_without_mounts("a_live_export_is_characterized_under_the_kernel_schedulers") {
         return;
     }
     let dir = tempdir();
@@ -1888,12 +1891,7 @@ fn a_live_export_is_characterized_under_the_kernel_schedulers() {
 /// the image consistent, not durability across power loss.
 #[test]
 fn ext4_with_pdc_survives_sigkill_mid_workload() {
-    if let Some(why) = no_mount_support() {
-        assert!(
-            std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
-            "cannot run: {why}"
-        );
-        eprintln!("SKIPPED ext4_with_pdc_survives_sigkill_mid_workload: {why}");
+    if skipped_without_mounts("ext4_with_pdc_survives_sigkill_mid_workload") {
         return;
     }
     let dir = tempdir();

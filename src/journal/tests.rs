@@ -311,3 +311,23 @@ fn the_log_extent_does_not_take_in_neighbouring_data() {
         vec![(start, start + size)]
     );
 }
+
+/// `newly_marked` names the groups the last write marked, and only that write's.
+#[test]
+fn newly_marked_names_the_groups_of_the_marking_write() {
+    let mut d = JournalDetector::new(GIB, JournalParams::default());
+    let mut marks = Vec::new();
+    let (start, size) = (100 * MIB, 100 * MIB);
+    for _ in 0..3 {
+        let mut at = start;
+        while at < start + size {
+            let _ = d.write(at, 1 << 20);
+            marks.extend_from_slice(d.newly_marked());
+            at += 1 << 20;
+        }
+    }
+    assert_eq!(marks, vec![0, 1]);
+    assert_eq!(d.marked(), 2);
+    let _ = d.write(0, 4096);
+    assert!(d.newly_marked().is_empty());
+}

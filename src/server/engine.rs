@@ -733,20 +733,16 @@ impl Engine<'_> {
         let write = matches!(command.kind, CommandKind::Write { .. });
         let mut io = Transfer::new(command.kind, command.offset, command.len);
         if write && let Some(d) = self.detectors[tenant as usize].as_mut() {
-            let marked = d.marked();
-            let groups = d.groups_of(command.offset, command.len);
-            let known: Vec<bool> = groups.clone().map(|i| d.log_in(i).is_some()).collect();
             if d.write(command.offset, command.len) == Verdict::Journal {
                 io.set_journal();
             }
-            if d.marked() > marked {
-                // Each group the write marked (one write may cross into the next).
-                let found: Vec<(usize, (u64, u64))> = groups
-                    .zip(known)
-                    .filter(|(_, known)| !known)
-                    .filter_map(|(i, _)| d.log_in(i).map(|log| (i, log)))
+            // Each group the write marked (one write may cross into the next).
+            if !d.newly_marked().is_empty() {
+                let found: Vec<(usize, (u64, u64))> = d
+                    .newly_marked()
+                    .iter()
+                    .map(|&i| (i, d.log_in(i).expect("a marked group has its log")))
                     .collect();
-                assert_eq!(found.len() as u64, d.marked() - marked, "every mark logged");
                 for (group, log) in found {
                     self.journal_found(tenant, group, log);
                 }
