@@ -296,10 +296,19 @@ fn large_requests_round_trip_in_both_cache_modes() {
 fn pdc_keeps_every_byte_across_the_direct_and_cached_paths() {
     let dir = tempdir();
     let capture = dir.path().join("cap.log");
+    let report = dir.path().join("out");
+    // vm1 takes the server's pdc, vm2 (the last table) says none.
     let s = Server::start_with(
         dir.path(),
-        &format!("[backend]\ncache = \"pdc\"\n[backend.pdc]\ngroup = \"16m\"\n{TWO_TENANTS}"),
-        &["--capture", capture.to_str().unwrap()],
+        &format!(
+            "[backend]\ncache = \"pdc\"\n[backend.pdc]\ngroup = \"16m\"\n{TWO_TENANTS}cache = \"none\"\n"
+        ),
+        &[
+            "--capture",
+            capture.to_str().unwrap(),
+            "--out",
+            report.to_str().unwrap(),
+        ],
     );
     let mut log = fio_verify(&s.uri("vm1"), "64k", "8m");
     log.args(["--rw=write", "--loops=3"]);
@@ -351,6 +360,25 @@ fn pdc_keeps_every_byte_across_the_direct_and_cached_paths() {
     let pass: Vec<u64> = (0..128).map(|i| i * 65536).collect();
     assert_eq!(passes, [pass.clone(), pass.clone(), pass].concat());
     assert!(err.contains("--capture:"), "{err}");
+    // results.json says the same per tenant.
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap())
+            .unwrap();
+    let cache = &results["runs"][0]["host_cache"];
+    assert_eq!(cache[0]["tenant"], "vm1");
+    assert_eq!(cache[0]["cache"], "pdc");
+    assert_eq!(cache[0]["journal_groups"], serde_json::json!([0]));
+    assert_eq!(cache[0]["journal_group_bytes"], 16 << 20);
+    let bypassed = cache[0]["journal_bypassed_bytes"].as_u64().unwrap();
+    let writes = cache[0]["journal_writes"].as_u64().unwrap();
+    assert!(
+        bypassed > 0 && writes > 0 && bypassed >= writes * 4096,
+        "{cache}"
+    );
+    assert_eq!(
+        cache[1],
+        serde_json::json!({ "tenant": "vm2", "cache": "none" })
+    );
 }
 
 #[test]
