@@ -26,8 +26,9 @@
 //!   place, and the log's next pass continues from it. Of several runs a write
 //!   extends, a second pass wins, then the longest. A long run never turns into a
 //!   second pass (two sequential writers in one group do not make a log), and a
-//!   stream that starts before a long run and runs into it is no wrap. Where tracking
-//!   began in the middle of a pass, the log is found one pass later.
+//!   stream that starts more than `wrap_tolerance_bytes` before a long run and runs
+//!   into it is no wrap. Where tracking began in the middle of a pass, the log is found
+//!   one pass later.
 //! * A group is marked journal when a second pass has itself run `confirm_bytes`: the
 //!   log wrapped *and repeated*, which one backwards write after a long sequential file
 //!   does not do. Marks are kept (a file system's journal does not move while mounted).
@@ -56,8 +57,8 @@
 
 /// Runs followed per group at once.
 pub const RUNS: usize = 8;
-/// Groups of one export at most (about 300 bytes each: 300 MiB for a 1 PiB export in
-/// 128 MiB groups).
+/// Groups of one export at most (about 310 bytes each: 2.4 GiB at the bound, a 1 PiB
+/// export in 128 MiB groups; a 1 TiB export takes 2.4 MiB).
 pub const MAX_GROUPS: u64 = 1 << 23;
 const _: () = assert!(RUNS > 1, "one slot is kept for the longest run");
 
@@ -72,7 +73,8 @@ pub struct JournalParams {
     pub min_run_bytes: u64,
     /// A second pass this long confirms a circular log, bytes.
     pub confirm_bytes: u64,
-    /// A wrap may land this far past the start of the run it returns to, bytes.
+    /// A wrap may land this far before or past the start of the run it returns to,
+    /// bytes.
     pub wrap_tolerance_bytes: u64,
     /// A write this far past a run's end still extends it, bytes (0: only a write
     /// that starts where the run ends).

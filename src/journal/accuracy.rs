@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(a.first_wrap_us, Some(128));
         assert_eq!(a.false_positive_bytes, 0, "data is in another group");
         assert!(a.detected_us.unwrap() > a.first_wrap_us.unwrap());
-        // The second pass is marked once it has run min_run (4 MiB): 64 writes.
+        // The second pass is marked once it has run confirm_bytes (4 MiB): 64 writes.
         assert_eq!(a.missed_after_wrap_bytes, 63 * 65536 + 2 * 4096);
         assert_eq!(a.byte_precision(), 1.0);
         assert!(a.byte_recall_after_wrap() > 0.7);

@@ -16,9 +16,10 @@
 //! journal: aligned ones go through the `O_DIRECT` descriptor, unaligned ones through
 //! the page cache, and after either the range gets `POSIX_FADV_DONTNEED`, as the paper
 //! does. For a direct write the kernel has already written back and dropped the cached
-//! pages it overlaps, so the advice is belt and braces (it costs no measurable
-//! latency: in `bench/pdc.sh`'s main setting, two 20 s windows each, the mail guests'
-//! fsync p50 was 530 µs with it and 602 µs without); for a buffered one it only starts writeback (dirty
+//! pages it overlaps, so the advice is belt and braces (it cost no measurable latency:
+//! an A/B in an earlier form of `bench/pdc.sh`'s main setting, reads throttled to
+//! 1,000 a second, two 20 s windows each, gave the mail guests an fsync p50 of 530 µs
+//! with it and 602 µs without; `docs/benchmarks.md`); for a buffered one it only starts writeback (dirty
 //! pages are not dropped), so unaligned journal writes stay cached until written back
 //! and are not counted as bypassed. The direct descriptor is opened with
 //! `POSIX_FADV_NOREUSE`, the paper's hint; Linux ignores it for `O_DIRECT` I/O, which
