@@ -81,6 +81,51 @@ pub struct JournalParams {
     pub gap_bytes: u64,
 }
 
+/// A threshold that cannot work: the field (as `[backend.pdc]` names it) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadParam {
+    /// `group`, `min_run`, `confirm` or `wrap_tolerance`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl JournalParams {
+    /// Checks the thresholds against each other ([`JournalDetector::new`] asserts what
+    /// this answers).
+    pub fn check(&self) -> Result<(), BadParam> {
+        let bad = |field, problem: String| Err(BadParam { field, problem });
+        let group = crate::units::format_bytes(self.group_bytes);
+        if self.group_bytes < 4096 || !self.group_bytes.is_multiple_of(4096) {
+            return bad(
+                "group",
+                format!("{group} is not a whole number of 4 KiB blocks of at least one"),
+            );
+        }
+        for (field, v) in [
+            ("min_run", self.min_run_bytes),
+            ("confirm", self.confirm_bytes),
+        ] {
+            if v == 0 || v > self.group_bytes {
+                return bad(
+                    field,
+                    format!("must be more than 0 and at most the group ({group})"),
+                );
+            }
+        }
+        if self.wrap_tolerance_bytes >= self.min_run_bytes {
+            return bad(
+                "wrap_tolerance",
+                format!(
+                    "must be less than min_run ({}): a run's own next write would count as its wrap",
+                    crate::units::format_bytes(self.min_run_bytes)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for JournalParams {
     fn default() -> Self {
         JournalParams {
@@ -115,7 +160,6 @@ impl Run {
 struct Group {
     runs: [Option<Run>; RUNS],
     writes: u64,
-    journal: bool,
     /// The log's extent in the group (set when the group is marked).
     log: Option<(u64, u64)>,
     /// Where the log's last pass ended, as seen when the next one began.
@@ -261,7 +305,6 @@ impl JournalDetector {
             run.used = now;
             group.runs[i] = Some(run);
             if run.second_pass && run.len() >= p.confirm_bytes && group.log.is_none() {
-                group.journal = true;
                 self.marked += 1;
                 self.newly.push(index);
                 // Over this pass and the pass it wrapped from.
@@ -299,7 +342,7 @@ impl JournalDetector {
     pub fn is_journal(&self, offset: u64) -> bool {
         self.groups
             .get((offset / self.params.group_bytes) as usize)
-            .is_some_and(|g| g.journal)
+            .is_some_and(|g| g.log.is_some())
     }
 
     /// The log's extent found in group `index` (start, end bytes), once marked.
@@ -322,7 +365,7 @@ impl JournalDetector {
         self.groups
             .iter()
             .enumerate()
-            .filter(|(_, g)| g.journal)
+            .filter(|(_, g)| g.log.is_some())
             .map(|(i, _)| i)
     }
 

@@ -1275,17 +1275,8 @@ fn journal_check(a: JournalCheck) -> Result<()> {
         gap_bytes: a.gap.unwrap_or(d.gap_bytes),
         ..d
     };
-    if params.group_bytes < 4096 {
-        bail!("--group: at least 4 KiB");
-    }
-    if params.confirm_bytes == 0 {
-        bail!("--confirm: more than 0");
-    }
-    if params.min_run_bytes <= params.wrap_tolerance_bytes {
-        bail!(
-            "--min-run: more than the wrap tolerance ({} bytes)",
-            params.wrap_tolerance_bytes
-        );
+    if let Err(e) = params.check() {
+        bail!("detector thresholds: {}: {}", e.field, e.problem);
     }
     let end = entries
         .iter()

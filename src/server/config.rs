@@ -734,42 +734,9 @@ fn pdc_params(p: PdcFile) -> Result<JournalParams, Invalid> {
         wrap_tolerance_bytes: p.wrap_tolerance.map_or(d.wrap_tolerance_bytes, |b| b.0),
         gap_bytes: p.gap.map_or(d.gap_bytes, |b| b.0),
     };
-    if params.group_bytes < 4096 || !params.group_bytes.is_multiple_of(4096) {
-        return Err(Invalid::new(
-            "backend.pdc.group",
-            format!(
-                "{} is not a whole number of 4 KiB blocks of at least one",
-                format_bytes(params.group_bytes)
-            ),
-        ));
-    }
-    if params.min_run_bytes == 0 || params.min_run_bytes > params.group_bytes {
-        return Err(Invalid::new(
-            "backend.pdc.min_run",
-            format!(
-                "must be more than 0 and at most the group ({})",
-                format_bytes(params.group_bytes)
-            ),
-        ));
-    }
-    if params.confirm_bytes == 0 || params.confirm_bytes > params.group_bytes {
-        return Err(Invalid::new(
-            "backend.pdc.confirm",
-            format!(
-                "must be more than 0 and at most the group ({})",
-                format_bytes(params.group_bytes)
-            ),
-        ));
-    }
-    if params.wrap_tolerance_bytes >= params.min_run_bytes {
-        return Err(Invalid::new(
-            "backend.pdc.wrap_tolerance",
-            format!(
-                "must be less than min_run ({}): a run's own next write would count as its wrap",
-                format_bytes(params.min_run_bytes)
-            ),
-        ));
-    }
+    params
+        .check()
+        .map_err(|e| Invalid::new(format!("backend.pdc.{}", e.field), e.problem))?;
     Ok(params)
 }
 
