@@ -42,14 +42,16 @@ wait_for_export() {
 }
 
 # write_between_markers FILE START END TEXT: replaces what FILE holds between the lines
-# START and END with TEXT.
+# START and END with TEXT (passed on standard input: a table can be larger than one
+# argument may be).
 write_between_markers() {
-    python3 - "$@" <<'PY'
+    printf '%s' "$4" | python3 -c '
 import sys
-path, start, end, text = sys.argv[1:5]
+path, start, end = sys.argv[1:4]
+text = sys.stdin.read()
 doc = open(path).read()
 a = doc.index(start) + len(start) + 1
 b = doc.index(end)
 open(path, "w").write(doc[:a] + text + "\n" + doc[b:])
-PY
+' "$1" "$2" "$3"
 }

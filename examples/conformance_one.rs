@@ -1,6 +1,7 @@
 //! Runs one conformance property on one device and prints the simulator's table, for
 //! looking closer at a failing cell: `cargo run --release --example conformance_one --
-//! <property index> <device index> [policy ...]`.
+//! <property index> <device index> [policy ...]` (with `OUT=dir`, the run's results.json,
+//! timeseries.csv and report.html go there instead).
 
 use ioshare::config::PolicyChoice;
 use ioshare::conformance::{Device, Property, scenario};
@@ -29,6 +30,11 @@ fn main() {
             .collect();
     }
     let r = ioshare::sim::run_scenario(&s, false).expect("runs");
+    if let Ok(dir) = std::env::var("OUT") {
+        // results.json, timeseries.csv and report.html, to look at every tenant.
+        ioshare::report::write_all(&r, std::path::Path::new(&dir)).expect("writes");
+        return;
+    }
     print!("{}", ioshare::report::table(&r));
     if std::env::var("SERIES").is_ok() {
         // Total MB/s per 0.1 s interval, per policy.

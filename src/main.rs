@@ -94,15 +94,16 @@ enum Command {
         capture_limit: ioshare::units::ByteSize,
     },
     /// Run the conformance suite: every proportional-share policy through a matrix of
-    /// properties (work conservation, weight accuracy with 8 and 64 tenants, a deep
-    /// device queue, return from idle, a tenant leaving, Poisson overload) on SSD models,
-    /// and print the figures with their targets as a Markdown table. With --slo: the SLO
-    /// policies (ta1, ta2, ta3, mclock) through compliant tenants beside violators and
-    /// flooders instead.
+    /// properties (work conservation, weight accuracy with 8 to 1,024 tenants, a deep
+    /// device queue, return from idle, a tenant leaving, Poisson overload, mixed request
+    /// sizes, a sequential stream beside random I/O) on SSD, disk and array models, and
+    /// print the figures with their targets as a Markdown table (shares judged in device
+    /// time). With --slo: the SLO policies (ta1, ta2, ta3, mclock) through compliant
+    /// tenants beside violators and flooders instead.
     Conformance {
-        /// Only this device: sata-aged, nvme-clean, nvme-aged, sata-aged-wb or
-        /// nvme-aged-wb; with --slo nvme-aged,
-        /// nvme-clean, hdd or raid0 (repeatable; default all).
+        /// Only this device: sata-aged, nvme-clean, nvme-aged, sata-aged-wb,
+        /// nvme-aged-wb, hdd or raid0; with --slo nvme-aged, nvme-clean, hdd or raid0
+        /// (repeatable; default all).
         #[arg(long = "device", value_name = "D")]
         devices: Vec<String>,
         /// Run the SLO part of the suite.
@@ -696,8 +697,7 @@ fn override_scenario(
             })
             .collect();
         for p in &s.policies {
-            let cost = Some(s.device.cost_model());
-            policy::build_for(&p.name, p.params.clone(), &s.specs(), cost)?;
+            policy::build(&p.name, p.params.clone(), &s.specs())?;
         }
     }
     Ok(())

@@ -39,53 +39,100 @@ fn the_matrix_is_the_documented_one() {
         "the conformance matrix",
         "cargo run --release -- conformance",
     );
-    // The properties the project's policies keep today stay kept (a regression shows
-    // here first, by name).
-    let pass = |p: Property, d: Device, policy: &str| {
+    // What the policies keep today stays kept (a regression shows here first, by name).
+    let verdict = |p: Property, d: Device, policy: &str| -> &Verdict {
         rows.iter()
             .find(|(q, e, _)| *q == p && *e == d)
             .and_then(|(_, _, v)| v.iter().find(|v| v.policy == policy))
-            .is_some_and(Verdict::pass)
-    };
-    for d in Device::WRITE_THROUGH {
-        assert!(pass(Property::WorkConservation, d, "feedbac"));
-        assert!(pass(Property::WorkConservation, d, "feedbac-wc"));
-        assert!(pass(Property::WorkConservation, d, "sfq"));
-        assert!(pass(Property::PoissonOverload, d, "feedbac"));
-        assert!(pass(Property::ReturnFromIdle, d, "feedbac"));
-    }
-    for d in [Device::SataAged, Device::NvmeAged] {
-        assert!(pass(Property::Weights(8), d, "bfq"));
-    }
-    // The adaptive depth lets the ordering policies, and FeedBAC's early refill by
-    // backlog, keep weights in a deep device queue (without it: ≈ 127 % and 36 %).
-    let share_error = |p: Property, d: Device, policy: &str| {
-        rows.iter()
-            .find(|(q, e, _)| *q == p && *e == d)
-            .and_then(|(_, _, v)| v.iter().find(|v| v.policy == policy))
-            .and_then(|v| v.figures.iter().find(|f| f.name == "share error"))
-            .map(|f| f.value)
-            .expect("ran, with a share error")
-    };
-    for d in Device::WRITE_THROUGH {
-        for policy in ["feedbac", "sfq", "mclock-auto"] {
-            assert!(share_error(Property::DeepClosedLoops, d, policy) < 0.025);
-            assert!(share_error(Property::DeepQueue, d, policy) < 0.05);
-        }
-        assert!(share_error(Property::DeepClosedLoops, d, "mclock") > 1.0);
-    }
-    // Charging device time keeps the device busy beside 512 B writers where charging
-    // bytes does not.
-    let total = |p: Property, d: Device, policy: &str| {
-        rows.iter()
-            .find(|(q, e, _)| *q == p && *e == d)
-            .and_then(|(_, _, v)| v.iter().find(|v| v.policy == policy))
-            .map(|v| v.vs_none)
             .expect("ran")
     };
-    for d in Device::WRITE_THROUGH {
-        assert!(total(Property::MixedCost, d, "feedbac-dev") > 0.7);
-        assert!(total(Property::MixedCost, d, "feedbac") < 0.4);
+    let figure = |p: Property, d: Device, policy: &str, name: &str| -> f64 {
+        verdict(p, d, policy)
+            .figures
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.value)
+            .unwrap_or_else(|| panic!("{policy} on {}: no {name}", d.name()))
+    };
+    let held = ["sfq", "feedbac", "mots", "bfq", "mclock", "mclock-auto"];
+    for d in Device::ALL {
+        // Overload arriving Poisson, and the work-conserving properties with the weights
+        // swapped, hold for every policy on every device.
+        for policy in held {
+            for p in [Property::PoissonOverload, Property::WorkConservationSwapped] {
+                assert!(verdict(p, d, policy).pass(), "{policy} {p:?} {}", d.name());
+            }
+        }
+        // SFQ and MoTS keep the device busy beside a light tenant on every device.
+        for policy in ["sfq", "mots"] {
+            assert!(verdict(Property::WorkConservation, d, policy).pass());
+        }
+        // Charged device time, the 512 B, 4 KiB and 4 MiB tenants get their weights of
+        // the device's time; charged bytes, the 4 MiB tenant takes most of it.
+        let sfq = figure(Property::MixedCost, d, "sfq", "device-time share error");
+        let bytes = figure(
+            Property::MixedCost,
+            d,
+            "sfq-bytes",
+            "device-time share error",
+        );
+        assert!(sfq < 0.035 && bytes > 0.1, "{}: {sfq} vs {bytes}", d.name());
+        // No tenant of a proportional policy waits past the bound, except under mClock
+        // with more than 64 tenants (its proportional tags are not normalised).
+        for policy in held {
+            for p in Property::ALL {
+                let many = matches!(p, Property::Many(_) | Property::Weights(64));
+                if policy.starts_with("mclock") && many
+                    || (policy, p, d) == ("mots", Property::Many(128), Device::Hdd)
+                {
+                    continue;
+                }
+                let v = verdict(p, d, policy);
+                let wait = v
+                    .figures
+                    .iter()
+                    .find(|f| f.name == "longest wait (s)")
+                    .expect("a wait");
+                assert!(
+                    wait.met(),
+                    "{policy} {p:?} {}: waited {} s",
+                    d.name(),
+                    wait.value
+                );
+            }
+        }
+    }
+    // Charged bytes, a 1 MiB sequential reader beside 4 KiB random readers and a writer
+    // takes a disk's time and the array's: the others get ≈ 5 % of the bytes `none`
+    // moves and wait seconds. Charged device time they get their share.
+    for d in [Device::Hdd, Device::Raid0] {
+        let p = Property::SequentialBesideRandom;
+        for (by_time, by_bytes) in [("sfq", "sfq-bytes"), ("feedbac", "feedbac-paper")] {
+            let time = verdict(p, d, by_time);
+            let bytes = verdict(p, d, by_bytes);
+            assert!(
+                time.bytes_vs_none > 5.0 * bytes.bytes_vs_none,
+                "{}",
+                d.name()
+            );
+            assert!(figure(p, d, by_time, "share error") < 0.02);
+            assert!(figure(p, d, by_time, "longest wait (s)") < 0.5);
+            assert!(figure(p, d, by_bytes, "longest wait (s)") > 0.5);
+        }
+    }
+    // The adaptive depth and the closed-loop reading of starvation let the ordering
+    // policies keep weights among closed loops in a queue of 128 on the aged NVMe drive.
+    for policy in ["feedbac", "sfq", "mclock-auto"] {
+        assert!(verdict(Property::DeepClosedLoops, Device::NvmeAged, policy).pass());
+    }
+    // FeedBAC keeps weights among 128 tenants (weights 1–1000) on the SATA drives and
+    // the clean NVMe drive.
+    for d in [Device::SataAged, Device::SataAgedWb, Device::NvmeClean] {
+        assert!(
+            verdict(Property::Many(128), d, "feedbac").pass(),
+            "{}",
+            d.name()
+        );
     }
 }
 

@@ -929,12 +929,18 @@ fn serve_out_reports_the_run_like_the_simulator() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("policy,tenant,interval_start_s,bytes,bandwidth_bytes_per_s,iops,mean_latency_us")
+        Some(
+            "policy,tenant,interval_start_s,bytes,bandwidth_bytes_per_s,iops,mean_latency_us,device_seconds"
+        )
     );
     let mut bytes = [0u64; 2];
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
-        bytes[(f[1] == "b") as usize] += f[3].parse::<u64>().unwrap();
+        let moved = f[3].parse::<u64>().unwrap();
+        bytes[(f[1] == "b") as usize] += moved;
+        // Every interval that moved bytes spent device time (the requests' priced cost).
+        let device_s = f[7].parse::<f64>().unwrap();
+        assert_eq!(moved > 0, device_s > 0.0, "{line}");
     }
     assert_eq!(bytes, [3 * 4096, 2 * 8192]);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();

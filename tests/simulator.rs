@@ -182,8 +182,8 @@ fn gc_interference_shape_of_mcfq_figs_1_2() {
 }
 
 /// FeedBAC Fig. 3 in small (4 GiB aged NVMe drive, 3 s): `none` ignores the weights,
-/// FeedBAC follows them at `none`'s throughput on random writes, BFQ pays for idling on
-/// random reads.
+/// FeedBAC follows them at `none`'s throughput on random writes, the paper's BFQ (by
+/// bytes, idling) pays for idling on random reads.
 #[test]
 fn feedbac_fig3_shape_in_small() {
     let text = r#"
@@ -192,7 +192,7 @@ fn feedbac_fig3_shape_in_small() {
         warmup_s = 0.5
         queue_depth = 128
         partition = true
-        policies = ["none", "feedbac", "bfq"]
+        policies = ["none", "feedbac", { name = "bfq", label = "bfq-paper", cost = "bytes", slice_idle_ms = 8, depth = 0, max_wait_ms = 0 }]
         [device]
         model = "ssd"
         preset = "nvme-p4500"
@@ -232,10 +232,14 @@ fn feedbac_fig3_shape_in_small() {
     let ratio = fb.total_bandwidth_bytes_per_s / none.total_bandwidth_bytes_per_s;
     assert!(ratio > 0.95, "feedbac at {ratio} x none on writes");
     let none = run("randread", "none");
-    let bfq = run("randread", "bfq");
-    assert!(bfq.share_error < 0.03, "bfq {}", bfq.share_error);
-    let ratio = bfq.total_bandwidth_bytes_per_s / none.total_bandwidth_bytes_per_s;
-    assert!(ratio < 0.85, "bfq at {ratio} x none on reads");
+    let paper = run("randread", "bfq-paper");
+    assert!(
+        paper.byte_share_error < 0.03,
+        "bfq-paper {}",
+        paper.byte_share_error
+    );
+    let ratio = paper.total_bandwidth_bytes_per_s / none.total_bandwidth_bytes_per_s;
+    assert!(ratio < 0.85, "bfq-paper at {ratio} x none on reads");
 }
 
 /// The token-bucket paper's WS_A in small (2 s phases): TA0 lets a violator break the
@@ -427,10 +431,7 @@ fn trace(text: &str, policy: &str) -> Trace {
         .find(|p| p.label == policy)
         .unwrap_or_else(|| panic!("{policy} is not in the scenario"))
         .clone();
-    let options = ioshare::sim::RunOptions {
-        check: true,
-        ..Default::default()
-    };
+    let options = ioshare::sim::RunOptions { check: true };
     ioshare::sim::run_observed(&s, &choice, Trace::default(), options).unwrap()
 }
 
@@ -581,9 +582,9 @@ fn a_compliant_poisson_reader_keeps_its_slo() {
 /// The demo shows each kind of policy at work: without scheduling the database tenant
 /// (vm4, SLO of 300 reads a second within 20 ms) misses its SLO a tenth of the time
 /// (on the write-through drive, most of the time; the 840 Pro's buffer now lets its
-/// reads go ahead of the fileservers' programs) and waits over ten times longer at the
-/// 99th percentile; the token buckets keep it; vm3 goes idle in the middle phase and
-/// comes back.
+/// reads go ahead of the fileservers' programs) and its 99th percentile is past its
+/// `rt`; the token buckets keep it within; vm3 goes idle in the middle phase and comes
+/// back.
 #[test]
 fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
     let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "demo", "demo").unwrap();
@@ -598,7 +599,7 @@ fn the_demo_shows_slo_policies_acting_and_a_tenant_returning_from_idle() {
     assert!(vm4("ta1") >= 0.99, "ta1: {}", vm4("ta1"));
     let p99 = |label: &str| run(label).tenants[3].latency_us.p99;
     assert!(
-        p99("none") > 10.0 * p99("ta1"),
+        p99("none") > 20_000.0 && p99("ta1") <= 20_000.0,
         "{} vs {}",
         p99("none"),
         p99("ta1")

@@ -50,14 +50,16 @@ fn the_slo_matrix_is_the_documented_one() {
         "cargo run --release -- conformance --slo",
     );
     // What the policies keep today stays kept (a regression shows here first, by name).
-    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 56);
+    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 78);
     for o in outcomes.iter().filter(|o| o.feasible()) {
         let case = format!("{:?}", o.case);
         // TA1, TA2, TA3 and mClock (its depth adaptive by default beside SLOs, with
         // reservations outside it, lateness judged in the device on tenants that keep to
         // their reservation, and slack for reservations kept to) keep every compliant
         // tenant within rt wherever the SLOs are feasible, flooders without an SLO
-        // included (held as best effort by the token buckets).
+        // included (held as best effort by the token buckets only while an SLO tenant
+        // is breached or near its rt: with no SLO tenant they get ≥ 90 % of what `none`
+        // gives them).
         for policy in ["ta1", "ta2", "ta3", "mclock"] {
             assert!(passes(o, policy), "{case}: {policy}");
         }

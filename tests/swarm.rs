@@ -161,10 +161,7 @@ fn run_seed(seed: u64) {
                 &choice,
                 device.clone_box(),
                 None,
-                RunOptions {
-                    check: true,
-                    ..Default::default()
-                },
+                RunOptions { check: true },
             )
             .expect("every policy builds with defaults")
         }));

@@ -160,6 +160,7 @@ impl FittedParams {
             per_request_ns: request_us * 1000.0,
             per_unit_ns: f64::from(UNIT_BYTES) / media_mb_s * 1000.0,
             random_ns: random_us * 1000.0,
+            random_unit_ns: 0.0,
         };
         CostModel {
             read: op(
@@ -495,6 +496,7 @@ pub(crate) mod tests {
             offset,
             len,
             arrival: 0,
+            cost: 0,
         }
     }
 

@@ -119,6 +119,7 @@ mod tests {
             offset: 0,
             len,
             arrival: 0,
+            cost: 0,
         }
     }
 

@@ -300,6 +300,7 @@ mod tests {
             offset,
             len,
             arrival: 0,
+            cost: 0,
         }
     }
 

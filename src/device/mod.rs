@@ -6,6 +6,7 @@ pub mod fitted;
 pub mod fixed;
 pub mod ftl;
 pub mod hdd;
+pub mod probe;
 pub mod raid0;
 pub mod spec;
 pub mod ssd;

@@ -363,6 +363,7 @@ mod tests {
             offset,
             len,
             arrival: 0,
+            cost: 0,
         }
     }
 

@@ -22,6 +22,7 @@ fn disk_cost(p: &HddParams, disks: f64) -> CostModel {
         per_request_ns: us(p.overhead_us) / disks,
         per_unit_ns: us(512.0 / p.media_mb_s) / disks,
         random_ns: us(p.full_stroke_ms * 1000.0 / 3.0 + 30.0e6 / p.rpm) / disks,
+        random_unit_ns: 0.0,
     };
     CostModel {
         read: op,
@@ -112,7 +113,22 @@ impl DeviceSpec {
         }
     }
 
-    /// What requests cost this device, from its parameters ([`crate::policy::cost`]).
+    /// What requests cost this device where it runs as a model (the simulator, the
+    /// emulated backend): the cost model fitted to the built `device` at full load
+    /// ([`super::probe`]), exact for each request type run alone; for a `fitted`
+    /// device, its own (measured) model.
+    pub fn fitted_cost(&self, device: &dyn DeviceModel) -> CostModel {
+        match self {
+            DeviceSpec::Fitted(p) => p.cost_model(),
+            _ => super::probe::fit(device, self.cost_model().unit),
+        }
+    }
+
+    /// What requests cost this device, estimated from its parameters alone
+    /// ([`crate::policy::cost`]): the sum of the resources a request uses, before any
+    /// device is built (`backend.cost_device` naming a preset, estimates). A loaded
+    /// device overlaps those resources; where the device is built, what it is charged
+    /// by is [`DeviceSpec::fitted_cost`].
     pub fn cost_model(&self) -> CostModel {
         let us = |x: f64| x * 1000.0;
         match self {
@@ -123,11 +139,13 @@ impl DeviceSpec {
                         per_request_ns: us(p.latency_us) / parallel,
                         per_unit_ns: us(4096.0 / p.bandwidth_mb_s) / parallel,
                         random_ns: 0.0,
+                        random_unit_ns: 0.0,
                     },
                     write: OpCost {
                         per_request_ns: us(p.latency_us) / parallel,
                         per_unit_ns: us(4096.0 / p.bandwidth_mb_s) / parallel,
                         random_ns: 0.0,
+                        random_unit_ns: 0.0,
                     },
                     unit: 4096,
                     partial_write_ns: 0.0,
@@ -158,11 +176,13 @@ impl DeviceSpec {
                         per_request_ns: us(p.command_us),
                         per_unit_ns: read_next,
                         random_ns: read_page - read_next,
+                        random_unit_ns: 0.0,
                     },
                     write: OpCost {
                         per_request_ns: us(p.command_us),
                         per_unit_ns: us((p.program_us * amplification / dies).max(links)),
                         random_ns: 0.0,
+                        random_unit_ns: 0.0,
                     },
                     unit: 4096,
                     partial_write_ns: read_page,

@@ -659,6 +659,7 @@ mod tests {
             offset,
             len,
             arrival: 0,
+            cost: 0,
         }
     }
 

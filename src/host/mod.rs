@@ -4,6 +4,9 @@
 //! answers what to send to the device and when it wants to be woken.
 //!
 //! It owns
+//! * **pricing**: every request admitted is stamped with what it costs the device
+//!   ([`Request::cost`], from the device's cost model, [`crate::policy::cost::Pricer`]),
+//!   once, in arrival order: the policy charges it and the observers count it;
 //! * **admission**: a request is offered with [`Host::admit`]; the host refuses it when
 //!   its tenant already has `queue_limit` requests waiting ([`Refusal::QueueFull`]), the
 //!   policy may refuse it ([`Refusal::Policy`]; with [`Refuse::Hold`] the host holds it
@@ -27,6 +30,7 @@
 //! device are bounded by `queue_depth` over all tenants, so a tenant never has more than
 //! `queue_limit + queue_depth` requests inside the host.
 
+use crate::policy::cost::{CostModel, Pricer};
 use crate::policy::{Admission, Detail, Dispatch, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 
@@ -183,6 +187,7 @@ pub struct Host<O: Observer> {
     policy: Box<dyn Policy>,
     observer: O,
     limits: Limits,
+    pricer: Pricer,
     tenants: Vec<TenantCount>,
     held: usize,
     in_flight: u32,
@@ -202,8 +207,14 @@ pub struct Host<O: Observer> {
 }
 
 impl<O: Observer> Host<O> {
-    /// A host for `tenants` tenants around `policy`.
-    pub fn new(policy: Box<dyn Policy>, observer: O, limits: Limits, tenants: usize) -> Self {
+    /// A host for `tenants` tenants around `policy`, pricing requests by `cost`.
+    pub fn new(
+        policy: Box<dyn Policy>,
+        observer: O,
+        limits: Limits,
+        tenants: usize,
+        cost: CostModel,
+    ) -> Self {
         assert!(
             limits.queue_depth >= 1,
             "a device holds at least one request"
@@ -216,6 +227,7 @@ impl<O: Observer> Host<O> {
             policy,
             observer,
             limits,
+            pricer: Pricer::new(cost, tenants),
             tenants: vec![TenantCount::default(); tenants],
             held: 0,
             in_flight: 0,
@@ -239,11 +251,12 @@ impl<O: Observer> Host<O> {
             .is_none_or(|limit| self.tenants[tenant as usize].held < limit)
     }
 
-    /// Offers a request (`request.arrival` is now). A refused request is the caller's to
-    /// answer; a queued one leaves through [`Host::dispatch`] or, when stopping, comes
-    /// back from [`Host::on_deadline`].
+    /// Offers a request (`request.arrival` is now); the host stamps its
+    /// [`Request::cost`] unless it refuses it itself. A refused request is the caller's to answer; a queued one
+    /// leaves through [`Host::dispatch`] or, when stopping, comes back from
+    /// [`Host::on_deadline`].
     #[inline]
-    pub fn admit(&mut self, request: Request, now: Nanos) -> Admission {
+    pub fn admit(&mut self, mut request: Request, now: Nanos) -> Admission {
         let t = request.tenant as usize;
         assert!(t < self.tenants.len(), "tenant {t} out of range");
         self.observer.arrived(&request);
@@ -258,6 +271,9 @@ impl<O: Observer> Host<O> {
             self.observer.refused(&request, reason, now);
             return Admission::Refused(request, reason);
         }
+        // Priced only once it enters: a request turned away here never reaches the
+        // device, and must not move where its tenant's stream is said to be.
+        request.cost = self.pricer.price(&request);
         self.tenants[t].held += 1;
         self.held += 1;
         if !self.deferred[t].is_empty() {
@@ -507,12 +523,24 @@ impl<O: Observer> Host<O> {
 
     /// The policy's state.
     pub fn observe(&self, detail: Detail) -> Observation {
-        self.policy.observe(detail)
+        let mut o = self.policy.observe(detail);
+        o.currency = self.policy.currency();
+        o
     }
 
     /// The registry name of the policy.
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// What the policy shares by weight.
+    pub fn currency(&self) -> crate::policy::cost::Currency {
+        self.policy.currency()
+    }
+
+    /// The cost model requests are priced by.
+    pub fn cost_model(&self) -> &CostModel {
+        self.pricer.model()
     }
 
     /// The observer.
@@ -527,13 +555,17 @@ impl<O: Observer> Host<O> {
 
     /// Ends the host: its observer, and the policy's full observation.
     pub fn finish(self) -> (O, Observation) {
-        let observation = self.policy.observe(Detail::Full);
+        let observation = self.observe(Detail::Full);
         (self.observer, observation)
     }
 
     /// What must hold between events: the host's counts add up and agree with the
-    /// policy's; the device holds at most `queue_depth`. `Err` says what broke.
+    /// policy's; the device holds at most `queue_depth`; the policy's own invariants
+    /// ([`Policy::check`]). `Err` says what broke.
     pub fn check(&self) -> Result<(), String> {
+        self.policy
+            .check()
+            .map_err(|e| format!("policy {}: {e}", self.policy.name()))?;
         let held: usize = self.tenants.iter().map(|t| t.held as usize).sum();
         let in_flight: u32 = self.tenants.iter().map(|t| t.in_flight).sum();
         if held != self.held {

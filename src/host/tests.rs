@@ -47,6 +47,7 @@ fn request(id: u64, tenant: TenantId, now: Nanos) -> Request {
         offset: 0,
         len: 4096,
         arrival: now,
+        cost: 0,
     }
 }
 
@@ -79,7 +80,13 @@ fn host_refusing(
         queue_limit,
         refuse,
     };
-    Host::new(policy, Log::default(), limits, tenants.len())
+    Host::new(
+        policy,
+        Log::default(),
+        limits,
+        tenants.len(),
+        CostModel::generic_ssd(),
+    )
 }
 
 fn two() -> Vec<TenantSpec> {
@@ -418,7 +425,13 @@ fn check_finds_a_policy_that_loses_requests() {
         queue_limit: None,
         refuse: Refuse::Error,
     };
-    let mut h = Host::new(Box::new(Leaky(policy::Fifo::new(1))), (), limits, 1);
+    let mut h = Host::new(
+        Box::new(Leaky(policy::Fifo::new(1))),
+        (),
+        limits,
+        1,
+        CostModel::generic_ssd(),
+    );
     assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
     h.check().unwrap();
     assert_eq!(h.admit(request(2, 0, 0), 0), Admission::Queued);

@@ -1,10 +1,13 @@
-//! What each tenant got, measured from completions: bytes, IOPS, bandwidth per interval,
-//! latency histograms, SLO satisfaction; and the run-level fairness figures (share
-//! error, ratio error, Jain's index) computed over the tenants that were backlogged.
+//! What each tenant got, measured from completions: device time (the currency: each
+//! request's cost in the device's model, as the host stamped it), bytes, IOPS,
+//! bandwidth per interval, latency histograms, SLO satisfaction, the longest it waited
+//! with requests outstanding; and the run-level fairness figures (share error in device
+//! time and in bytes, ratio error, Jain's index) computed over the tenants that were
+//! backlogged.
 
 use crate::device::DeviceStats;
 use crate::host::{Observer, Status};
-use crate::policy::cost::{CostModel, Sequence};
+use crate::policy::cost::Currency;
 use crate::policy::{Observation, Refusal, SwitchLog};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_secs};
 use hdrhistogram::Histogram;
@@ -78,8 +81,15 @@ pub struct TenantResult {
     pub bandwidth_bytes_per_s: f64,
     /// Fraction of the total bandwidth this tenant got.
     pub share: f64,
+    /// Device time its completed requests cost (by the device's cost model), seconds.
+    pub device_time_s: f64,
+    /// Fraction of all tenants' device time this tenant got: what the weights share.
+    pub device_share: f64,
     /// w / Σw over the backlogged tenants; 0 for a tenant that was not backlogged.
     pub ideal_share: f64,
+    /// The longest it had requests outstanding without one completing, seconds
+    /// (within the measured span).
+    pub longest_wait_s: f64,
     /// Whether it had I/O outstanding for at least [`BACKLOG_FRACTION`] of the measured
     /// time (only such tenants enter the fairness figures).
     pub backlogged: bool,
@@ -181,20 +191,35 @@ pub struct RunResult {
     /// The sweep point this run belongs to; absent without a sweep.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub variant: String,
+    /// What the policy shares by weight: `device_time` (the default of every
+    /// proportional-share policy), `bytes` (the papers' literal variants) or `requests`.
+    pub currency: Currency,
     /// Bytes completed per second, all tenants.
     pub total_bandwidth_bytes_per_s: f64,
-    /// [`share_error`] over the whole measured span.
+    /// Device time completed per second, all tenants (seconds of device time by the
+    /// cost model per second): the device's work rate, what a policy must not waste.
+    pub device_work_rate: f64,
+    /// [`share_error`] of device time over the whole measured span.
     pub share_error: f64,
-    /// Share error per measurement interval, averaged over the intervals: how closely
-    /// the split follows the weights second by second, not only over the whole run.
+    /// Share error of device time per measurement interval, averaged over the
+    /// intervals: how closely the split follows the weights second by second, not only
+    /// over the whole run.
     pub interval_share_error: f64,
     /// How many intervals [`RunResult::interval_share_error`] averages (those in which
-    /// some backlogged tenant moved data); 0: the figure has nothing under it.
+    /// some backlogged tenant got service); 0: the figure has nothing under it.
     pub intervals_judged: u64,
-    /// [`ratio_error`] over the whole measured span.
+    /// [`share_error`] of bytes over the whole measured span (what the papers and the
+    /// byte-charging variants share).
+    pub byte_share_error: f64,
+    /// Share error of bytes per measurement interval, averaged.
+    pub interval_byte_share_error: f64,
+    /// [`ratio_error`] of bytes over the whole measured span (the MCFQ paper's view).
     pub ratio_error: f64,
-    /// [`jain`]'s fairness index over the whole measured span.
+    /// [`jain`]'s fairness index of bytes over the whole measured span.
     pub jain: f64,
+    /// The longest a backlogged tenant had requests outstanding without one
+    /// completing, seconds.
+    pub longest_wait_s: f64,
     /// Per tenant, in tenant order.
     pub tenants: Vec<TenantResult>,
     /// The device's counters (GC, write amplification).
@@ -230,7 +255,7 @@ pub struct Timeseries {
     /// Sum of the completed requests' latencies in ns, indexed `[tenant][interval]`.
     pub latency_sum_ns: Vec<Vec<u64>>,
     /// Device time of the completed requests by the device's cost model, ns, indexed
-    /// `[tenant][interval]`; empty when the recorder had no model.
+    /// `[tenant][interval]`.
     pub device_ns: Vec<Vec<u64>>,
 }
 
@@ -273,19 +298,61 @@ pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f
     sum / idx.len() as f64
 }
 
+/// A share is judged only where it can be measured and the weights decide it: a
+/// tenant whose ideal part of a span is less than this many of its own requests (its
+/// mean request, in the series' unit), or less than [`FLOOR_REQUESTS_PER_S`] of them a
+/// second, leaves that span's share error. A weight-1 tenant among 128 with weights
+/// 1–1000 on an aged SATA drive is entitled to a fifteenth of a random write a second:
+/// it gets one or none in any second, and two by the service floor every proportional
+/// policy keeps ([`crate::policy::floor`]); the mean relative error over tenants was
+/// then its 1,000 % or more, whatever the scheduler. Such tenants are judged by how long
+/// they wait ([`RunResult::longest_wait_s`]). A starved tenant (nothing completed) is
+/// always judged.
+pub const MEASURABLE_REQUESTS: f64 = 4.0;
+
+/// The service floor's rate: below it a tenant's service is the floor's, not its
+/// weight's (the policies' default `max_wait_ms`, 500).
+pub const FLOOR_REQUESTS_PER_S: f64 = 2.0;
+
+/// Of the `backlogged` tenants, those whose share of what the backlogged tenants moved
+/// together over `secs` seconds (`moved[i]` each) can be measured: their ideal part is
+/// at least `max(`[`MEASURABLE_REQUESTS`]`, `[`FLOOR_REQUESTS_PER_S`]` × secs) ×
+/// mean[i]` (their mean request in the same unit; 0 for a tenant that completed nothing,
+/// which is always measurable).
+pub fn measurable(
+    moved: &[f64],
+    weights: &[f64],
+    backlogged: &[bool],
+    mean: &[f64],
+    secs: f64,
+) -> Vec<bool> {
+    let idx = (0..moved.len()).filter(|&i| backlogged[i]);
+    let total: f64 = idx.clone().map(|i| moved[i]).sum();
+    let total_w: f64 = idx.map(|i| weights[i]).sum();
+    let requests = MEASURABLE_REQUESTS.max(FLOOR_REQUESTS_PER_S * secs);
+    (0..moved.len())
+        .map(|i| {
+            backlogged[i] && (total_w <= 0.0 || weights[i] / total_w * total >= requests * mean[i])
+        })
+        .collect()
+}
+
 /// Mean over intervals of [`share_error`] on each interval's bytes, for the tenants
 /// backlogged in that interval (`backlogged[tenant][interval]`: a tenant idle for a
 /// phase leaves the ideal while idle, a starved one stays in it); intervals in which
 /// they moved nothing are skipped.
 pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[Vec<bool>]) -> f64 {
-    interval_share_error_judged(bytes, weights, backlogged).0
+    interval_share_error_judged(bytes, weights, backlogged, None).0
 }
 
-/// [`interval_share_error`] and how many intervals it averaged.
+/// [`interval_share_error`] and how many intervals it averaged; with `mean` (each
+/// tenant's mean request in the series' unit) and the interval's length in seconds, of
+/// the tenants whose share in the interval is [`measurable`].
 fn interval_share_error_judged(
     bytes: &[Vec<u64>],
     weights: &[f64],
     backlogged: &[Vec<bool>],
+    mean: Option<(&[f64], f64)>,
 ) -> (f64, u64) {
     let bins = bytes.iter().map(Vec::len).max().unwrap_or(0);
     let mut sum = 0.0;
@@ -297,13 +364,13 @@ fn interval_share_error_judged(
             bw[i] = series.get(b).copied().unwrap_or(0) as f64;
             now[i] = backlogged[i].get(b).copied().unwrap_or(false);
         }
-        let backlogged = &now;
-        let moved: f64 = (0..bw.len())
-            .filter(|&i| backlogged[i])
-            .map(|i| bw[i])
-            .sum();
+        let judged = match mean {
+            Some((mean, secs)) => measurable(&bw, weights, &now, mean, secs),
+            None => now.clone(),
+        };
+        let moved: f64 = (0..bw.len()).filter(|&i| judged[i]).map(|i| bw[i]).sum();
         if moved > 0.0 {
-            sum += share_error(&bw, weights, backlogged);
+            sum += share_error(&bw, weights, &judged);
             n += 1;
         }
     }
@@ -367,6 +434,10 @@ struct TenantMeter {
     outstanding: u32,
     busy_since: Nanos,
     busy_ns: Nanos,
+    device_ns: u64,
+    /// Since when it has waited for a completion with requests outstanding.
+    waiting_since: Nanos,
+    longest_wait: Nanos,
     refused: u64,
     queue_full: u64,
     held_back: u64,
@@ -403,8 +474,6 @@ pub struct Recorder {
     completed: u64,
     /// Start times of the phases, ascending, the first 0.
     phase_starts: Vec<Nanos>,
-    /// The device's cost model, to count each tenant's device time.
-    cost: Option<(CostModel, Sequence)>,
     /// Time each tenant had requests outstanding, ns, per interval `[tenant][interval]`:
     /// who was backlogged when, for the per-interval share error.
     busy_bins: Vec<Vec<u64>>,
@@ -429,7 +498,7 @@ impl Recorder {
                 bytes: vec![vec![0; bins]; n],
                 ios: vec![vec![0; bins]; n],
                 latency_sum_ns: vec![vec![0; bins]; n],
-                device_ns: Vec::new(),
+                device_ns: vec![vec![0; bins]; n],
             },
             tenants: tenants
                 .iter()
@@ -442,6 +511,9 @@ impl Recorder {
                     outstanding: 0,
                     busy_since: 0,
                     busy_ns: 0,
+                    device_ns: 0,
+                    waiting_since: 0,
+                    longest_wait: 0,
                     refused: 0,
                     queue_full: 0,
                     held_back: 0,
@@ -452,7 +524,6 @@ impl Recorder {
                 .collect(),
             completed: 0,
             phase_starts: vec![0],
-            cost: None,
             busy_bins: vec![vec![0; bins]; n],
         }
         .with_phases(&[0])
@@ -470,15 +541,6 @@ impl Recorder {
         self.end = end.max(self.start);
         let bins = (self.end - self.start).div_ceil(self.series.interval) as usize;
         self.series.resize(bins);
-    }
-
-    /// Also counts each tenant's device time by `model` (`Timeseries::device_ns`).
-    pub fn with_cost(mut self, model: CostModel) -> Self {
-        let n = self.tenants.len();
-        let bins = self.series.bytes.first().map_or(0, Vec::len);
-        self.series.device_ns = vec![vec![0; bins]; n];
-        self.cost = Some((model, Sequence::new(n)));
-        self
     }
 
     /// Marks the tenants whose requests come at a rate (open loop): one of them is
@@ -532,6 +594,7 @@ impl Recorder {
         let t = &mut self.tenants[tenant as usize];
         if t.outstanding == 0 {
             t.busy_since = now.max(self.start);
+            t.waiting_since = now.max(self.start);
         }
         t.outstanding += 1;
         t.phases[p].decidable += decidable as u64;
@@ -589,6 +652,9 @@ impl Recorder {
         let (start, end) = (self.start, self.end);
         let t = &mut self.tenants[c.request.tenant as usize];
         t.outstanding -= 1;
+        let waited = c.finish.min(end).saturating_sub(t.waiting_since.max(start));
+        t.longest_wait = t.longest_wait.max(waited);
+        t.waiting_since = c.finish;
         if t.outstanding == 0 {
             self.end_busy(c.request.tenant as usize, c.finish);
         }
@@ -611,6 +677,7 @@ impl Recorder {
         }
         let bytes = c.request.len as u64;
         t.bytes += bytes;
+        t.device_ns += c.request.cost;
         t.ios += 1;
         t.hist.saturating_record(lat.max(1));
         if let Some(rt) = t.slo_rt {
@@ -624,11 +691,7 @@ impl Recorder {
         self.series.bytes[tid][bin] += bytes;
         self.series.ios[tid][bin] += 1;
         self.series.latency_sum_ns[tid][bin] += lat;
-        if let Some((model, seq)) = self.cost.as_mut() {
-            let random = seq.random(c.request.tenant, c.request.offset, c.request.len);
-            self.series.device_ns[tid][bin] +=
-                model.cost(c.request.op, c.request.offset, c.request.len, random) as u64;
-        }
+        self.series.device_ns[tid][bin] += c.request.cost;
     }
 
     /// Summarises the run.
@@ -648,6 +711,10 @@ impl Recorder {
         for tid in 0..self.tenants.len() {
             if self.tenants[tid].outstanding > 0 {
                 self.end_busy(tid, end);
+                // Still waiting at the end: that wait counts too.
+                let t = &mut self.tenants[tid];
+                let waited = end.saturating_sub(t.waiting_since.max(self.start));
+                t.longest_wait = t.longest_wait.max(waited);
             }
         }
         let window = self.end.saturating_sub(self.start) as f64;
@@ -682,8 +749,32 @@ impl Recorder {
                     .collect()
             })
             .collect();
-        let (interval_share_error, intervals_judged) =
-            interval_share_error_judged(&self.series.bytes, &weights, &backlogged_per_interval);
+        let per_request = |total: fn(&TenantMeter) -> u64| -> Vec<f64> {
+            self.tenants
+                .iter()
+                .map(|t| total(t) as f64 / t.ios.max(1) as f64)
+                .collect()
+        };
+        let mean_device = per_request(|t| t.device_ns);
+        let mean_bytes = per_request(|t| t.bytes);
+        let (interval_share_error, intervals_judged) = interval_share_error_judged(
+            &self.series.device_ns,
+            &weights,
+            &backlogged_per_interval,
+            Some((&mean_device, nanos_to_secs(iv))),
+        );
+        let interval_byte_share_error = interval_share_error_judged(
+            &self.series.bytes,
+            &weights,
+            &backlogged_per_interval,
+            Some((&mean_bytes, nanos_to_secs(iv))),
+        )
+        .0;
+        let device_time: Vec<f64> = self.tenants.iter().map(|t| t.device_ns as f64).collect();
+        let total_device: f64 = device_time.iter().sum();
+        let judged_device = measurable(&device_time, &weights, &backlogged, &mean_device, secs);
+        let bytes_total: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64).collect();
+        let judged_bytes = measurable(&bytes_total, &weights, &backlogged, &mean_bytes, secs);
         let total_bw: f64 = bw.iter().sum();
         let backlogged_w: f64 = (0..tenants.len())
             .filter(|&i| backlogged[i])
@@ -706,6 +797,13 @@ impl Recorder {
                 } else {
                     0.0
                 },
+                device_time_s: t.device_ns as f64 / 1e9,
+                device_share: if total_device > 0.0 {
+                    device_time[i] / total_device
+                } else {
+                    0.0
+                },
+                longest_wait_s: nanos_to_secs(t.longest_wait),
                 ideal_share: if backlogged[i] {
                     weights[i] / backlogged_w
                 } else {
@@ -724,16 +822,29 @@ impl Recorder {
                 held_back: t.held_back,
             })
             .collect();
+        let longest_wait = self
+            .tenants
+            .iter()
+            .zip(&backlogged)
+            .filter(|(_, b)| **b)
+            .map(|(t, _)| t.longest_wait)
+            .max()
+            .unwrap_or(0);
         RunResult {
             policy: label.to_string(),
             policy_name: label.to_string(),
             variant: String::new(),
+            currency: policy.currency,
             total_bandwidth_bytes_per_s: total_bw,
-            share_error: share_error(&bw, &weights, &backlogged),
+            device_work_rate: total_device / 1e9 / secs,
+            share_error: share_error(&device_time, &weights, &judged_device),
             interval_share_error,
             intervals_judged,
+            byte_share_error: share_error(&bw, &weights, &judged_bytes),
+            interval_byte_share_error,
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
+            longest_wait_s: nanos_to_secs(longest_wait),
             tenants: results,
             device,
             sim: SimStats {
@@ -901,6 +1012,7 @@ mod tests {
                 offset: 0,
                 len,
                 arrival,
+                cost: 0,
             },
             start: arrival,
             finish,

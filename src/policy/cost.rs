@@ -22,7 +22,7 @@
 //! taken as the logical fill). It is a model, not a measurement: calibrating it from
 //! the device is the work of the calibration issue.
 
-use crate::types::{Op, TenantId};
+use crate::types::{Nanos, Op, Request, TenantId};
 
 /// The cost of one kind of operation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,8 +31,14 @@ pub struct OpCost {
     pub per_request_ns: f64,
     /// Per unit of data (rounded up), ns.
     pub per_unit_ns: f64,
-    /// Extra for a request that does not start where the tenant's last one ended, ns.
+    /// Extra for a request that does not start where the tenant's last one ended, ns
+    /// (a seek; negative on a device where such a request costs less than one that
+    /// continues a stream).
     pub random_ns: f64,
+    /// Extra per unit for such a request, ns: a device that moves data in place at
+    /// another rate than in a stream (the NVMe preset's random reads of 16 KiB and
+    /// more run at a third of its sequential rate).
+    pub random_unit_ns: f64,
 }
 
 /// A linear cost model (see the module docs).
@@ -50,6 +56,12 @@ pub struct CostModel {
 }
 
 impl CostModel {
+    /// Whether the device is bound by seeks: a random 4 KiB read costs it four times or
+    /// more what one in a stream does (a disk, an array of disks).
+    pub fn seeks(&self) -> bool {
+        self.cost(Op::Read, 0, 4096, true) >= 4.0 * self.cost(Op::Read, 0, 4096, false).max(1.0)
+    }
+
     /// The cost of `op` of `len` bytes at `offset`; `random`: it did not continue the
     /// tenant's last.
     pub fn cost(&self, op: Op, offset: u64, len: u32, random: bool) -> f64 {
@@ -73,10 +85,15 @@ impl CostModel {
             }
             Op::Trim | Op::Flush => (0, 0),
         };
-        c.per_request_ns
+        let ns = c.per_request_ns
             + c.per_unit_ns * units as f64
             + self.partial_write_ns * partial as f64
-            + if random { c.random_ns } else { 0.0 }
+            + if random {
+                c.random_ns + c.random_unit_ns * units as f64
+            } else {
+                0.0
+            };
+        ns.max(0.0)
     }
 }
 
@@ -111,47 +128,118 @@ impl Sequence {
     }
 }
 
-/// What a policy charges a request: its bytes (the papers' choice), one per request,
-/// or its cost on the device.
+/// What one request costs the device, for the host to stamp on every request it admits
+/// ([`crate::types::Request::cost`]): the device's cost model, and where each tenant's
+/// last request ended (a request that does not continue it is random). Requests are
+/// priced once, in the order the host admits them, so the policy that charges a request
+/// and the recorder that counts its device time read the same number.
 #[derive(Debug, Clone)]
-pub enum Charge {
+pub struct Pricer {
+    model: CostModel,
+    sequence: Sequence,
+}
+
+impl Pricer {
+    /// Prices requests of `tenants` tenants by `model`.
+    pub fn new(model: CostModel, tenants: usize) -> Self {
+        Pricer {
+            model,
+            sequence: Sequence::new(tenants),
+        }
+    }
+
+    /// The device time `request` costs, ns (at least 1: nothing the device does is
+    /// free); remembers where the tenant's request ends. Call once per request, in the
+    /// order the tenant's requests arrive.
+    pub fn price(&mut self, request: &Request) -> Nanos {
+        self.sequence.cover(request.tenant);
+        let random = self
+            .sequence
+            .random(request.tenant, request.offset, request.len);
+        let ns = self
+            .model
+            .cost(request.op, request.offset, request.len, random);
+        (ns.round() as Nanos).max(1)
+    }
+
+    /// The model requests are priced by.
+    pub fn model(&self) -> &CostModel {
+        &self.model
+    }
+}
+
+/// What a policy shares between tenants by weight: device time (the house currency,
+/// each request's [`crate::types::Request::cost`]), bytes (the papers' literal
+/// readings), or requests (mClock's tags, the token buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Currency {
+    /// Device time by the device's cost model, ns.
+    #[default]
+    DeviceTime,
     /// The request's length in bytes (at least 1).
     Bytes,
     /// One per request.
     Requests,
-    /// Device time in ns from the model, sequential or not per tenant.
-    Device(CostModel, Sequence),
 }
 
-impl Charge {
-    /// What `request` costs; call once per request, in dispatch order (the device model
-    /// remembers where each tenant's last request ended).
-    pub fn charge(&mut self, request: &crate::types::Request) -> f64 {
+impl Currency {
+    /// What `request` costs in this currency.
+    #[inline]
+    pub fn price(self, request: &Request) -> u64 {
         match self {
-            Charge::Bytes => f64::from(request.len.max(1)),
-            Charge::Requests => 1.0,
-            Charge::Device(model, seq) => {
-                let random = seq.random(request.tenant, request.offset, request.len);
-                model.cost(request.op, request.offset, request.len, random)
+            Currency::DeviceTime => request.cost.max(1),
+            Currency::Bytes => u64::from(request.len.max(1)),
+            Currency::Requests => 1,
+        }
+    }
+
+    /// The name a configuration uses for it (`cost = "device"`, `"bytes"`,
+    /// `"requests"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Currency::DeviceTime => "device",
+            Currency::Bytes => "bytes",
+            Currency::Requests => "requests",
+        }
+    }
+
+    /// Reads a configuration's name for it.
+    pub fn parse(text: &str) -> Option<Currency> {
+        match text {
+            "device" => Some(Currency::DeviceTime),
+            "bytes" => Some(Currency::Bytes),
+            "requests" => Some(Currency::Requests),
+            _ => None,
+        }
+    }
+}
+
+impl CostModel {
+    /// The model a live server charges by when it has no calibrated one
+    /// (`backend.cost_device`) and no emulated device: Linux blk-iocost's default
+    /// linear model for solid-state drives (its `autop` parameters: 488.6 MB/s,
+    /// 8,932 sequential and 8,518 random read IOPS; 427.9 MB/s, 28,755 and 21,940 write
+    /// IOPS), turned into this model's terms: per 4 KiB unit the transfer time, per
+    /// request the rest of a sequential request's time, and the random request's extra.
+    /// It says that a request costs about a hundred microseconds whatever its size and
+    /// that large transfers cost their bytes: right in shape for any flash drive,
+    /// exact for none, which is why the server says so when it charges by it.
+    pub fn generic_ssd() -> CostModel {
+        fn op(bytes_per_s: f64, seq_iops: f64, rand_iops: f64) -> OpCost {
+            let unit = 4096.0 / bytes_per_s * 1e9;
+            OpCost {
+                per_request_ns: 1e9 / seq_iops - unit,
+                per_unit_ns: unit,
+                random_ns: 1e9 / rand_iops - 1e9 / seq_iops,
+                random_unit_ns: 0.0,
             }
         }
-    }
-
-    /// What a typical 4 KiB read costs, for starting estimates.
-    pub fn typical(&self) -> f64 {
-        match self {
-            Charge::Bytes => 4096.0,
-            Charge::Requests => 1.0,
-            Charge::Device(model, _) => model.cost(Op::Read, 0, 4096, true),
-        }
-    }
-
-    /// The name a configuration uses for it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Charge::Bytes => "bytes",
-            Charge::Requests => "requests",
-            Charge::Device(..) => "device",
+        CostModel {
+            read: op(488_636_629.0, 8_932.0, 8_518.0),
+            write: op(427_891_549.0, 28_755.0, 21_940.0),
+            unit: 4096,
+            partial_write_ns: 0.0,
         }
     }
 }
@@ -167,11 +255,13 @@ mod tests {
                 per_request_ns: 10.0,
                 per_unit_ns: 5.0,
                 random_ns: 0.0,
+                random_unit_ns: 0.0,
             },
             write: OpCost {
                 per_request_ns: 10.0,
                 per_unit_ns: 8.0,
                 random_ns: 100.0,
+                random_unit_ns: 0.0,
             },
             unit: 4096,
             partial_write_ns: 3.0,

@@ -3,13 +3,28 @@
 //! * **Credit allocator.** Every allocation period (`period_ms`) each *active* tenant
 //!   (requests queued or in flight, or seen within the last period: see below) receives
 //!   `C × w_i / Σ_active w` credits, where `C` is `headroom` × the forecast of what the
-//!   device will consume in one period. A request costs its size in bytes (default) or
-//!   one credit per request (`cost = "requests"`, or `cost_per_io = true`), or its device
-//!   time from the device's cost model (`cost = "device"`, [`super::cost`]: a 512 B write
-//!   costs a page, so byte-fair sharing does not let small writes wreck the device's
-//!   throughput). Any tenant with credits left and a
-//!   queued request may dispatch — no idling. The last request may overdraw; the debt is
-//!   paid from the next allocation. Inactive tenants get nothing and keep nothing.
+//!   device will consume in one period. Any tenant with credits left and a queued
+//!   request may dispatch — no idling. The last request may overdraw; the debt is paid
+//!   from the next allocation. Inactive tenants get nothing and keep nothing.
+//! * **Reading: a credit is device time** (`cost = "device"`, the default): a request
+//!   costs what the device spends on it by its cost model ([`super::cost`], stamped by
+//!   the host), and the forecast is of the device's *work rate* — device time dispatched
+//!   per second — not of bytes acknowledged. The paper's credit is a byte (`cost =
+//!   "bytes"`, its literal reading) or a request (`"requests"`, or `cost_per_io =
+//!   true`). Bytes mislead twice: a 512 B write costs an SSD a page and a 1 MiB
+//!   sequential read costs a disk a few milliseconds where a 4 KiB random one costs six,
+//!   so byte-fair credits wrecked throughput beside small writers and on disks; and a
+//!   write-back drive acknowledges a write before its program and garbage collection are
+//!   paid, so acknowledged bytes forecast a capacity the drive does not have for long.
+//!   A write is charged at dispatch what it will cost: its program and the garbage
+//!   collection the drive's state implies (the model's write amplification). What this
+//!   does not fix: dispatches still follow the device's acknowledgements (a slot frees
+//!   when a request completes), so on a write-back drive the work dispatched per period
+//!   swings with the buffer's drain and the forecast with it — a mean forecast error of
+//!   40 % on fio random writes and 48 % on the Exchange stand-in (FeedBAC Fig. 5 in
+//!   `docs/reproduction.md`), about what credits of bytes gave. The split stays within
+//!   1 % because early refill covers a low forecast and credits spent evenly make a
+//!   high one cost every tenant the same fraction.
 //! * **Reading: credits are spent evenly through the period.** Among the tenants that
 //!   may dispatch, the one with the most credits left per unit of weight goes first (ties:
 //!   the oldest request). The source only says who may dispatch, not in what order.
@@ -80,12 +95,19 @@
 //!   **Reading: a forecast below zero restarts.** When a burst ends, the trend can carry
 //!   `S + b` below zero; the smoother then restarts from the observation (`S = x`,
 //!   `b = 0`) instead of forecasting nothing for as long as the trend takes to decay.
-//!   **Reading: a floor on the allocation.** A period always hands out enough for the
-//!   lightest active tenant to send one request of the moving mean size; below that a
-//!   period let nobody through, nothing was consumed, the forecast (which skips idle
-//!   prediction periods) never moved, and a live server stalled for good (seen with
-//!   four fio clients switching from random reads to random writes on an emulated aged
-//!   NVMe drive).
+//!   **Reading: an early refill hands out at least enough for one tenant to go on.**
+//!   When every tenant with work waiting is in debt, a refill of the forecast alone may
+//!   leave them all in debt: nobody is let through, nothing is consumed, the forecast
+//!   (which skips idle prediction periods) never moves, and a live server stalled for
+//!   good (seen with four fio clients switching from random reads to random writes on
+//!   an emulated aged NVMe drive). So such a refill's total is raised, in proportion
+//!   for everyone, until the tenant closest to paying its debt (relative to its weight)
+//!   has credit. An earlier reading floored every period at one request for the
+//!   lightest tenant; with weights 1–1000 among 256 tenants that floor was hundreds of
+//!   times the forecast and the allocation stopped meaning anything (111 % share error
+//!   per second). Now a tenant whose share is a fraction of a request a period carries
+//!   its credit (or its debt) exactly: it dispatches when its credit is positive and
+//!   pays the overdraft over the periods after.
 //!   **Reading: idle spells are not observations.** A prediction period in which nothing
 //!   was consumed is skipped: it measures demand, not the device, and feeding it drove
 //!   the forecast to zero on a live server left idle for a while, so the first burst
@@ -108,23 +130,36 @@
 //! aged SATA drive, as the project's issue on proportional share reported). Within unstretched periods it waits for the next allocation (at most
 //! `period_ms`) unless an early refill comes first.
 //!
+//! A backlogged tenant is served at least once every `max_wait_ms` (500) by the
+//! service floor ([`super::floor`]), which takes none of its credits.
+//!
+//! Dispatch keeps the tenants that may spend in a heap by the dispatch order, so a
+//! request costs O(log n) at any tenant count; a new period rebuilds it (O(n) per
+//! period, which stretches with the device's latency).
+//!
 //! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
 //! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `backlog_refill`
 //! (true), `depth` (`"auto"`, `min_depth`, `window_ms`: [`super::depth`]),
 //! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
-//! forecast before the first observation; early refill covers a low guess), `cost` is
-//! `cost` (`"bytes"`; `"requests"`, `"device"`). Weight changes apply from the next
-//! allocation. `stats()` records predicted vs consumed credits per prediction period
-//! (the paper's Fig. 5).
+//! forecast before the first observation with `cost = "bytes"`; with device time one
+//! second of device time a second; early refill covers a low guess), `cost`
+//! (`"device"`, the default; `"bytes"`, `"requests"`), `max_wait_ms` (500; 0: no
+//! floor). Weight changes apply from the next allocation. `stats()` records predicted
+//! vs consumed credits per prediction period (the paper's Fig. 5).
 
-use super::cost::Charge;
+use super::cost::Currency;
 use super::depth::DispatchDepth;
-use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
+use super::floor::Floor;
+use super::{
+    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
+    TenantQueues,
+};
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
 };
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
 
 const ALPHA_MIN: f64 = 0.1;
 const ALPHA_MAX: f64 = 0.9;
@@ -135,9 +170,6 @@ const DEFAULT_HEADROOM: f64 = 0.9;
 const HISTORY_LIMIT: usize = 10_000;
 
 struct Tenant {
-    weight: f64,
-    requests: VecDeque<Request>,
-    in_flight: u32,
     credits: f64,
     allocation: f64,
     /// Credits lost at the carry-over bound (or on going idle), summed.
@@ -147,20 +179,51 @@ struct Tenant {
     /// It ended the last period with half its allocation or more unspent: it asks for
     /// less than its share, and its credits do not hold back an early refill.
     satisfied: bool,
+    /// Bumped whenever its place in the dispatch order changes: older heap entries are
+    /// stale.
+    generation: u64,
 }
 
 impl Tenant {
-    /// Requests queued or in flight.
-    fn active(&self) -> bool {
-        !self.requests.is_empty() || self.in_flight > 0
-    }
-
-    /// Active, or was within `grace` before `now`: an allocation counts it in.
-    fn present(&self, now: Nanos, grace: Nanos) -> bool {
-        self.active()
+    /// Active (requests queued or in flight), or seen within `grace` before `now`: an
+    /// allocation counts it in.
+    fn present(&self, active: bool, now: Nanos, grace: Nanos) -> bool {
+        active
             || self
                 .last_seen
                 .is_some_and(|t| now < t.saturating_add(grace))
+    }
+}
+
+/// A tenant that may spend, in dispatch order: most credits left per weight first (or
+/// 0 for everyone when not spreading), then the oldest head request.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    left: f64,
+    arrival: Nanos,
+    id: u64,
+    tenant: TenantId,
+    generation: u64,
+}
+
+impl PartialEq for Turn {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Turn {}
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Turn {
+    /// The heap pops the greatest: most `left`, then the smallest arrival and id.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.left
+            .total_cmp(&other.left)
+            .then(other.arrival.cmp(&self.arrival))
+            .then(other.id.cmp(&self.id))
     }
 }
 
@@ -235,7 +298,11 @@ impl Holt {
 
 /// FeedBAC state.
 pub struct FeedBac {
+    queues: TenantQueues,
     tenants: Vec<Tenant>,
+    /// Tenants that may spend (credit left, a request waiting), in dispatch order;
+    /// entries whose generation is not their tenant's are stale.
+    turns: BinaryHeap<Turn>,
     /// Length of the current allocation period.
     period: Nanos,
     /// `period_ms`: the shortest allocation period.
@@ -250,17 +317,18 @@ pub struct FeedBac {
     device_time: f64,
     prediction_periods: u32,
     carry: f64,
-    /// What a request costs in credits.
-    charge: Charge,
+    /// What credits are.
+    currency: Currency,
     /// Forecast consumption rate, credits per second.
     rate: f64,
     holt: Holt,
     period_end: Nanos,
     prediction_end: Nanos,
     consumed_in_prediction: f64,
-    queued: usize,
     periods: u64,
     early_refills: u64,
+    /// Early refills whose total was raised so that a tenant in debt could go on.
+    raised_refills: u64,
     /// Periods started early because a tenant came back.
     joins: u64,
     /// Dispatch order: most credits left per weight first (true) or oldest first.
@@ -271,10 +339,14 @@ pub struct FeedBac {
     /// every present tenant (false).
     backlog_refill: bool,
     history: VecDeque<ForecastRecord>,
-    /// Moving mean of a request's cost (credits), for the allocation floor.
-    mean_cost: f64,
     /// How many requests may be in the device at once (`depth`).
     depth: DispatchDepth,
+    floor: Floor,
+    /// The last allocation: the total handed out, and what the tenants received of it.
+    last_total: f64,
+    last_allocated: f64,
+    /// Where the last scan for a tenant holding back an early refill found one.
+    holder: usize,
 }
 
 impl FeedBac {
@@ -293,19 +365,19 @@ impl FeedBac {
         cost_per_io: bool,
     ) -> Self {
         FeedBac {
+            queues: TenantQueues::new(tenants),
             tenants: tenants
                 .iter()
-                .map(|t| Tenant {
-                    weight: t.weight,
-                    requests: VecDeque::new(),
-                    in_flight: 0,
+                .map(|_| Tenant {
                     credits: 0.0,
                     allocation: 0.0,
                     forfeited: 0.0,
                     last_seen: None,
                     satisfied: false,
+                    generation: 0,
                 })
                 .collect(),
+            turns: BinaryHeap::new(),
             period: period.max(1),
             min_period: period.max(1),
             latency_periods: 0.0,
@@ -314,32 +386,35 @@ impl FeedBac {
             device_time: 0.0,
             prediction_periods: prediction_periods.max(1),
             carry,
-            charge: if cost_per_io {
-                Charge::Requests
+            currency: if cost_per_io {
+                Currency::Requests
             } else {
-                Charge::Bytes
+                Currency::Bytes
             },
             rate: initial_rate,
             holt: Holt::new(beta),
             period_end: 0,
             prediction_end: 0,
             consumed_in_prediction: 0.0,
-            queued: 0,
             periods: 0,
             early_refills: 0,
+            raised_refills: 0,
             joins: 0,
             spread: true,
             headroom: DEFAULT_HEADROOM,
             backlog_refill: false,
             history: VecDeque::new(),
-            // A 4 KiB request (or one request) until requests are seen.
-            mean_cost: if cost_per_io { 1.0 } else { 4096.0 },
             depth: DispatchDepth::fixed(tenants.len(), 0),
+            floor: Floor::new(tenants.len(), None),
+            last_total: 0.0,
+            last_allocated: 0.0,
+            holder: 0,
         }
     }
 
     /// Builds FeedBAC from `period_ms`, `prediction_periods`, `carry`, `beta`,
-    /// `initial_mb_s`, `cost_per_io`, `latency_periods`, `spread` and `headroom`.
+    /// `initial_mb_s`, `cost_per_io`, `cost`, `latency_periods`, `spread`, `headroom`,
+    /// `backlog_refill`, the depth's and the floor's parameters.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
@@ -350,12 +425,15 @@ impl FeedBac {
         let beta = params.f64_or("beta", 0.3)?;
         let initial = params.f64_or("initial_mb_s", 64.0)?;
         let per_io = params.bool_or("cost_per_io", false)?;
-        let charge = params.charge(
+        let currency = params.currency(
             "cost",
-            if per_io { "requests" } else { "bytes" },
-            tenants.len(),
+            if per_io {
+                Currency::Requests
+            } else {
+                Currency::DeviceTime
+            },
         )?;
-        if per_io && !matches!(charge, Charge::Requests) {
+        if per_io && currency != Currency::Requests {
             return Err(params.invalid("cost_per_io", "contradicts `cost`; give one of them"));
         }
         let latency_periods = params.f64_or("latency_periods", 32.0)?;
@@ -363,6 +441,7 @@ impl FeedBac {
         let headroom = params.f64_or("headroom", DEFAULT_HEADROOM)?;
         let backlog_refill = params.bool_or("backlog_refill", true)?;
         let depth = DispatchDepth::from_params(params, tenants.len(), true)?;
+        let floor = Floor::from_params(params, tenants.len())?;
         if !(headroom > 0.0 && headroom <= 1.0) {
             return Err(params.invalid("headroom", "must be in (0, 1]"));
         }
@@ -382,11 +461,11 @@ impl FeedBac {
             return Err(params.invalid("initial_mb_s", "must be > 0"));
         }
         // With per-I/O cost the initial guess is read as thousands of IOPS; with device
-        // cost it is one second of device time per second (a busy device).
-        let initial_rate = match charge {
-            Charge::Bytes => initial * 1e6,
-            Charge::Requests => initial * 1e3,
-            Charge::Device(..) => NANOS_PER_SEC as f64,
+        // time it is one second of device time per second (a busy device).
+        let initial_rate = match currency {
+            Currency::Bytes => initial * 1e6,
+            Currency::Requests => initial * 1e3,
+            Currency::DeviceTime => NANOS_PER_SEC as f64,
         };
         Ok(Box::new(
             FeedBac::new(
@@ -402,8 +481,9 @@ impl FeedBac {
             .with_spread(spread)
             .with_headroom(headroom)
             .with_backlog_refill(backlog_refill)
-            .with_charge(charge)
-            .with_depth(depth),
+            .with_currency(currency)
+            .with_depth(depth)
+            .with_floor(floor),
         ))
     }
 
@@ -433,6 +513,12 @@ impl FeedBac {
         self
     }
 
+    /// Serves every backlogged tenant at least as often as `floor` says.
+    pub fn with_floor(mut self, floor: Floor) -> Self {
+        self.floor = floor;
+        self
+    }
+
     /// Dispatch order: most credits left per weight first (true) or oldest first.
     pub fn with_spread(mut self, on: bool) -> Self {
         self.spread = on;
@@ -449,15 +535,10 @@ impl FeedBac {
         self.period
     }
 
-    /// Charges requests by `charge` (bytes, requests or device time).
-    pub fn with_charge(mut self, charge: Charge) -> Self {
-        self.mean_cost = charge.typical();
-        self.charge = charge;
+    /// Charges requests in `currency` (device time, bytes or requests).
+    pub fn with_currency(mut self, currency: Currency) -> Self {
+        self.currency = currency;
         self
-    }
-
-    fn cost(&mut self, r: &Request) -> f64 {
-        self.charge.charge(r)
     }
 
     /// Credits a tenant holds now.
@@ -475,47 +556,87 @@ impl FeedBac {
         self.history.iter()
     }
 
-    /// Starts a new allocation period at `now` and hands out credits.
-    fn new_period(&mut self, now: Nanos) {
+    fn present(&self, t: usize, now: Nanos, grace: Nanos) -> bool {
+        self.tenants[t].present(self.queues.is_active(t as TenantId), now, grace)
+    }
+
+    /// Lists `tenant` in the dispatch order when it may spend (credit left, a request
+    /// waiting); any older entry of its goes stale.
+    fn relist(&mut self, tenant: TenantId) {
+        let t = &mut self.tenants[tenant as usize];
+        t.generation += 1;
+        if t.credits > 0.0
+            && let Some(r) = self.queues.front(tenant)
+        {
+            let w = self.queues.weight(tenant);
+            self.turns.push(Turn {
+                left: if self.spread { t.credits / w } else { 0.0 },
+                arrival: r.arrival,
+                id: r.id,
+                tenant,
+                generation: t.generation,
+            });
+        }
+    }
+
+    /// Starts a new allocation period at `now` and hands out credits: `C × w / Σw` to
+    /// every present tenant, `C` at least `min_total` (an early refill raises it so that
+    /// one tenant in debt can go on).
+    fn new_period(&mut self, now: Nanos, min_total: f64) {
         self.periods += 1;
         self.period_end = now + self.period;
         let grace = self.period;
-        let active_w: f64 = self
-            .tenants
-            .iter()
-            .filter(|t| t.present(now, grace))
-            .map(|t| t.weight)
+        let present: Vec<bool> = (0..self.tenants.len())
+            .map(|i| self.present(i, now, grace))
+            .collect();
+        let active_w: f64 = (0..self.tenants.len())
+            .filter(|&i| present[i])
+            .map(|i| self.queues.weight(i as TenantId))
             .sum();
-        let lightest = self
-            .tenants
-            .iter()
-            .filter(|t| t.present(now, grace))
-            .map(|t| t.weight)
-            .fold(f64::INFINITY, f64::min);
-        // Enough for the lightest active tenant to send one typical request: below that
-        // a period lets nobody through, nothing is consumed, and the forecast cannot
-        // learn its way back up.
-        let floor = if active_w > 0.0 {
-            self.mean_cost * active_w / lightest
-        } else {
-            0.0
-        };
-        let total =
-            (self.headroom * self.rate * self.period as f64 / NANOS_PER_SEC as f64).max(floor);
-        for t in &mut self.tenants {
+        let forecast = self.headroom * self.rate * self.period as f64 / NANOS_PER_SEC as f64;
+        let total = forecast.max(min_total);
+        let mut allocated = 0.0;
+        for (i, t) in self.tenants.iter_mut().enumerate() {
             t.satisfied = t.allocation > 0.0 && t.credits >= 0.5 * t.allocation;
-            if t.present(now, grace) && active_w > 0.0 {
-                let alloc = total * t.weight / active_w;
+            if present[i] && active_w > 0.0 {
+                let alloc = total * self.queues.weight(i as TenantId) / active_w;
                 let kept = t.credits.min(self.carry * t.allocation);
                 t.forfeited += t.credits - kept;
                 t.credits = kept + alloc;
                 t.allocation = alloc;
+                allocated += alloc;
             } else {
                 t.forfeited += t.credits.max(0.0);
                 t.credits = 0.0;
                 t.allocation = 0.0;
             }
         }
+        self.last_total = if active_w > 0.0 { total } else { 0.0 };
+        self.last_allocated = allocated;
+        self.turns.clear();
+        for i in 0..self.tenants.len() {
+            self.relist(i as TenantId);
+        }
+    }
+
+    /// The smallest total an early refill must hand out for a tenant with work waiting
+    /// to have credit: the least `−credits × Σw / w` over them (0 when one has credit).
+    fn total_to_go_on(&self, now: Nanos) -> f64 {
+        let grace = self.period;
+        let active_w: f64 = (0..self.tenants.len())
+            .filter(|&i| self.present(i, now, grace))
+            .map(|i| self.queues.weight(i as TenantId))
+            .sum();
+        (0..self.tenants.len())
+            .filter(|&i| self.queues.is_backlogged(i as TenantId))
+            .map(|i| {
+                let t = &self.tenants[i];
+                let kept = t.credits.min(self.carry * t.allocation);
+                // Just past zero: a whisker more than the debt.
+                (-kept).max(0.0) * active_w / self.queues.weight(i as TenantId) * (1.0 + 1e-9)
+                    + f64::MIN_POSITIVE
+            })
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// Closes the prediction period ending at `end`: observe, forecast, record.
@@ -546,7 +667,7 @@ impl FeedBac {
     fn advance(&mut self, now: Nanos) {
         if self.periods == 0 {
             self.prediction_end = now + self.prediction_len();
-            self.new_period(now);
+            self.new_period(now, 0.0);
         }
 
         while now >= self.prediction_end {
@@ -565,8 +686,69 @@ impl FeedBac {
         }
         while now >= self.period_end {
             let next = self.period_end;
-            self.new_period(next);
+            self.new_period(next, 0.0);
         }
+    }
+
+    /// Whether every tenant that could spend is out of credits (two readings, see the
+    /// module doc). Scans from the last tenant found holding the refill back, so a
+    /// holder that stays one costs O(1) a call.
+    fn exhausted(&mut self, now: Nanos) -> bool {
+        let n = self.tenants.len();
+        let (grace, backlog) = if self.backlog_refill {
+            // A tenant gone quiet holds it back no longer than the shortest period,
+            // however long the period has stretched.
+            (self.min_period, true)
+        } else {
+            (self.period, false)
+        };
+        for k in 0..n {
+            let i = (self.holder + k) % n;
+            let t = &self.tenants[i];
+            let holds = t.credits > 0.0
+                && if backlog {
+                    self.queues.is_backlogged(i as TenantId)
+                        || self.present(i, now, grace) && !t.satisfied
+                } else {
+                    self.present(i, now, grace)
+                };
+            if holds {
+                self.holder = i;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Takes `tenant`'s head for the device; `charged`: from its credits (the floor's
+    /// dispatches are not).
+    fn take(&mut self, tenant: TenantId, now: Nanos, charged: bool) -> Request {
+        let r = self.queues.dispatch(tenant);
+        let cost = self.currency.price(&r) as f64;
+        if charged {
+            self.tenants[tenant as usize].credits -= cost;
+        }
+        self.consumed_in_prediction += cost;
+        self.depth.dispatched(tenant);
+        let more = self.queues.is_backlogged(tenant);
+        if charged {
+            self.floor.served(tenant, now, more, cost);
+        } else {
+            self.floor.took(tenant, now, more, cost);
+        }
+        self.relist(tenant);
+        r
+    }
+
+    /// The tenant first in the dispatch order, dropping stale entries.
+    fn first_turn(&mut self) -> Option<TenantId> {
+        while let Some(turn) = self.turns.peek() {
+            if self.tenants[turn.tenant as usize].generation == turn.generation {
+                return Some(turn.tenant);
+            }
+            self.turns.pop();
+        }
+        None
     }
 }
 
@@ -582,87 +764,55 @@ impl Policy for FeedBac {
             self.advance(now);
         }
         let grace = self.period;
+        let tenant = request.tenant;
+        let i = tenant as usize;
         // Behind: it left half its allocation or more unspent last period (it looks
         // satisfied) while it never ran out of work (the depth controller checks that).
-        let me = &self.tenants[request.tenant as usize];
-        let behind = me.satisfied;
+        let behind = self.tenants[i].satisfied;
         self.depth
-            .arrival(request.tenant, now, !me.requests.is_empty(), behind);
-        let t = &mut self.tenants[request.tenant as usize];
-        let newcomer = !t.present(now, grace);
-        t.last_seen = Some(now);
-        t.requests.push_back(request);
-        self.queued += 1;
+            .arrival(tenant, now, self.queues.is_backlogged(tenant), behind);
+        let newcomer = !self.present(i, now, grace);
+        self.tenants[i].last_seen = Some(now);
+        if self.queues.push(request) {
+            self.floor.backlogged(tenant, now);
+            self.relist(tenant);
+        }
         // A tenant that was away gets its credits now, not at the end of a period that
         // may have stretched to most of a second (see the module doc).
         if newcomer && self.periods > 0 && self.period > self.min_period {
             self.joins += 1;
-            self.new_period(now);
+            self.new_period(now, 0.0);
         }
         Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
         self.advance(now);
-        if !self.depth.may_dispatch(now, self.queued) {
+        if !self.depth.may_dispatch(now, self.queues.queued()) {
             return Dispatch::Idle;
         }
+        if let Some(t) = self.floor.due(now) {
+            return Dispatch::Request(self.take(t, now, false));
+        }
         for attempt in 0..2 {
-            let mut best: Option<(f64, Nanos, u64, usize)> = None;
-            for (i, t) in self.tenants.iter().enumerate() {
-                if t.credits > 0.0
-                    && let Some(r) = t.requests.front()
-                {
-                    // Most credits left per unit of weight first (ties: oldest request),
-                    // or oldest first.
-                    let left = if self.spread {
-                        -t.credits / t.weight
-                    } else {
-                        0.0
-                    };
-                    let key = (left, r.arrival, r.id, i);
-                    if best.is_none_or(|b| (key.0, key.1, key.2) < (b.0, b.1, b.2)) {
-                        best = Some(key);
-                    }
-                }
+            if let Some(t) = self.first_turn() {
+                self.turns.pop();
+                return Dispatch::Request(self.take(t, now, true));
             }
-            if let Some((_, _, _, i)) = best {
-                let r = self.tenants[i].requests.pop_front().expect("head exists");
-                let cost = self.cost(&r);
-                if cost > 0.0 {
-                    self.mean_cost += (cost - self.mean_cost) / 64.0;
-                }
-                let t = &mut self.tenants[i];
-                t.credits -= cost;
-                t.in_flight += 1;
-                self.depth.dispatched(i as TenantId);
-                self.consumed_in_prediction += cost;
-                self.queued -= 1;
-                return Dispatch::Request(r);
-            }
-            if self.queued == 0 {
+            if self.queues.queued() == 0 {
                 return Dispatch::Idle;
             }
             // Requests wait for credits; early refill when the tenants that could spend
-            // are out (two readings, see the module doc).
-            let exhausted = if self.backlog_refill {
-                // A tenant gone quiet holds it back no longer than the shortest period,
-                // however long the period has stretched.
-                let grace = self.min_period;
-                self.tenants
-                    .iter()
-                    .filter(|t| !t.requests.is_empty() || t.present(now, grace) && !t.satisfied)
-                    .all(|t| t.credits <= 0.0)
-            } else {
-                let grace = self.period;
-                self.tenants
-                    .iter()
-                    .filter(|t| t.present(now, grace))
-                    .all(|t| t.credits <= 0.0)
-            };
-            if exhausted && attempt == 0 {
+            // are out.
+            if attempt == 0 && self.exhausted(now) {
                 self.early_refills += 1;
-                self.new_period(now);
+                let need = self.total_to_go_on(now);
+                let forecast =
+                    self.headroom * self.rate * self.period as f64 / NANOS_PER_SEC as f64;
+                if need > forecast {
+                    self.raised_refills += 1;
+                }
+                self.new_period(now, need);
                 continue;
             }
             break;
@@ -674,14 +824,11 @@ impl Policy for FeedBac {
         if self.periods > 0 {
             self.advance(now);
         }
-        let t = &mut self.tenants[completion.request.tenant as usize];
-        t.in_flight = t
-            .in_flight
-            .checked_sub(1)
-            .expect("a completion of a request this policy dispatched");
-        t.last_seen = Some(now);
-        let held = !t.requests.is_empty();
-        self.depth.completed(completion.request.tenant, now, held);
+        let tenant = completion.request.tenant;
+        self.queues.complete(tenant);
+        self.tenants[tenant as usize].last_seen = Some(now);
+        self.depth
+            .completed(tenant, now, self.queues.is_backlogged(tenant));
         self.device_time_sum += completion.finish.saturating_sub(completion.start) as f64;
         self.device_time_count += 1;
     }
@@ -695,25 +842,69 @@ impl Policy for FeedBac {
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        self.tenants[tenant as usize].weight = spec.weight;
+        self.queues.set_weight(tenant, spec.weight);
     }
 
     fn queued(&self) -> usize {
-        self.queued
+        self.queues.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
-        let all: Vec<Request> = self
-            .tenants
-            .iter_mut()
-            .flat_map(|t| t.requests.drain(..))
-            .collect();
-        self.queued -= all.len();
-        all
+        self.turns.clear();
+        self.floor.clear();
+        for t in &mut self.tenants {
+            t.generation += 1;
+        }
+        self.queues.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
         Observation::of(detail, self.gauges(), || self.report())
+    }
+
+    fn currency(&self) -> Currency {
+        self.currency
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.queues.check()?;
+        self.floor.check(|t| self.queues.is_backlogged(t))?;
+        self.depth.check(self.queues.in_flight())?;
+        // A period hands out exactly its total (in floating point, to a part in 10^9).
+        if (self.last_allocated - self.last_total).abs() > 1e-9 * self.last_total.max(1.0) {
+            return Err(format!(
+                "the period's total was {} but the tenants received {}",
+                self.last_total, self.last_allocated
+            ));
+        }
+        if !(self.rate.is_finite() && self.rate >= 1.0) {
+            return Err(format!("forecast rate {}", self.rate));
+        }
+        if self.consumed_in_prediction < 0.0 {
+            return Err(format!("consumed {}", self.consumed_in_prediction));
+        }
+        let mut listed = vec![false; self.tenants.len()];
+        for turn in &self.turns {
+            if self.tenants[turn.tenant as usize].generation == turn.generation {
+                if listed[turn.tenant as usize] {
+                    return Err(format!("tenant {} listed twice", turn.tenant));
+                }
+                listed[turn.tenant as usize] = true;
+            }
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if !t.credits.is_finite() {
+                return Err(format!("tenant {i}: credits {}", t.credits));
+            }
+            let may = t.credits > 0.0 && self.queues.is_backlogged(i as TenantId);
+            if may != listed[i] {
+                return Err(format!(
+                    "tenant {i}: may spend = {may}, listed = {}",
+                    listed[i]
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -787,10 +978,13 @@ impl FeedBac {
             errors.iter().sum::<f64>() / errors.len() as f64
         };
         serde_json::json!({
+            "currency": self.currency.name(),
             "periods": self.periods,
             "period_ms": self.period as f64 / 1e6,
             "device_time_us": self.device_time / 1e3,
             "early_refills": self.early_refills,
+            "raised_refills": self.raised_refills,
+            "floor_dispatches": self.floor.dispatches(),
             "forfeited": self.tenants.iter().map(|t| t.forfeited).collect::<Vec<_>>(),
             "forecast_mean_abs_error": mean_error,
             "forecast": self.history,
@@ -1012,14 +1206,15 @@ mod tests {
         assert_eq!(p.early_refills, 1);
     }
 
-    /// Tenant a's one request stays in the device for two periods; b is backlogged. a
-    /// ends the first period satisfied (two thirds of its allocation unspent) and sends
-    /// again while its first request is still out: with the early refill by backlog
-    /// that is a tenant stuck in the device, and the adaptive depth shortens the queue.
-    /// If a's request had come back (a ran out of work), nothing moves.
+    /// Tenant a's first request stays in the device past the first period; b is
+    /// backlogged. a ends the first period satisfied (two thirds of its allocation
+    /// unspent), sends a second request, and a third as the first completes: with the
+    /// early refill by backlog that is a closed loop stuck in the device, and the
+    /// adaptive depth shortens the queue. If both had come back (a ran out of work),
+    /// nothing moves.
     #[test]
     fn a_satisfied_tenant_stuck_in_the_device_shortens_the_depth() {
-        fn run(a_completes: bool) -> (u32, u64) {
+        fn run(a_runs_dry: bool) -> (u32, u64) {
             let mut p = fb()
                 .with_backlog_refill(true)
                 .with_depth(DispatchDepth::auto(2, 1, 10 * MS));
@@ -1032,17 +1227,25 @@ mod tests {
             assert_eq!(take(&mut p, 0), Some(100));
             p.on_timer(10 * MS);
             assert!(p.tenants[0].satisfied);
-            if a_completes {
+            // a sends a second request while its first is still out.
+            p.put(req(1, 0, 10 * MS + 500_000), 10 * MS + 500_000);
+            while take(&mut p, 10 * MS + 500_000).is_some() {}
+            let done = |p: &mut FeedBac, id: u64, at: Nanos| {
                 let c = Completion {
-                    request: req(0, 0, 0),
+                    request: req(id, 0, 0),
                     start: 0,
-                    finish: 10 * MS + 500_000,
+                    finish: at,
                 };
-                p.complete(&c, 10 * MS + 500_000);
+                p.complete(&c, at);
+            };
+            done(&mut p, 0, 11 * MS);
+            if a_runs_dry {
+                done(&mut p, 1, 11 * MS);
             }
-            p.put(req(1, 0, 11 * MS), 11 * MS);
+            // A closed loop: a sends its next as its request completes.
+            p.put(req(2, 0, 11 * MS), 11 * MS);
             while take(&mut p, 11 * MS).is_some() {}
-            // The window that a's arrival opened (at 11 ms) ends at 21 ms.
+            // The window that opened at 10.5 ms ends at 20.5 ms.
             let _ = p.dispatch(22 * MS);
             (
                 p.depth.limit(),
@@ -1051,7 +1254,7 @@ mod tests {
         }
         let (limit, shrinks) = run(false);
         assert_eq!(shrinks, 1);
-        // Ten in the device in that window (a's two, b's eight): an eighth off.
+        // Ten at most in the device in that window (a's two, b's eight): an eighth off.
         assert_eq!(limit, 9);
         assert_eq!(
             run(true),
@@ -1220,7 +1423,7 @@ mod tests {
             let now = step * MS;
             // Closed loop: each tenant keeps 4 requests queued.
             for tenant in 0..2 {
-                while p.tenants[tenant].requests.len() < 4 {
+                while p.queues.queued_of(tenant as TenantId) < 4 {
                     id += 1;
                     p.put(req(id, tenant as TenantId, now), now);
                 }

@@ -9,9 +9,11 @@ mod cfq;
 pub mod cost;
 pub mod depth;
 mod feedbac;
+pub mod floor;
 mod mclock;
 mod mots;
 mod none;
+mod queues;
 mod sfq;
 mod ta1;
 mod ta2;
@@ -24,9 +26,11 @@ pub use feedbac::FeedBac;
 pub use mclock::MClock;
 pub use mots::Mots;
 pub use none::Fifo;
+pub use queues::TenantQueues;
 pub use sfq::Sfq;
 
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+use cost::Currency;
 use std::collections::BTreeSet;
 
 /// The policy's answer to "what should the device do now?".
@@ -169,6 +173,8 @@ pub struct Observation {
     /// With [`Detail::Full`]: what only a report shows (a forecast per period, the
     /// switch timeline), as results.json's `policy_stats`; `Null` when nothing.
     pub report: serde_json::Value,
+    /// What the policy shares by weight ([`Policy::currency`]; the host fills it in).
+    pub currency: Currency,
 }
 
 impl Observation {
@@ -186,6 +192,7 @@ impl Observation {
                 Detail::Full => report(),
                 Detail::Gauges => serde_json::Value::Null,
             },
+            currency: Currency::default(),
         }
     }
 }
@@ -230,6 +237,19 @@ pub trait Policy: Send {
     /// The policy's state (see [`Observation`]).
     fn observe(&self, _detail: Detail) -> Observation {
         Observation::default()
+    }
+
+    /// What it shares between tenants by weight ([`Currency::DeviceTime`] unless it
+    /// says otherwise): what its share error is judged in.
+    fn currency(&self) -> Currency {
+        Currency::DeviceTime
+    }
+
+    /// Its own invariants, after any event (the simulator's checker calls it after
+    /// every one, as it calls [`crate::device::DeviceModel::check`]): counts add up,
+    /// tags never go back, credits handed out are the period's. `Err` says what broke.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
     }
 }
 
@@ -300,8 +320,8 @@ pub struct PolicyParams {
     policy: String,
     table: Params,
     used: BTreeSet<String>,
-    /// What requests cost the device the policy schedules, when known.
-    device_cost: Option<cost::CostModel>,
+    /// What requests cost the device the policy will schedule, when it is known.
+    device: Option<cost::CostModel>,
 }
 
 impl PolicyParams {
@@ -311,14 +331,19 @@ impl PolicyParams {
             policy: policy.to_string(),
             table,
             used: BTreeSet::new(),
-            device_cost: None,
+            device: None,
         }
     }
 
-    /// The device's cost model, for `cost = "device"`.
-    pub fn with_device_cost(mut self, model: Option<cost::CostModel>) -> Self {
-        self.device_cost = model;
+    /// The device's cost model, for defaults that depend on the device.
+    pub fn with_device(mut self, model: Option<cost::CostModel>) -> Self {
+        self.device = model;
         self
+    }
+
+    /// The device's cost model, when known.
+    pub fn device(&self) -> Option<&cost::CostModel> {
+        self.device.as_ref()
     }
 
     /// Text, or `default` when absent.
@@ -331,30 +356,17 @@ impl PolicyParams {
         }
     }
 
-    /// What the policy charges a request (`key`, default `default`): `"bytes"`,
-    /// `"requests"` or `"device"` (the device's cost model; an error where there is
-    /// none).
-    pub fn charge(
-        &mut self,
-        key: &str,
-        default: &str,
-        tenants: usize,
-    ) -> Result<cost::Charge, PolicyError> {
-        match self.str_or(key, default)?.as_str() {
-            "bytes" => Ok(cost::Charge::Bytes),
-            "requests" => Ok(cost::Charge::Requests),
-            "device" => match self.device_cost {
-                Some(model) => Ok(cost::Charge::Device(model, cost::Sequence::new(tenants))),
-                None => Err(self.invalid(
-                    key,
-                    "\"device\" needs a device model (the simulator's, or the emulated backend's)",
-                )),
-            },
-            other => Err(self.invalid(
+    /// What the policy shares (`key`, default `default`): `"device"` (device time,
+    /// each request's cost in the device's model, which the host stamps on it),
+    /// `"bytes"` or `"requests"`.
+    pub fn currency(&mut self, key: &str, default: Currency) -> Result<Currency, PolicyError> {
+        let text = self.str_or(key, default.name())?;
+        Currency::parse(&text).ok_or_else(|| {
+            self.invalid(
                 key,
-                format!("'{other}' is not one of bytes, requests, device"),
-            )),
-        }
+                format!("'{text}' is not one of device, bytes, requests"),
+            )
+        })
     }
 
     /// An error about one parameter of this policy.
@@ -558,6 +570,9 @@ pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) 
         offset: 0,
         len,
         arrival,
+        // Device time in these tests is the length in ns: charging it orders requests
+        // as charging bytes does.
+        cost: u64::from(len.max(1)),
     }
 }
 
@@ -580,15 +595,16 @@ pub fn build(
     params: Params,
     tenants: &[TenantSpec],
 ) -> Result<Box<dyn Policy>, PolicyError> {
-    build_for(name, params, tenants, None)
+    build_on(name, params, tenants, None)
 }
 
-/// [`build`] for a device whose cost model is known (policies may charge by it).
-pub fn build_for(
+/// [`build`] for a device whose cost model is known: defaults that depend on the device
+/// (the adaptive depth's floor on a disk) follow it.
+pub fn build_on(
     name: &str,
     params: Params,
     tenants: &[TenantSpec],
-    device_cost: Option<cost::CostModel>,
+    device: Option<&cost::CostModel>,
 ) -> Result<Box<dyn Policy>, PolicyError> {
     let info = registry()
         .iter()
@@ -597,7 +613,7 @@ pub fn build_for(
             name: name.to_string(),
             known: names().join(", "),
         })?;
-    let mut params = PolicyParams::new(name, params).with_device_cost(device_cost);
+    let mut params = PolicyParams::new(name, params).with_device(device.copied());
     let policy = (info.build)(&mut params, tenants)?;
     params.finish()?;
     Ok(policy)

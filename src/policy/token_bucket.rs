@@ -124,7 +124,24 @@
 //!   rest waiting in its queue, never refused; a compliant request then waits behind a
 //!   few best-effort ones instead of a full device queue of them. `best_effort_depth =
 //!   0` lets such tenants bypass always.
+//! * **Reading: "at risk" is a breach, for TA1 as for the others.** TA1's buckets are
+//!   always on, and the first reading held best-effort tenants to `best_effort_depth`
+//!   always too: with no SLO tenant anywhere near its `rt`, best-effort tenants on a
+//!   64-unit drive got one request at a time each and the drive ran at 0.06× `none`. Now
+//!   every TA policy judges breaches by the water marks above (TA1 only to decide this:
+//!   its buckets stay on), and best-effort tenants are held only while some SLO tenant
+//!   is in a breach seen in its completions, or close to one: the largest response
+//!   time of its window above `best_effort_mark` (0.5) × its `rt`. TA3's *predicted*
+//!   breaches switch its buckets in but do not hold best-effort tenants: a flooder's 32
+//!   requests ahead predicted a breach all the time, and TA3 held it to 0.05× `none`
+//!   while the compliant tenant's 99th percentile was a sixth of its `rt`. Holding them
+//!   only from the high water mark on (0.85 `rt`) left a Poisson reader on the RAID 0
+//!   array beside two flooders at 98.8 % within `rt`.
+//! * Requests waiting behind a bucket are looked at when their bucket has a token
+//!   again (a heap by that time), best-effort ones when one of theirs completes or the
+//!   breach ends: O(log n) per request at any tenant count.
 
+use super::cost::Currency;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams, Refusal,
     SwitchLog,
@@ -133,7 +150,8 @@ use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs,
 };
 use serde_json::json;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 /// Thousandths of a request: the unit tokens are counted in.
 const MILLI: u64 = 1000;
@@ -328,6 +346,8 @@ struct Tenant {
     queue: VecDeque<Request>,
     /// `None`: no SLO, never throttled.
     bucket: Option<Bucket>,
+    /// The SLO's response time (0 without one).
+    rt: Nanos,
     hwm: Nanos,
     lwm: Nanos,
     /// The largest storage response time of this tenant's completions among the last
@@ -336,6 +356,8 @@ struct Tenant {
     /// Its response time is above its high water mark and has not yet come back below
     /// its low one.
     breach: bool,
+    /// The breach was seen in a completion, not only predicted (TA3).
+    observed: bool,
     /// The completion count when its breach began: it lasts at least `rt_window / 4`
     /// completions, also when it was only predicted.
     breach_from: u64,
@@ -422,8 +444,28 @@ pub struct SwitchedBuckets {
     best_effort_depth: usize,
     /// Some tenant is in breach (kept by `judge`).
     any_breach: bool,
+    /// Some tenant is in a breach seen in its completions (kept by `judge`): what holds
+    /// best-effort tenants.
+    any_observed: bool,
+    /// Tenants in breach.
+    breached: BTreeSet<usize>,
+    /// Tenants with an SLO whose window's largest response time is above
+    /// `best_effort_mark` × their `rt`: close to a breach.
+    near: BTreeSet<usize>,
+    /// `best_effort_mark`.
+    near_mark: f64,
+    /// The tenants with an SLO (a bucket).
+    slo_tenants: Vec<usize>,
     /// A breach lasts at least this long (ns).
     min_breach: Nanos,
+    /// Tenants with a bucket and requests waiting in their queue, by when the bucket
+    /// next holds a token; an entry is live while it is its tenant's `wake`.
+    ready: BinaryHeap<Reverse<(Nanos, TenantId)>>,
+    wake: Vec<Option<Nanos>>,
+    /// Tenants without a bucket with requests waiting in their queue.
+    best_effort_waiting: BTreeSet<TenantId>,
+    /// Requests in the tenants' queues (not the storage queue).
+    waiting: usize,
 }
 
 /// Completions the predicted response time takes the storage's completion rate from.
@@ -464,6 +506,10 @@ impl SwitchedBuckets {
             return Err(params.invalid("refill_slack", "must be in [0, 1]"));
         }
         let best_effort_depth = params.u64_or("best_effort_depth", 1)?;
+        let near_mark = params.f64_or("best_effort_mark", 0.5)?;
+        if !(0.0..=10.0).contains(&near_mark) {
+            return Err(params.invalid("best_effort_mark", "must be in [0, 10]"));
+        }
         if best_effort_depth > 1 << 20 {
             return Err(params.invalid(
                 "best_effort_depth",
@@ -474,8 +520,7 @@ impl SwitchedBuckets {
         if !(0.0..=1000.0).contains(&max_wait) {
             return Err(params.invalid("max_wait", "must be in [0, 1000] (0: no bound)"));
         }
-        let (mut hwm, mut lwm, mut window, mut predict) = (1.0, 1.0, 1, 0.0);
-        let mut min_breach = 0;
+        let mut predict = 0.0;
         if switched {
             // Only TA3 can act on a prediction without hurting anyone: it throttles
             // violators alone, and a prediction is rough when the storage is idle.
@@ -483,20 +528,21 @@ impl SwitchedBuckets {
             if !(0.0..=10.0).contains(&predict) {
                 return Err(params.invalid("predict", "must be in [0, 10] (0: off)"));
             }
-            let min_breach_ms = params.f64_or("min_breach_ms", 100.0)?;
-            if !(0.0..=60_000.0).contains(&min_breach_ms) {
-                return Err(params.invalid("min_breach_ms", "must be in [0, 60000]"));
-            }
-            min_breach = (min_breach_ms * 1e6) as Nanos;
-            window = params.u64_or("rt_window", 2048)? as usize;
-            if !(1..=4096).contains(&window) {
-                return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
-            }
-            hwm = params.f64_or("hwm", 0.85)?;
-            lwm = params.f64_or("lwm", 0.80)?;
-            if !(lwm > 0.0 && lwm <= hwm) {
-                return Err(params.invalid("lwm", format!("must be in (0, hwm = {hwm}]")));
-            }
+        }
+        // Every TA policy judges breaches (TA1 only to hold best-effort tenants).
+        let min_breach_ms = params.f64_or("min_breach_ms", 100.0)?;
+        if !(0.0..=60_000.0).contains(&min_breach_ms) {
+            return Err(params.invalid("min_breach_ms", "must be in [0, 60000]"));
+        }
+        let min_breach = (min_breach_ms * 1e6) as Nanos;
+        let window = params.u64_or("rt_window", 2048)? as usize;
+        if !(1..=4096).contains(&window) {
+            return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
+        }
+        let hwm = params.f64_or("hwm", 0.85)?;
+        let lwm = params.f64_or("lwm", 0.80)?;
+        if !(lwm > 0.0 && lwm <= hwm) {
+            return Err(params.invalid("lwm", format!("must be in (0, hwm = {hwm}]")));
         }
         let rule = match (switched, per_tenant) {
             (false, _) => SwitchRule::AlwaysOn,
@@ -549,9 +595,21 @@ impl SwitchedBuckets {
             max_wait,
             best_effort_depth: best_effort_depth as usize,
             any_breach: false,
+            any_observed: false,
+            breached: BTreeSet::new(),
+            near: BTreeSet::new(),
+            near_mark,
+            slo_tenants: Vec::new(),
             min_breach,
+            ready: BinaryHeap::new(),
+            wake: vec![None; tenants.len()],
+            best_effort_waiting: BTreeSet::new(),
+            waiting: 0,
         };
         p.tenants = tenants.iter().map(|t| p.tenant(t, 0)).collect();
+        p.slo_tenants = (0..p.tenants.len())
+            .filter(|&i| p.tenants[i].bucket.is_some())
+            .collect();
         Ok(p)
     }
 
@@ -574,10 +632,12 @@ impl SwitchedBuckets {
             queue: VecDeque::new(),
             on: bucket.is_some() && self.rule == SwitchRule::AlwaysOn,
             bucket,
+            rt: rt as Nanos,
             hwm: (rt * self.hwm_fraction) as Nanos,
             lwm: (rt * self.lwm_fraction) as Nanos,
             recent: WindowMax::new(self.rt_window),
             breach: false,
+            observed: false,
             breach_from: 0,
             breach_at: 0,
             predict_mark: (rt * self.predict) as Nanos,
@@ -688,10 +748,7 @@ impl SwitchedBuckets {
     /// or out of it (below its low one), clears breaches whose windows have emptied of
     /// late completions, and turns the switches: TA2 all of them while any tenant is in
     /// breach, TA3 those of tenants above their rate; every switch off when nobody is.
-    fn judge(&mut self, k: usize, rt: Nanos, now: Nanos) {
-        if self.rule == SwitchRule::AlwaysOn {
-            return;
-        }
+    fn judge(&mut self, k: usize, rt: Nanos, now: Nanos, observed: bool) {
         let next = self.completions;
         // A breach, real or predicted, lasts at least a quarter of the window.
         let window = self.rt_window as u64 / 4;
@@ -699,32 +756,65 @@ impl SwitchedBuckets {
             let t = &mut self.tenants[k];
             if !t.breach && rt > t.hwm {
                 t.breach = true;
+                t.observed = observed;
                 t.breach_from = next;
                 t.breach_at = now;
                 self.breaches += 1;
+                self.breached.insert(k);
+            } else if t.breach && rt > t.hwm && observed {
+                t.observed = true;
             } else if t.breach
                 && rt < t.lwm
                 && next >= t.breach_from + window
                 && now >= t.breach_at + self.min_breach
             {
                 t.breach = false;
+                self.breached.remove(&k);
+            }
+            if observed {
+                if rt as f64 > self.near_mark * t.rt as f64 {
+                    self.near.insert(k);
+                } else {
+                    self.near.remove(&k);
+                }
             }
         }
-        for (i, t) in self.tenants.iter_mut().enumerate() {
-            // Another tenant's late completions have left the window (it completed
-            // nothing since).
+        // Another tenant's late completions have left the window (it completed nothing
+        // since): its breach, and its being near one, end.
+        let mut cleared = Vec::new();
+        for &i in &self.breached {
+            let t = &mut self.tenants[i];
             if i != k
-                && t.breach
                 && next >= t.breach_from + window
                 && now >= t.breach_at + self.min_breach
                 && t.recent.max_before(next) < t.lwm
             {
                 t.breach = false;
+                cleared.push(i);
             }
         }
-        let any_breach = self.tenants.iter().any(|t| t.breach);
+        for i in cleared {
+            self.breached.remove(&i);
+        }
+        let mut far = Vec::new();
+        for &i in &self.near {
+            let t = &mut self.tenants[i];
+            if i != k && (t.recent.max_before(next) as f64) <= self.near_mark * t.rt as f64 {
+                far.push(i);
+            }
+        }
+        for i in far {
+            self.near.remove(&i);
+        }
+        let any_breach = !self.breached.is_empty();
         self.any_breach = any_breach;
-        for i in 0..self.tenants.len() {
+        self.any_observed = self.breached.iter().any(|&i| self.tenants[i].observed);
+        if self.rule == SwitchRule::AlwaysOn {
+            // The buckets stay on; the breach decides only the best-effort tenants.
+            return;
+        }
+        for idx in 0..self.slo_tenants.len() {
+            let i = self.slo_tenants[idx];
             let on = match self.rule {
                 SwitchRule::AlwaysOn => unreachable!("returned above"),
                 SwitchRule::Global => any_breach,
@@ -736,9 +826,46 @@ impl SwitchedBuckets {
         }
     }
 
-    /// Whether a tenant without an SLO is held to `best_effort_depth` now.
+    /// Whether a tenant without an SLO is held to `best_effort_depth` now: while some
+    /// tenant is in breach.
     fn best_effort_held(&self) -> bool {
-        self.best_effort_depth > 0 && (self.rule == SwitchRule::AlwaysOn || self.any_breach)
+        self.best_effort_depth > 0 && (self.any_observed || !self.near.is_empty())
+    }
+
+    /// Puts `request` in its tenant's queue, to wait for its bucket (or, best effort,
+    /// for its turn).
+    fn wait(&mut self, request: Request) {
+        let t = request.tenant as usize;
+        if self.tenants[t].bucket.is_none() {
+            self.best_effort_waiting.insert(request.tenant);
+        }
+        self.tenants[t].queue.push_back(request);
+        self.waiting += 1;
+    }
+
+    /// Takes the head of tenant `t`'s queue.
+    fn unwait(&mut self, t: usize) -> Option<Request> {
+        let r = self.tenants[t].queue.pop_front()?;
+        self.waiting -= 1;
+        if self.tenants[t].queue.is_empty() {
+            self.best_effort_waiting.remove(&(t as TenantId));
+        }
+        Some(r)
+    }
+
+    /// Looks at tenant `t`'s queue again when its bucket next holds a token.
+    fn schedule(&mut self, t: usize) {
+        let at = if self.tenants[t].queue.is_empty() {
+            None
+        } else {
+            self.tenants[t].bucket.as_ref().and_then(Bucket::ready_at)
+        };
+        if self.wake[t] != at {
+            self.wake[t] = at;
+            if let Some(at) = at {
+                self.ready.push(Reverse((at, t as TenantId)));
+            }
+        }
     }
 
     /// Sends `r` to the storage queue: it has passed its bucket (or the bypass).
@@ -771,21 +898,22 @@ impl SwitchedBuckets {
         loop {
             let tenant = &mut self.tenants[t];
             if tenant.queue.is_empty() {
-                return;
+                break;
             }
             let may = match tenant.bucket.as_mut() {
                 Some(b) => b.take(),
                 None => !held || tenant.passed < self.best_effort_depth,
             };
             if !may {
-                return;
+                break;
             }
-            let r = tenant.queue.pop_front().expect("not empty");
+            let r = self.unwait(t).expect("not empty");
             if r.arrival < now {
-                tenant.throttled += 1;
+                self.tenants[t].throttled += 1;
             }
             self.pass(r, now);
         }
+        self.schedule(t);
     }
 }
 
@@ -810,18 +938,18 @@ impl Policy for SwitchedBuckets {
         // Catch the breach before it is observed: by the time a late completion shows
         // it, every request queued since is late too.
         if first_offer && !on && mark > 0 && self.predicted_rt() > mark {
-            self.judge(k, hwm + 1, now);
+            self.judge(k, hwm + 1, now, false);
         }
         let held = self.best_effort_held();
         let t = &mut self.tenants[k];
         if t.bucket.is_none() && held && (!t.queue.is_empty() || t.passed >= self.best_effort_depth)
         {
             // Best effort while the SLOs are at risk: it waits its turn (module doc).
-            t.queue.push_back(request);
+            self.wait(request);
             return Admission::Queued;
         }
         if t.on {
-            t.queue.push_back(request);
+            self.wait(request);
             self.admit(k, now);
             let t = &mut self.tenants[k];
             if t.queue.len() > t.queue_limit {
@@ -831,6 +959,8 @@ impl Policy for SwitchedBuckets {
                 if first_offer {
                     t.refused += 1;
                 }
+                self.waiting -= 1;
+                self.schedule(k);
                 return Admission::Refused(r, Refusal::Policy);
             }
         } else {
@@ -840,18 +970,35 @@ impl Policy for SwitchedBuckets {
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        for t in 0..self.tenants.len() {
-            self.admit(t, now);
+        // Buckets that hold a token again.
+        while let Some(&Reverse((at, t))) = self.ready.peek() {
+            if at > now {
+                break;
+            }
+            self.ready.pop();
+            if self.wake[t as usize] == Some(at) {
+                self.wake[t as usize] = None;
+                self.admit(t as usize, now);
+            }
+        }
+        // Best-effort tenants no longer held (the breach ended).
+        if !self.best_effort_held() && !self.best_effort_waiting.is_empty() {
+            for t in std::mem::take(&mut self.best_effort_waiting) {
+                self.admit(t as usize, now);
+            }
         }
         if let Some(r) = self.storage.pop_front() {
             return Dispatch::Request(r);
         }
-        let next = self
-            .tenants
-            .iter()
-            .filter(|t| !t.queue.is_empty())
-            .filter_map(|t| t.bucket.as_ref().and_then(Bucket::ready_at))
-            .min();
+        let next = loop {
+            let Some(&Reverse((at, t))) = self.ready.peek() else {
+                break None;
+            };
+            if self.wake[t as usize] == Some(at) {
+                break Some(at);
+            }
+            self.ready.pop();
+        };
         match next {
             Some(at) => Dispatch::Wait(at.max(now + 1)),
             None => Dispatch::Idle,
@@ -884,7 +1031,11 @@ impl Policy for SwitchedBuckets {
             self.last_finish = self.last_finish.max(c.finish);
         }
         let rt = self.tenants[k].recent.max();
-        self.judge(k, rt, now);
+        self.judge(k, rt, now, true);
+        if self.tenants[k].bucket.is_none() {
+            // A best-effort tenant's turn may have come.
+            self.admit(k, now);
+        }
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
@@ -905,10 +1056,25 @@ impl Policy for SwitchedBuckets {
             on,
             ..fresh
         };
+        let k = tenant as usize;
+        if !self.tenants[k].breach {
+            self.breached.remove(&k);
+        }
+        self.near.remove(&k);
+        self.slo_tenants = (0..self.tenants.len())
+            .filter(|&i| self.tenants[i].bucket.is_some())
+            .collect();
+        if self.tenants[k].bucket.is_none() && !self.tenants[k].queue.is_empty() {
+            self.best_effort_waiting.insert(tenant);
+        } else {
+            self.best_effort_waiting.remove(&tenant);
+        }
+        self.wake[k] = None;
+        self.schedule(k);
     }
 
     fn queued(&self) -> usize {
-        self.storage.len() + self.tenants.iter().map(|t| t.queue.len()).sum::<usize>()
+        self.storage.len() + self.waiting
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
@@ -920,7 +1086,89 @@ impl Policy for SwitchedBuckets {
         for t in &mut self.tenants {
             all.extend(t.queue.drain(..));
         }
+        self.waiting = 0;
+        self.ready.clear();
+        self.wake.iter_mut().for_each(|w| *w = None);
+        self.best_effort_waiting.clear();
         all
+    }
+
+    fn currency(&self) -> Currency {
+        Currency::Requests
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let waiting: usize = self.tenants.iter().map(|t| t.queue.len()).sum();
+        if waiting != self.waiting {
+            return Err(format!(
+                "{waiting} in the tenants' queues, {} counted",
+                self.waiting
+            ));
+        }
+        let mut passed = vec![0usize; self.tenants.len()];
+        for r in &self.storage {
+            passed[r.tenant as usize] += 1;
+            if !self.admitted.contains_key(&r.id) {
+                return Err(format!(
+                    "request {} in the storage queue, never admitted",
+                    r.id
+                ));
+            }
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.breach != self.breached.contains(&i) {
+                return Err(format!(
+                    "tenant {i}: breach {} but listed {}",
+                    t.breach, !t.breach
+                ));
+            }
+        }
+        if let Some(&i) = self
+            .near
+            .iter()
+            .find(|&&i| self.tenants[i].bucket.is_none())
+        {
+            return Err(format!("tenant {i} has no SLO yet counts as near a breach"));
+        }
+        let in_flight = self.admitted.len() - self.storage.len();
+        let counted: usize = self.tenants.iter().map(|t| t.passed).sum();
+        if counted != self.admitted.len() {
+            return Err(format!(
+                "{counted} passed per tenant, {} admitted ({in_flight} on the device)",
+                self.admitted.len()
+            ));
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if passed[i] > t.passed {
+                return Err(format!(
+                    "tenant {i}: {} in the storage queue, {} passed",
+                    passed[i], t.passed
+                ));
+            }
+            if let Some(b) = &t.bucket
+                && b.tokens() > b.sigma
+            {
+                return Err(format!(
+                    "tenant {i}: bucket holds {} of {}",
+                    b.tokens(),
+                    b.sigma
+                ));
+            }
+            let best_effort = t.bucket.is_none() && !t.queue.is_empty();
+            if best_effort != self.best_effort_waiting.contains(&(i as TenantId)) {
+                return Err(format!("tenant {i}: best-effort waiting set is wrong"));
+            }
+            if t.bucket.is_some()
+                && !t.queue.is_empty()
+                && self.wake[i].is_none()
+                && t.bucket.as_ref().and_then(Bucket::ready_at).is_some()
+            {
+                return Err(format!(
+                    "tenant {i}: requests wait for a bucket nobody looks at"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -1082,29 +1330,49 @@ mod tests {
             let mut params = crate::policy::test_params(policy, table);
             SwitchedBuckets::build(policy, &mut params, &tenants, switched, false).unwrap()
         };
-        // TA1 (always at risk): one of b's requests in the storage at a time, the rest
-        // wait in its queue (never refused) and pass one per completion.
+        // TA1 with nobody in breach: b is not held (its buckets are on, its
+        // best-effort tenants free).
         let mut p = build("ta1", false, toml::Table::new());
         for id in 1..=3 {
             p.put(test_request(id, 1, 4096, 0), 0);
         }
-        assert_eq!(dispatched(&mut p, 0), vec![1]);
+        assert_eq!(dispatched(&mut p, 0), vec![1, 2, 3]);
+        // a completes a request 9 ms after it passed: above its high water mark (8.5
+        // ms of 10): in breach, b is held to one request in the storage at a time, the
+        // rest wait in its queue (never refused) and pass one per completion.
+        let mut p = build("ta1", false, toml::Table::new());
+        p.put(test_request(100, 0, 4096, 0), 0);
+        assert_eq!(dispatched(&mut p, 0), vec![100]);
+        let late = Completion {
+            request: test_request(100, 0, 4096, 0),
+            start: 0,
+            finish: 9_000_000,
+        };
+        p.complete(&late, 9_000_000);
+        assert!(p.any_observed);
+        let t0 = 9_000_000;
+        for id in 1..=3 {
+            p.put(test_request(id, 1, 4096, t0), t0);
+        }
+        assert_eq!(dispatched(&mut p, t0), vec![1]);
         assert_eq!(p.queued(), 2);
         for id in 2..=3 {
-            let r = test_request(id - 1, 1, 4096, 0);
+            let r = test_request(id - 1, 1, 4096, t0);
             let c = Completion {
                 request: r,
-                start: 0,
-                finish: 1000 * id,
+                start: t0,
+                finish: t0 + 1000 * id,
             };
-            p.complete(&c, 1000 * id);
-            assert_eq!(dispatched(&mut p, 1000 * id), vec![id]);
+            p.complete(&c, t0 + 1000 * id);
+            assert_eq!(dispatched(&mut p, t0 + 1000 * id), vec![id]);
         }
         assert_eq!(p.queued(), 0);
         assert_eq!(p.report_json()["tenants"][1]["throttled"], 2);
+        p.check().unwrap();
         // `best_effort_depth = 2`: two at a time; 0: it always bypasses.
         for (depth, want) in [(2, vec![1, 2]), (0, vec![1, 2, 3])] {
             let mut p = build("ta1", false, toml::toml! { best_effort_depth = depth });
+            p.any_observed = true;
             for id in 1..=3 {
                 p.put(test_request(id, 1, 4096, 0), 0);
             }

@@ -49,9 +49,11 @@ fn fairness(run: &crate::metrics::RunResult, sep: &str) -> String {
     }
     let na = |ok: bool, x: String| if ok { x } else { "n/a".to_string() };
     format!(
-        "share error {} (per interval {}){sep}ratio error {}{sep}Jain {}",
+        "share error {} (per interval {}){sep}of bytes {} (per interval {}){sep}ratio error {}{sep}Jain {}",
         na(whole, pct(run.share_error)),
         na(per, pct(run.interval_share_error)),
+        na(whole, pct(run.byte_share_error)),
+        na(per, pct(run.interval_byte_share_error)),
         na(whole, pct(run.ratio_error)),
         na(whole, format!("{:.3}", run.jain)),
     )
@@ -86,17 +88,21 @@ pub fn table(result: &ScenarioResult) -> String {
         "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9}  SLO / workload",
         "policy", "tenant", "weight", "MB/s", "IOPS", "share", "ideal", "p50", "p99"
     );
+    let _ = writeln!(
+        out,
+        "{:<12} {:<10} {:>6} {:>9} {:>9} {:>7}",
+        "", "", "", "", "", "(device time)"
+    );
     let mut variant = "";
     for run in &result.runs {
         if run.variant != variant {
             variant = &run.variant;
             let _ = writeln!(out, "-- {variant}");
         }
-        let none_total = result
+        let none = result
             .runs
             .iter()
-            .find(|r| r.policy_name == "none" && r.variant == run.variant)
-            .map(|r| r.total_bandwidth_bytes_per_s);
+            .find(|r| r.policy_name == "none" && r.variant == run.variant);
         for t in &run.tenants {
             let mut extra = match t.slo_satisfaction {
                 Some(s) => format!("SLO {} | {}", pct(s), t.workload),
@@ -118,7 +124,7 @@ pub fn table(result: &ScenarioResult) -> String {
                 t.weight,
                 mb(t.bandwidth_bytes_per_s),
                 t.iops,
-                pct(t.share),
+                pct(t.device_share),
                 if t.backlogged {
                     pct(t.ideal_share)
                 } else {
@@ -129,19 +135,27 @@ pub fn table(result: &ScenarioResult) -> String {
                 extra
             );
         }
-        let rel = none_total
-            .filter(|&n| n > 0.0)
-            .map(|n| format!(" ({:.2}x none)", run.total_bandwidth_bytes_per_s / n))
-            .unwrap_or_default();
+        let versus = |x: f64, of_none: fn(&crate::metrics::RunResult) -> f64| {
+            none.map(of_none)
+                .filter(|&n| n > 0.0)
+                .map(|n| format!(" ({:.2}x none)", x / n))
+                .unwrap_or_default()
+        };
+        let rel = versus(run.total_bandwidth_bytes_per_s, |r| {
+            r.total_bandwidth_bytes_per_s
+        });
+        let work = versus(run.device_work_rate, |r| r.device_work_rate);
         // Fairness figures mean nothing when no tenant was backlogged (nobody asked for
         // more than it got): say so instead of printing a perfect 0.0 %.
         let fairness = fairness(run, ", ");
         let _ = writeln!(
             out,
-            "{:<12} {:<10} total {:.1} MB/s{rel}, {fairness}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
+            "{:<12} {:<10} total {:.1} MB/s{rel}, device {:.2} s/s{work}, {fairness}, longest wait {}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
             run.policy,
             "= summary",
             mb(run.total_bandwidth_bytes_per_s),
+            run.device_work_rate,
+            latency(run.longest_wait_s * 1e6),
             run.device.write_amplification,
             run.device.gc_runs,
             run.sim.requests,
@@ -199,6 +213,7 @@ pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<
         "bandwidth_bytes_per_s",
         "iops",
         "mean_latency_us",
+        "device_seconds",
     ])?;
     for run in &result.runs {
         let ts = &run.timeseries;
@@ -220,6 +235,10 @@ pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<
                     format!("{:.1}", bytes as f64 / secs),
                     format!("{:.1}", ios as f64 / secs),
                     format!("{mean_lat:.1}"),
+                    format!(
+                        "{:.9}",
+                        ts.device_ns[i].get(bin).copied().unwrap_or(0) as f64 / 1e9
+                    ),
                 ])?;
             }
         }

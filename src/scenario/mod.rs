@@ -333,7 +333,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         tenants.push(setup);
     }
     let specs: Vec<TenantSpec> = tenants.iter().map(|t| t.spec.clone()).collect();
-    let policies = policies(file.policies, &specs, &device)?;
+    let policies = policies(file.policies, &specs)?;
     Ok(Scenario {
         name: file.name.unwrap_or_else(|| default_name.to_string()),
         variant: String::new(),
@@ -439,7 +439,6 @@ fn tenant_setup(
 fn policies(
     entries: Option<Vec<PolicyEntry>>,
     specs: &[TenantSpec],
-    device: &DeviceSpec,
 ) -> Result<Vec<PolicyChoice>, Invalid> {
     let list = match entries {
         None => return Ok(vec![PolicyChoice::named("none")]),
@@ -456,7 +455,7 @@ fn policies(
                 format!("label '{}' used twice (give one a `label`)", p.label),
             ));
         }
-        policy::build_for(&p.name, p.params.clone(), specs, Some(device.cost_model()))
+        policy::build(&p.name, p.params.clone(), specs)
             .map_err(|e| Invalid::new(&at, e.to_string()))?;
         policies.push(p);
     }

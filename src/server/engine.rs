@@ -179,6 +179,7 @@ pub fn run(
     config: &ServerConfig,
     files: Files,
     policy: Box<dyn Policy>,
+    cost: crate::policy::cost::CostModel,
     model: Option<Box<dyn DeviceModel>>,
     inbox: Inbox,
     stats: Arc<LiveStats>,
@@ -199,7 +200,13 @@ pub fn run(
         wake_armed: false,
         config,
         files,
-        host: Host::new(policy, (stats, recorder), limits, config.tenants.len()),
+        host: Host::new(
+            policy,
+            (stats, recorder),
+            limits,
+            config.tenants.len(),
+            cost,
+        ),
         model,
         clock,
         live: HashMap::new(),
@@ -756,6 +763,7 @@ impl Engine<'_> {
             offset: self.files.target(tenant as usize).map_or(0, |x| x.base) + io.offset(),
             len: io.len(),
             arrival: t,
+            cost: 0,
         };
         match self.host.admit(request, t) {
             Admission::Queued => {
@@ -788,6 +796,8 @@ impl Engine<'_> {
                 .get_mut(&r.id)
                 .expect("dispatched a known request");
             l.start = Some(t);
+            // The host stamped its cost: the completion carries it to the recorder.
+            l.request = r;
             if let Some(m) = self.model.as_mut() {
                 m.advance(t, &mut self.model_done);
                 l.model_finish = match m.submit(&r, t) {

@@ -224,17 +224,18 @@ pub fn serve(
             .map_err(|e| anyhow::anyhow!("--out: cannot create {}: {e}", dir.display()))?;
     }
     let specs = config.specs();
-    let cost = config
-        .cost_device
-        .as_ref()
-        .map(|device| device.cost_model());
-    let policy = crate::policy::build_for(
-        &config.policy.name,
-        config.policy.params.clone(),
-        &specs,
-        cost,
-    )
-    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    // Checked now, before an emulated device is built (seconds); built again below on
+    // the device's cost model.
+    let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
+        .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    if config.cost_device.is_none()
+        && policy.currency() == crate::policy::cost::Currency::DeviceTime
+    {
+        eprintln!(
+            "ioshare: policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",
+            config.policy.label
+        );
+    }
     let files = backend::Files::open(&config)?;
     let model = config.emulated.as_ref().map(|(device, seed)| {
         let t = Instant::now();
@@ -282,13 +283,21 @@ pub fn serve(
         }
         None => None,
     };
+    let cost = config.cost_model(model.as_deref());
+    let policy = crate::policy::build_on(
+        &config.policy.name,
+        config.policy.params.clone(),
+        &specs,
+        Some(&cost),
+    )
+    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
             .name("engine".into())
             .spawn(move || {
                 engine::run(
-                    &config, files, policy, model, inbox, stats, clock, recorder, capture,
+                    &config, files, policy, cost, model, inbox, stats, clock, recorder, capture,
                 )
             })?
     };

@@ -312,6 +312,7 @@ mod tests {
                 offset: 0,
                 len: 4096,
                 arrival: 0,
+                cost: 0,
             };
             let c = Completion {
                 request,

@@ -8,6 +8,7 @@ use crate::config::PolicyChoice;
 use crate::device::{DeviceModel, Finished, Submitted};
 use crate::host::{Host, Limits, Observer, Status};
 use crate::metrics::{Recorder, RunResult, ScenarioResult};
+use crate::policy::cost::CostModel;
 use crate::policy::{self, Admission, Observation, Policy, PolicyError};
 use crate::scenario::Scenario;
 use crate::types::{Completion, Nanos, Request, TenantId};
@@ -105,6 +106,7 @@ impl<O: Observer> Run<'_, O> {
             offset,
             len,
             arrival: now,
+            cost: 0,
         };
         match self.host.admit(request, now) {
             Admission::Queued => t.outstanding += 1,
@@ -299,12 +301,9 @@ impl<O: Observer> Run<'_, O> {
 /// How a run is watched.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunOptions {
-    /// Check the host's and the device model's invariants after every event (see
-    /// [`checker`]); always on in debug builds.
+    /// Check the host's, the policy's and the device model's invariants after every
+    /// event (see [`checker`]); always on in debug builds.
     pub check: bool,
-    /// Count each tenant's device time by the device's cost model
-    /// (`Timeseries::device_ns`; the conformance suite reads it).
-    pub device_time: bool,
 }
 
 /// Runs one policy on a copy of `device` (already preconditioned).
@@ -317,7 +316,9 @@ pub fn run_policy(
     run_policy_with(scenario, choice, device, progress, RunOptions::default())
 }
 
-/// [`run_policy`] with options.
+/// [`run_policy`] with options. Requests are priced by the cost model fitted to
+/// `device` ([`crate::device::spec::DeviceSpec::fitted_cost`]); on a real device (in wall
+/// time) by the scenario device's own model.
 pub fn run_policy_with(
     scenario: &Scenario,
     choice: &PolicyChoice,
@@ -325,10 +326,29 @@ pub fn run_policy_with(
     progress: Option<&ProgressBar>,
     options: RunOptions,
 ) -> Result<RunResult, PolicyError> {
+    let mut device = device;
+    // A real device (characterize, calibrate) is charged by its spec's model: probing it
+    // would write to it.
+    let cost = if device.wall().is_some() {
+        scenario.device.cost_model()
+    } else {
+        scenario.device.fitted_cost(device.as_ref())
+    };
+    run_priced(scenario, choice, device, cost, progress, options)
+}
+
+/// [`run_policy_with`] with the cost model given (fitted once per device by a sweep).
+fn run_priced(
+    scenario: &Scenario,
+    choice: &PolicyChoice,
+    device: Box<dyn DeviceModel>,
+    cost: CostModel,
+    progress: Option<&ProgressBar>,
+    options: RunOptions,
+) -> Result<RunResult, PolicyError> {
     let specs = scenario.specs();
-    let cost = scenario.device.cost_model();
-    let policy = policy::build_for(&choice.name, choice.params.clone(), &specs, Some(cost))?;
-    let mut recorder = Recorder::new(
+    let policy = policy::build_on(&choice.name, choice.params.clone(), &specs, Some(&cost))?;
+    let recorder = Recorder::new(
         &specs,
         scenario.warmup,
         scenario.duration,
@@ -336,9 +356,6 @@ pub fn run_policy_with(
     )
     .with_phases(&scenario.phase_starts())
     .with_open_loop(&scenario.open_loop());
-    if options.device_time {
-        recorder = recorder.with_cost(cost);
-    }
     let wall = Instant::now();
     let (recorder, observation, device) = if options.check || cfg!(debug_assertions) {
         let (checker, observation, device) = drive(
@@ -346,12 +363,13 @@ pub fn run_policy_with(
             policy,
             Checker::new(recorder),
             device,
+            cost,
             progress,
             Some(checker::check_run),
         );
         (checker.finish(), observation, device)
     } else {
-        drive(scenario, policy, recorder, device, progress, None)
+        drive(scenario, policy, recorder, device, cost, progress, None)
     };
     let wall_seconds = wall.elapsed().as_secs_f64();
     let workloads: Vec<String> = scenario
@@ -380,17 +398,22 @@ pub fn run_observed<O: Observer>(
     observer: O,
     options: RunOptions,
 ) -> Result<O, PolicyError> {
-    let cost = Some(scenario.device.cost_model());
-    let policy = policy::build_for(&choice.name, choice.params.clone(), &scenario.specs(), cost)?;
     let device = scenario.device.build(scenario.seed);
+    let cost = scenario.device.fitted_cost(device.as_ref());
+    let policy = policy::build_on(
+        &choice.name,
+        choice.params.clone(),
+        &scenario.specs(),
+        Some(&cost),
+    )?;
     Ok(if options.check || cfg!(debug_assertions) {
         let checker = Checker::new(observer);
         let check = Some(checker::check_run as CheckFn<Checker<O>>);
-        drive(scenario, policy, checker, device, None, check)
+        drive(scenario, policy, checker, device, cost, None, check)
             .0
             .finish()
     } else {
-        drive(scenario, policy, observer, device, None, None).0
+        drive(scenario, policy, observer, device, cost, None, None).0
     })
 }
 
@@ -404,6 +427,7 @@ fn drive<O: Observer>(
     policy: Box<dyn Policy>,
     observer: O,
     device: Box<dyn DeviceModel>,
+    cost: CostModel,
     progress: Option<&ProgressBar>,
     check: Option<CheckFn<O>>,
 ) -> (O, Observation, Box<dyn DeviceModel>) {
@@ -414,7 +438,7 @@ fn drive<O: Observer>(
     };
     let mut run = Run {
         scenario,
-        host: Host::new(policy, observer, limits, scenario.tenants.len()),
+        host: Host::new(policy, observer, limits, scenario.tenants.len(), cost),
         device,
         events: BinaryHeap::with_capacity(1024),
         seq: 0,
@@ -485,6 +509,7 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
         crate::device::spec::DeviceSpec,
         u64,
         Box<dyn DeviceModel>,
+        CostModel,
     )> = std::collections::VecDeque::new();
     let mut runs = Vec::new();
     let mut header = None;
@@ -501,7 +526,7 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
         });
         let idx = match devices
             .iter()
-            .position(|(d, s, _)| *d == scenario.device && *s == scenario.seed)
+            .position(|(d, s, _, _)| *d == scenario.device && *s == scenario.seed)
         {
             // Used again: it becomes the most recently used.
             Some(i) => {
@@ -513,11 +538,9 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
                 if devices.len() == KEPT_DEVICES {
                     devices.pop_front();
                 }
-                devices.push_back((
-                    scenario.device.clone(),
-                    scenario.seed,
-                    scenario.device.build(scenario.seed),
-                ));
+                let device = scenario.device.build(scenario.seed);
+                let cost = scenario.device.fitted_cost(device.as_ref());
+                devices.push_back((scenario.device.clone(), scenario.seed, device, cost));
                 devices.len() - 1
             }
         };
@@ -529,7 +552,8 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
             };
             let bar = show_progress.then(|| progress_bar(scenario, &label));
             let device = devices[idx].2.clone_box();
-            let mut result = run_policy_with(scenario, choice, device, bar.as_ref(), options)?;
+            let cost = devices[idx].3;
+            let mut result = run_priced(scenario, choice, device, cost, bar.as_ref(), options)?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }

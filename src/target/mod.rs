@@ -310,6 +310,7 @@ impl Target {
                     offset: at(issued),
                     len,
                     arrival: 0,
+                    cost: 0,
                 };
                 let _ = dev.submit(&r, dev.now());
                 issued += 1;

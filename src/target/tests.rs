@@ -12,6 +12,7 @@ fn request(id: u64, op: Op, offset: u64, len: u32) -> Request {
         offset,
         len,
         arrival: 0,
+        cost: 0,
     }
 }
 
