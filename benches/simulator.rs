@@ -1,11 +1,13 @@
 //! Simulator speed: simulated requests per wall second on the SSD model (and the fixed
-//! model as a floor for the engine alone). The device is built and aged once, outside
-//! the measurement; each iteration runs the scenario on a fresh copy, as `ioshare sim`
-//! does for each policy.
+//! model as a floor for the engine alone). The device is built and aged once, and its
+//! cost model fitted once, outside the measurement; each iteration runs the scenario on a
+//! fresh copy, as `ioshare sim` does for each policy. The fit itself (probing a copy of
+//! the device with each request type alone) is timed as a case of its own: `ioshare sim`
+//! pays it once per device and seed.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ioshare::scenario::Scenario;
-use ioshare::sim::run_policy;
+use ioshare::sim::{RunOptions, run_policy_priced};
 
 fn scenario(device: &str, workload: &str) -> Scenario {
     let text = format!(
@@ -75,18 +77,24 @@ fn bench(c: &mut Criterion) {
         let s = scenario(device, workload);
         let base = s.device.build(s.seed);
         let choice = &s.policies[0];
-        let requests = run_policy(&s, choice, base.clone_box(), None)
-            .unwrap()
-            .sim
-            .requests;
+        let cost = s.device.fitted_cost(base.as_ref());
+        let run = || {
+            run_policy_priced(
+                &s,
+                choice,
+                base.clone_box(),
+                cost,
+                None,
+                RunOptions::default(),
+            )
+        };
+        let requests = run().unwrap().sim.requests;
         group.throughput(Throughput::Elements(requests));
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                run_policy(&s, choice, base.clone_box(), None)
-                    .unwrap()
-                    .sim
-                    .requests
-            })
+        group.bench_function(name, |b| b.iter(|| run().unwrap().sim.requests));
+        // One fit a run: its time is what `ioshare sim` adds once per device.
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(format!("{name}/fit-cost-model"), |b| {
+            b.iter(|| s.device.fitted_cost(base.as_ref()))
         });
     }
     group.finish();

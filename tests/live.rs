@@ -25,6 +25,17 @@ impl Server {
 
     /// With at most `nofile` descriptors (`ulimit -n`), when given.
     fn start_limited(dir: &Path, config: &str, args: &[&str], nofile: Option<u64>) -> Server {
+        Server::start_env(dir, config, args, nofile, &[])
+    }
+
+    /// With environment variables set for the server.
+    fn start_env(
+        dir: &Path,
+        config: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Server {
         let cfg = dir.join("serve.toml");
         std::fs::write(
             &cfg,
@@ -37,6 +48,7 @@ impl Server {
             .arg("serve")
             .arg(&cfg)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(n) = nofile {
@@ -651,6 +663,111 @@ fn stalled_write_headers_stay_within_the_memory_budget() {
     assert_eq!(reader.reply(4096), (2, 0), "small reads are still served");
     drop(stalled);
     s.stopped();
+}
+
+/// Clients that send requests the server answers with an error (reads past the end)
+/// and never read the replies hold no more than the memory budget between them: every
+/// reply holds its 16 bytes from its request's arrival until it is sent, and a
+/// connection past its share is not read. (Before replies counted, 4 such clients grew
+/// the server by gigabytes.) Another tenant is served meanwhile.
+#[test]
+fn error_replies_nobody_reads_stay_within_the_memory_budget() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("max_inflight_bytes = \"64m\"\n{TWO_TENANTS}"),
+    );
+    let pid = s.child.id();
+    let mut reader = served_reader(&s);
+    let before = rss(pid);
+    // 65,536 reads past vm1's end (64 MiB), sent 128 times per client: 8 M requests,
+    // 128 MiB of error replies per client if the server read them all.
+    let mut burst = Vec::new();
+    for h in 0..65_536u64 {
+        burst.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        burst.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
+        burst.extend_from_slice(&h.to_be_bytes());
+        burst.extend_from_slice(&(64u64 << 20).to_be_bytes());
+        burst.extend_from_slice(&4096u32.to_be_bytes());
+    }
+    let burst = std::sync::Arc::new(burst);
+    let flooders: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = Raw::connect(&s);
+            c.go("vm1");
+            let burst = burst.clone();
+            std::thread::spawn(move || {
+                c.0.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+                for _ in 0..128 {
+                    // A write that times out has met the back-pressure.
+                    if c.0.write_all(&burst).is_err() {
+                        break;
+                    }
+                }
+                c
+            })
+        })
+        .collect();
+    let grown = peak_growth(pid, before, 40);
+    // 4 × 128 MiB unbounded; the budget (64 MiB, as a vector that doubles: 128) and
+    // slack for the allocator.
+    assert!(
+        grown <= 192 << 20,
+        "the server grew by {} MiB for error replies nobody reads",
+        grown >> 20
+    );
+    reader.request(0, 2, 4096, 4096, &[]);
+    assert_eq!(reader.reply(4096), (2, 0), "another tenant is still served");
+    let clients: Vec<Raw> = flooders.into_iter().map(|t| t.join().unwrap()).collect();
+    drop(clients);
+    s.stopped();
+}
+
+/// When the engine dies (an injected panic stands for a bug), the server does not go on
+/// handshaking clients it will never serve: it says what happened and exits non-zero,
+/// for a supervisor to restart it.
+#[test]
+fn a_dead_engine_stops_the_server_with_an_error() {
+    let dir = tempdir();
+    let mut s = Server::start_env(
+        dir.path(),
+        TWO_TENANTS,
+        &[],
+        None,
+        &[("IOSHARE_TEST_ENGINE_PANIC_AFTER", "3")],
+    );
+    let mut c = Raw::connect(&s);
+    c.go("vm2");
+    for h in 1..=2 {
+        c.request(0, h, 0, 4096, &[]);
+        assert_eq!(c.reply(4096), (h, 0));
+    }
+    // The third request kills the engine: no reply, the connection closes.
+    c.request(0, 3, 0, 4096, &[]);
+    let mut rest = Vec::new();
+    let _ = c.0.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "a reply from a dead engine");
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < give_up, "the server outlived its engine");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    s.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "exit status {status}: {err}");
+    assert!(
+        err.contains("the engine stopped while serving")
+            && err.contains("the engine panicked: injected"),
+        "{err}"
+    );
 }
 
 /// A vm2 client whose first 4 KiB read (request 1) has been answered.

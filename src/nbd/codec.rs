@@ -347,13 +347,16 @@ impl ServerCodec {
         self.end - self.pos
     }
 
-    /// The data bytes the next [`Self::poll`] would take a buffer for: the length of a
-    /// read or write whose header has arrived and will be served (a write's payload
-    /// buffer is allocated when its header is parsed, a read's when it is served).
-    /// `None` when the next step takes no data buffer (another request, one answered
-    /// with an error, a header not yet whole, a write payload still arriving). A server
-    /// checks this against its memory budget before polling.
-    pub fn next_data_len(&self) -> Option<u32> {
+    /// The request the next [`Self::poll`] parses, once its header is whole: the data
+    /// bytes serving it takes a buffer for (the length of a read or write that will be
+    /// served: a write's payload buffer is allocated when its header is parsed, a read's
+    /// when it is served; 0 for anything else, answered or not). `None` while no whole
+    /// header waits (nothing received, a header not yet whole, a write payload still
+    /// arriving, the handshake). Decided by the same rules as the poll itself
+    /// ([`classify`]). A server checks this against its memory budget before polling;
+    /// every request it announces is answered with one reply, except a disconnect and
+    /// bytes that break the framing.
+    pub fn next_request(&self) -> Option<u32> {
         // While a refused write's payload is skipped, the next header is behind it (one
         // poll skips the rest and parses that header).
         let (export, at) = match self.state {
@@ -362,26 +365,11 @@ impl ServerCodec {
             _ => return None,
         };
         let head = self.available().get(at..at.checked_add(REQUEST_HEADER)?)?;
-        if be32(&head[..4]) != REQUEST_MAGIC {
-            return None;
-        }
-        let flags = be16(&head[4..6]);
-        let kind = be16(&head[6..8]);
-        let offset = be64(&head[16..24]);
-        let len = be32(&head[24..28]);
-        let e = &self.exports[export];
-        let inside = offset
-            .checked_add(u64::from(len))
-            .is_some_and(|end| end <= e.size);
-        let served = (1..=MAX_PAYLOAD).contains(&len)
-            && flags & !KNOWN_CMD_FLAGS == 0
-            && inside
-            && match kind {
-                CMD_READ => true,
-                CMD_WRITE => !e.read_only,
-                _ => false,
-            };
-        served.then_some(len)
+        let head: &[u8; REQUEST_HEADER] = head.try_into().expect("sized");
+        Some(match classify(head, &self.exports[export]) {
+            Ok((h, Verdict::Serve(CommandKind::Read) | Verdict::Write { .. })) => h.len,
+            _ => 0,
+        })
     }
 
     /// The next event the received bytes make, `Ok(None)` when more bytes are needed.
@@ -632,28 +620,111 @@ impl ServerCodec {
             return Ok(Step::NeedMore);
         };
         let head: [u8; REQUEST_HEADER] = head.try_into().expect("sized");
-        let magic = be32(&head[..4]);
-        if magic != REQUEST_MAGIC {
-            return Err(ProtocolError::RequestMagic(magic));
-        }
-        let flags = be16(&head[4..6]);
-        let kind = be16(&head[6..8]);
-        let handle = be64(&head[8..16]);
-        let offset = be64(&head[16..24]);
-        let len = be32(&head[24..28]);
+        let (h, verdict) = classify(&head, &self.exports[export])?;
         // A refused write's payload is skipped in large receives.
         self.after_large_write = false;
-        let e = &self.exports[export];
-        let fua = flags & CMD_FLAG_FUA != 0;
-        let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0;
-        let end = offset.checked_add(len as u64);
-        let past_end = end.is_none_or(|end| end > e.size);
-        let error = |error| Ok(Step::Event(Event::Error { handle, error }));
-        if kind == CMD_WRITE {
-            // The payload follows whatever the answer.
+        self.pos += REQUEST_HEADER;
+        let kind = match verdict {
+            Verdict::Disconnect => return Ok(Step::Event(Event::Disconnect)),
+            Verdict::Refuse { error, skip } => {
+                if skip > 0 {
+                    // The payload follows whatever the answer.
+                    self.state = State::Skipping {
+                        export,
+                        left: u64::from(skip),
+                    };
+                }
+                return Ok(Step::Event(Event::Error {
+                    handle: h.handle,
+                    error,
+                }));
+            }
+            Verdict::Write { fua } => {
+                // What came with the header is copied; the rest is received into place.
+                self.after_large_write = h.len >= LARGE_WRITE;
+                let len = h.len as usize;
+                let arrived = self.available();
+                let have = arrived.len().min(len);
+                let mut data = IoBuf::for_overwrite(len);
+                data[..have].copy_from_slice(&arrived[..have]);
+                self.pos += have;
+                self.write = Some(PendingWrite {
+                    handle: h.handle,
+                    offset: h.offset,
+                    fua,
+                    data,
+                    filled: have,
+                });
+                self.state = State::Payload { export };
+                return Ok(Step::Again);
+            }
+            Verdict::Serve(kind) => kind,
+        };
+        // A flush covers the whole export; what a client put in its offset and length
+        // (zeroes, by the protocol) must not count as bytes to a policy.
+        let (offset, len) = if kind == CommandKind::Flush {
+            (0, 0)
+        } else {
+            (h.offset, h.len)
+        };
+        Ok(Step::Event(Event::Command(Command {
+            handle: h.handle,
+            offset,
+            len,
+            kind,
+        })))
+    }
+}
+
+/// A request header's fields.
+struct Header {
+    handle: u64,
+    offset: u64,
+    len: u32,
+}
+
+/// What a whole request header asks for.
+enum Verdict {
+    /// `NBD_CMD_DISC`.
+    Disconnect,
+    /// Answered with `error`; a write's `skip` payload bytes follow all the same.
+    Refuse { error: u32, skip: u32 },
+    /// A write that will be served; its payload follows.
+    Write { fua: bool },
+    /// A command without payload that will be served (`Write` never appears here).
+    Serve(CommandKind),
+}
+
+/// The rules a request is served or refused by, in one place: the poll and
+/// [`ServerCodec::next_request`] both read a header through this. Only a wrong magic
+/// number is an error (the framing is lost); everything else the connection answers.
+fn classify(
+    head: &[u8; REQUEST_HEADER],
+    e: &ExportInfo,
+) -> Result<(Header, Verdict), ProtocolError> {
+    let magic = be32(&head[..4]);
+    if magic != REQUEST_MAGIC {
+        return Err(ProtocolError::RequestMagic(magic));
+    }
+    let flags = be16(&head[4..6]);
+    let kind = be16(&head[6..8]);
+    let h = Header {
+        handle: be64(&head[8..16]),
+        offset: be64(&head[16..24]),
+        len: be32(&head[24..28]),
+    };
+    let fua = flags & CMD_FLAG_FUA != 0;
+    let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0;
+    let past_end = h
+        .offset
+        .checked_add(u64::from(h.len))
+        .is_none_or(|end| end > e.size);
+    let refuse = |error| Verdict::Refuse { error, skip: 0 };
+    let verdict = match kind {
+        CMD_WRITE => {
             // A write of nothing is refused as nbdkit refuses it (the NBD document
             // leaves it open; the backend would call it a short write).
-            let problem = if len > MAX_PAYLOAD || len == 0 || unknown_flags {
+            let problem = if h.len > MAX_PAYLOAD || h.len == 0 || unknown_flags {
                 Some(EINVAL)
             } else if e.read_only {
                 Some(EPERM)
@@ -662,62 +733,24 @@ impl ServerCodec {
             } else {
                 None
             };
-            if let Some(code) = problem {
-                self.pos += REQUEST_HEADER;
-                self.state = State::Skipping {
-                    export,
-                    left: len as u64,
-                };
-                return error(code);
+            match problem {
+                Some(error) => Verdict::Refuse { error, skip: h.len },
+                None => Verdict::Write { fua },
             }
-            // What came with the header is copied; the rest is received into place.
-            self.after_large_write = len >= LARGE_WRITE;
-            let len = len as usize;
-            self.pos += REQUEST_HEADER;
-            let arrived = self.available();
-            let have = arrived.len().min(len);
-            let mut data = IoBuf::for_overwrite(len);
-            data[..have].copy_from_slice(&arrived[..have]);
-            self.pos += have;
-            self.write = Some(PendingWrite {
-                handle,
-                offset,
-                fua,
-                data,
-                filled: have,
-            });
-            self.state = State::Payload { export };
-            return Ok(Step::Again);
         }
-        self.pos += REQUEST_HEADER;
-        let kind = match kind {
-            CMD_DISC => return Ok(Step::Event(Event::Disconnect)),
-            _ if unknown_flags => return error(EINVAL),
-            CMD_READ | CMD_TRIM | CMD_WRITE_ZEROES if len == 0 => return error(EINVAL),
-            CMD_READ if len > MAX_PAYLOAD => return error(EINVAL),
-            CMD_READ if past_end => return error(EINVAL),
-            CMD_READ => CommandKind::Read,
-            CMD_FLUSH => CommandKind::Flush,
-            CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => return error(EPERM),
-            CMD_TRIM | CMD_WRITE_ZEROES if past_end => return error(ENOSPC),
-            CMD_TRIM => CommandKind::Trim { fua },
-            CMD_WRITE_ZEROES => CommandKind::WriteZeroes { fua },
-            _ => return error(EINVAL),
-        };
-        // A flush covers the whole export; what a client put in its offset and length
-        // (zeroes, by the protocol) must not count as bytes to a policy.
-        let (offset, len) = if kind == CommandKind::Flush {
-            (0, 0)
-        } else {
-            (offset, len)
-        };
-        Ok(Step::Event(Event::Command(Command {
-            handle,
-            offset,
-            len,
-            kind,
-        })))
-    }
+        CMD_DISC => Verdict::Disconnect,
+        _ if unknown_flags => refuse(EINVAL),
+        CMD_READ | CMD_TRIM | CMD_WRITE_ZEROES if h.len == 0 => refuse(EINVAL),
+        CMD_READ if h.len > MAX_PAYLOAD || past_end => refuse(EINVAL),
+        CMD_READ => Verdict::Serve(CommandKind::Read),
+        CMD_FLUSH => Verdict::Serve(CommandKind::Flush),
+        CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => refuse(EPERM),
+        CMD_TRIM | CMD_WRITE_ZEROES if past_end => refuse(ENOSPC),
+        CMD_TRIM => Verdict::Serve(CommandKind::Trim { fua }),
+        CMD_WRITE_ZEROES => Verdict::Serve(CommandKind::WriteZeroes { fua }),
+        _ => refuse(EINVAL),
+    };
+    Ok((h, verdict))
 }
 
 enum Step {
@@ -1037,50 +1070,52 @@ mod tests {
     }
 
     #[test]
-    fn the_data_a_header_will_take_is_known_before_it_is_parsed() {
+    fn a_request_and_the_data_it_takes_are_known_before_it_is_parsed() {
         let mut c = transmitting();
-        assert_eq!(c.next_data_len(), None, "nothing received");
+        assert_eq!(c.next_request(), None, "nothing received");
         let header = request(CMD_WRITE, 0, 1, 0, 8192);
         c.receive(&header[..27]);
-        assert_eq!(c.next_data_len(), None, "a header not yet whole");
+        assert_eq!(c.next_request(), None, "a header not yet whole");
         c.receive(&header[27..]);
-        assert_eq!(c.next_data_len(), Some(8192));
+        assert_eq!(c.next_request(), Some(8192));
         assert!(matches!(c.poll(), Ok(None)), "the payload is still to come");
-        assert_eq!(c.next_data_len(), None, "the payload is arriving");
+        assert_eq!(c.next_request(), None, "the payload is arriving");
         c.receive(&[1; 8192]);
         assert!(matches!(c.poll(), Ok(Some(Event::Command(_)))));
         c.receive(&request(CMD_READ, 0, 2, 4096, 4096));
-        assert_eq!(c.next_data_len(), Some(4096));
+        assert_eq!(c.next_request(), Some(4096));
         let _ = c.poll();
-        // Requests answered with an error or moving no data take no buffer.
+        // Requests answered with an error or moving no data take no buffer, and are
+        // announced all the same (each has a reply).
         for (kind, len) in [
             (CMD_READ, MAX_PAYLOAD + 1),
             (CMD_FLUSH, 0),
             (CMD_TRIM, 4096),
+            (CMD_DISC, 0),
         ] {
             c.receive(&request(kind, 0, 3, 0, len));
-            assert_eq!(c.next_data_len(), None, "kind {kind}");
+            assert_eq!(c.next_request(), Some(0), "kind {kind}");
             let _ = c.poll();
         }
         let mut ro = negotiating();
         ro.receive(&go("ro"));
         events(&mut ro);
         ro.receive(&request(CMD_WRITE, 0, 4, 0, 4));
-        assert_eq!(ro.next_data_len(), None, "a write to a read-only export");
+        assert_eq!(ro.next_request(), Some(0), "a write to a read-only export");
         // Behind a refused write's payload: the header after it, once it is all there.
         let mut c = transmitting();
         c.receive(&request(CMD_WRITE, 0, 5, (1 << 20) - 2, 4)); // past the end: skipped
         assert!(matches!(c.poll(), Ok(Some(Event::Error { .. }))));
         c.receive(b"abc");
         assert_eq!(
-            c.next_data_len(),
+            c.next_request(),
             None,
             "the skipped payload is not all there"
         );
         c.receive(b"d");
         c.receive(&request(CMD_WRITE, 0, 6, 0, 4));
         assert_eq!(
-            c.next_data_len(),
+            c.next_request(),
             Some(4),
             "the write behind the skipped payload"
         );

@@ -2,8 +2,8 @@
 //! property tests: any input, cut into any pieces, must give the same events and the
 //! same handshake bytes as the whole input at once, every request the codec lets
 //! through must be one the server can execute safely, and every read or write must have
-//! been announced by [`ServerCodec::next_data_len`] before the poll that took it (the
-//! server's memory budget depends on it).
+//! been announced by [`ServerCodec::next_request`] before the poll that took it, with the
+//! data it takes (the server's memory budget depends on it).
 
 use super::{CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};
 use std::sync::Arc;
@@ -54,25 +54,40 @@ pub fn run(exports: &Arc<Vec<ExportInfo>>, input: &[u8], cuts: &[usize]) -> Tran
     points.push(input.len());
     let mut at = 0;
     // What the server holds of its memory budget for the request being parsed: taken
-    // from `next_data_len` before a poll, as the server does, and due on its command.
+    // from `next_request` before a poll, as the server does, and due on its command.
     let mut held: Option<u32> = None;
     for p in points {
         codec.receive(&input[at..p]);
         at = p;
         loop {
             if held.is_none() {
-                held = codec.next_data_len();
+                held = codec.next_request();
             }
             let polled = codec.poll();
             t.output.extend(codec.take_output());
-            if let Ok(Some(Event::Command(c))) = &polled
-                && matches!(c.kind, CommandKind::Read | CommandKind::Write { .. })
-            {
-                assert_eq!(
+            match &polled {
+                // Every request answered was announced, with the data it takes.
+                Ok(Some(Event::Command(c))) => {
+                    let data = match c.kind {
+                        CommandKind::Read | CommandKind::Write { .. } => c.len,
+                        _ => 0,
+                    };
+                    assert_eq!(
+                        held.take(),
+                        Some(data),
+                        "a request was not announced by next_request"
+                    );
+                }
+                Ok(Some(Event::Error { .. })) => assert_eq!(
                     held.take(),
-                    Some(c.len),
-                    "a request's data was not announced by next_data_len"
-                );
+                    Some(0),
+                    "a refused request was not announced by next_request"
+                ),
+                // A payload still arriving keeps what its header was announced with.
+                Ok(None) => {}
+                // Whatever else ends the request (a disconnect, broken framing): the
+                // server gives back what it held.
+                _ => held = None,
             }
             match polled {
                 Ok(Some(e)) => t.events.push(Ok(e)),

@@ -120,6 +120,9 @@ pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// The largest option payload accepted (export names are at most 4 KiB).
 pub const MAX_OPTION: u32 = 64 << 10;
 
+/// Length of a simple reply header.
+pub const SIMPLE_REPLY_LEN: usize = 16;
+
 /// Encodes a simple reply header (`error` 0: success; read data follows it).
 pub fn simple_reply(out: &mut Vec<u8>, handle: u64, error: u32) {
     out.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());

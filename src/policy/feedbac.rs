@@ -17,14 +17,11 @@
 //!   write-back drive acknowledges a write before its program and garbage collection are
 //!   paid, so acknowledged bytes forecast a capacity the drive does not have for long.
 //!   A write is charged at dispatch what it will cost: its program and the garbage
-//!   collection the drive's state implies (the model's write amplification). What this
-//!   does not fix: dispatches still follow the device's acknowledgements (a slot frees
-//!   when a request completes), so on a write-back drive the work dispatched per period
-//!   swings with the buffer's drain and the forecast with it — a mean forecast error of
-//!   40 % on fio random writes and 48 % on the Exchange stand-in (FeedBAC Fig. 5 in
-//!   `docs/reproduction.md`), about what credits of bytes gave. The split stays within
-//!   1 % because early refill covers a low forecast and credits spent evenly make a
-//!   high one cost every tenant the same fraction.
+//!   collection the drive's state implies (the model's write amplification). Dispatches
+//!   still follow the device's acknowledgements (a slot frees when a request completes),
+//!   so on a write-back drive the work dispatched per period swings with the buffer's
+//!   drain; the predictor (below) bounds what it learns at the device's work rate and
+//!   does not chase the swings (FeedBAC Fig. 5 in `docs/reproduction.md`).
 //! * **Reading: credits are spent evenly through the period.** Among the tenants that
 //!   may dispatch, the one with the most credits left per unit of weight goes first (ties:
 //!   the oldest request). The source only says who may dispatch, not in what order.
@@ -91,7 +88,24 @@
 //!   `S + b`. **Reading for α:** it is re-chosen each prediction period from the relative
 //!   error e = |forecast − x| / x of the forecast just tested:
 //!   `α = α_min + (α_max − α_min) × min(1, e / e_full)`, with α ∈ [0.1, 0.9] and
-//!   e_full = 0.2 (a 20 % miss follows at full speed). β = 0.3 by default.
+//!   e_full = 0.2 (a 20 % miss follows at full speed), scaled by how persistently the
+//!   misses keep their side: the tracking signal |E| / M, E and M the signed and the
+//!   absolute relative errors smoothed with weight 0.5 (Trigg and Leach's adaptive
+//!   response rate). Misses on one side (the level moved) follow at full speed; misses
+//!   that alternate (a write-back drive's drain swinging about its level) barely move
+//!   the forecast, which chasing them had doubled. β = 0.3 by default.
+//!   **Reading: a trend the observation contradicts is dropped.** When the forecast
+//!   missed on the side opposite to its trend, the trend is set to zero before the
+//!   update: the falling trend a start-up burst leaves would otherwise hold the forecast
+//!   under the device's rate for as many periods as (1 − β) takes to wear it down.
+//!   **Reading: with credits of device time, an observation is bounded by the device's
+//!   work rate** (`max_work_rate`, 1.5 seconds of device time a second; 0: no bound). A
+//!   device charged by its fitted cost model does about one second of work a second; a
+//!   write-back drive acknowledges faster while its buffer fills (3.4 seconds a second in
+//!   the first tenth of a second of FeedBAC's fio writes), and a forecast that learns
+//!   that hands out credits the device cannot honour. A low bound costs nothing (early
+//!   refill), a high one would. Credits of bytes or requests have no known capacity and
+//!   are not bounded.
 //!   **Reading: a forecast below zero restarts.** When a burst ends, the trend can carry
 //!   `S + b` below zero; the smoother then restarts from the observation (`S = x`,
 //!   `b = 0`) instead of forecasting nothing for as long as the trend takes to decay.
@@ -140,7 +154,8 @@
 //! Parameters: `period_ms` (10, the shortest period), `latency_periods` (32; 0 keeps
 //! the period fixed), `spread` (true), `headroom` (0.9, in (0, 1]), `backlog_refill`
 //! (true), `depth` (`"auto"`, `min_depth`, `window_ms`: [`super::depth`]),
-//! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `initial_mb_s` (64: the
+//! `prediction_periods` (10), `carry` (1.0), `beta` (0.3), `max_work_rate` (1.5,
+//! seconds of device time a second; 0: unbounded), `initial_mb_s` (64: the
 //! forecast before the first observation with `cost = "bytes"`; with device time one
 //! second of device time a second; early refill covers a low guess), `cost`
 //! (`"device"`, the default; `"bytes"`, `"requests"`), `max_wait_ms` (500; 0: no
@@ -164,8 +179,13 @@ use std::collections::{BinaryHeap, VecDeque};
 const ALPHA_MIN: f64 = 0.1;
 const ALPHA_MAX: f64 = 0.9;
 const ERROR_FULL: f64 = 0.2;
+/// Smoothing of the signed and absolute forecast errors whose ratio says whether the
+/// misses persist (see [`Holt`]).
+const TRACKING: f64 = 0.5;
 /// Fraction of the forecast handed out per period (see the module doc).
 const DEFAULT_HEADROOM: f64 = 0.9;
+/// The most device time a second the forecast learns (see the module doc).
+const DEFAULT_MAX_WORK_RATE: f64 = 1.5;
 /// Forecast records kept for reports (the most recent ones).
 const HISTORY_LIMIT: usize = 10_000;
 
@@ -248,6 +268,10 @@ pub struct Holt {
     alpha: f64,
     beta: f64,
     initialized: bool,
+    /// Smoothed signed relative error (forecast − observation) / observation.
+    error: f64,
+    /// Smoothed absolute relative error.
+    abs_error: f64,
 }
 
 impl Holt {
@@ -259,6 +283,8 @@ impl Holt {
             alpha: ALPHA_MAX,
             beta,
             initialized: false,
+            error: 0.0,
+            abs_error: 0.0,
         }
     }
 
@@ -270,12 +296,31 @@ impl Holt {
             self.trend = 0.0;
             self.initialized = true;
         } else {
-            let e = if x > 0.0 {
-                (forecast_made - x).abs() / x
+            let signed = if x > 0.0 {
+                ((forecast_made - x) / x).clamp(-1.0, 1.0)
             } else {
                 1.0
             };
-            self.alpha = ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * (e / ERROR_FULL).min(1.0);
+            let e = signed.abs();
+            self.error = TRACKING * signed + (1.0 - TRACKING) * self.error;
+            self.abs_error = TRACKING * e + (1.0 - TRACKING) * self.abs_error;
+            // Misses that keep their side (a level that moved) follow at full speed;
+            // misses that alternate (an observation that swings about its level) barely
+            // move it.
+            let persistence = if self.abs_error > 0.0 {
+                (self.error.abs() / self.abs_error).min(1.0)
+            } else {
+                1.0
+            };
+            self.alpha =
+                ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * (e / ERROR_FULL).min(1.0) * persistence;
+            if (x - forecast_made) * self.trend < 0.0 {
+                // The trend said the other way: the forecast missed on the side opposite
+                // to it. A trend learnt from a burst (a write-back buffer filling at
+                // start) would otherwise drag the forecast away from the device's rate
+                // for as many periods as it takes (1 − β) to wear it down.
+                self.trend = 0.0;
+            }
             let prev = self.level;
             self.level = self.alpha * x + (1.0 - self.alpha) * (self.level + self.trend);
             self.trend = self.beta * (self.level - prev) + (1.0 - self.beta) * self.trend;
@@ -285,6 +330,8 @@ impl Holt {
                 // trend would take many periods to climb back while the device idles.
                 self.level = x;
                 self.trend = 0.0;
+                self.error = 0.0;
+                self.abs_error = 0.0;
             }
         }
         (self.level + self.trend).max(0.0)
@@ -335,6 +382,9 @@ pub struct FeedBac {
     spread: bool,
     /// Fraction of the forecast handed out per period.
     headroom: f64,
+    /// The highest observation the forecast learns, credits per second (device time
+    /// only: `max_work_rate` seconds of device time a second; infinite otherwise).
+    max_rate: f64,
     /// Early refill when every tenant with requests waiting is out of credits (true), or
     /// every present tenant (false).
     backlog_refill: bool,
@@ -402,6 +452,7 @@ impl FeedBac {
             joins: 0,
             spread: true,
             headroom: DEFAULT_HEADROOM,
+            max_rate: f64::INFINITY,
             backlog_refill: false,
             history: VecDeque::new(),
             depth: DispatchDepth::fixed(tenants.len(), 0),
@@ -412,7 +463,7 @@ impl FeedBac {
         }
     }
 
-    /// Builds FeedBAC from `period_ms`, `prediction_periods`, `carry`, `beta`,
+    /// Builds FeedBAC from `period_ms`, `prediction_periods`, `carry`, `beta`, `max_work_rate`,
     /// `initial_mb_s`, `cost_per_io`, `cost`, `latency_periods`, `spread`, `headroom`,
     /// `backlog_refill`, the depth's and the floor's parameters.
     pub fn build(
@@ -439,6 +490,10 @@ impl FeedBac {
         let latency_periods = params.f64_or("latency_periods", 32.0)?;
         let spread = params.bool_or("spread", true)?;
         let headroom = params.f64_or("headroom", DEFAULT_HEADROOM)?;
+        let max_work_rate = params.f64_or("max_work_rate", DEFAULT_MAX_WORK_RATE)?;
+        if max_work_rate < 0.0 {
+            return Err(params.invalid("max_work_rate", "must be ≥ 0 (0: no bound)"));
+        }
         let backlog_refill = params.bool_or("backlog_refill", true)?;
         let depth = DispatchDepth::from_params(params, tenants.len(), true)?;
         let floor = Floor::from_params(params, tenants.len())?;
@@ -480,6 +535,10 @@ impl FeedBac {
             .with_latency_periods(latency_periods)
             .with_spread(spread)
             .with_headroom(headroom)
+            .with_max_work_rate(match currency {
+                Currency::DeviceTime if max_work_rate > 0.0 => max_work_rate,
+                _ => f64::INFINITY,
+            })
             .with_backlog_refill(backlog_refill)
             .with_currency(currency)
             .with_depth(depth)
@@ -494,7 +553,14 @@ impl FeedBac {
         self
     }
 
-    /// Hands out `h` × the forecast per period.
+    /// Bounds what the forecast learns at `seconds_per_second` of device time a second
+    /// (credits of device time only; see the module doc).
+    pub fn with_max_work_rate(mut self, seconds_per_second: f64) -> Self {
+        self.max_rate = seconds_per_second * NANOS_PER_SEC as f64;
+        self
+    }
+
+    /// Hands out `h` × the forecast each period.
     pub fn with_headroom(mut self, h: f64) -> Self {
         self.headroom = h;
         self
@@ -647,7 +713,9 @@ impl FeedBac {
             return;
         }
         let secs = nanos_to_secs(self.prediction_len());
-        let x = self.consumed_in_prediction / secs;
+        // What the device could have done, not what it acknowledged: credits of device
+        // time consumed faster than the device works went into a buffer.
+        let x = (self.consumed_in_prediction / secs).min(self.max_rate);
         let forecast_made = self.rate;
         self.rate = self.holt.observe(x, forecast_made).max(1.0);
         self.history.push_back(ForecastRecord {
@@ -1452,5 +1520,75 @@ mod tests {
         // α = 0.9 (a 99.9 % miss): level 100.9, trend −269.7 → below zero → restart.
         assert_eq!(h.observe(1.0, 1000.0), 1.0);
         assert!(h.observe(1000.0, 1.0) > 500.0);
+    }
+
+    /// A write-back buffer filling: three seconds of device time acknowledged in one.
+    /// With credits of device time the forecast learns at most `max_work_rate`.
+    #[test]
+    fn a_buffer_filling_is_not_learnt_as_capacity() {
+        let t = [TenantSpec::weighted("a", 1.0)];
+        let mut p = FeedBac::new(&t, 10 * MS, 1, 1.0, 0.3, 1e9, false)
+            .with_currency(Currency::DeviceTime)
+            .with_max_work_rate(1.5);
+        p.advance(0);
+        p.consumed_in_prediction = 3.0 * 1e9 * 0.01;
+        p.advance(10 * MS);
+        assert!(
+            (p.forecast_rate() - 1.5e9).abs() < 1.0,
+            "{}",
+            p.forecast_rate()
+        );
+        // The record keeps what was consumed.
+        let last = p.forecast_history().last().copied().unwrap();
+        assert!((last.consumed - 3e7).abs() < 1.0, "{last:?}");
+        // Without a bound (credits of bytes) the burst is learnt as it came.
+        let mut q = FeedBac::new(&t, 10 * MS, 1, 1.0, 0.3, 1e9, false);
+        q.advance(0);
+        q.consumed_in_prediction = 3.0 * 1e9 * 0.01;
+        q.advance(10 * MS);
+        assert!(
+            (q.forecast_rate() - 3e9).abs() < 1.0,
+            "{}",
+            q.forecast_rate()
+        );
+    }
+
+    /// An observation swinging ±20 % about its level: misses alternate, α stays low and
+    /// the forecast stays near the level instead of chasing each swing.
+    #[test]
+    fn alternating_misses_barely_move_the_forecast() {
+        let mut h = Holt::new(0.3);
+        let mut f = h.observe(1000.0, 0.0);
+        let mut worst: f64 = 0.0;
+        for i in 0..200 {
+            let x = if i % 2 == 0 { 1200.0 } else { 800.0 };
+            f = h.observe(x, f);
+            if i > 20 {
+                worst = worst.max((f - 1000.0).abs());
+            }
+        }
+        // α from the miss alone (0.9 for a 20 % miss) strays 215 from the level, past
+        // the swing itself.
+        assert!(worst < 110.0, "forecast strayed {worst} from the level");
+        // A level that moves and stays is followed at full speed.
+        for _ in 0..3 {
+            f = h.observe(2000.0, f);
+        }
+        assert!((f - 2000.0).abs() / 2000.0 < 0.1, "{f}");
+    }
+
+    /// A burst's falling trend is dropped when the next observation says the other way.
+    #[test]
+    fn a_trend_the_observation_contradicts_is_dropped() {
+        let mut h = Holt::new(0.3);
+        h.observe(3000.0, 0.0);
+        // The burst ends: a falling trend is learnt.
+        let f = h.observe(1000.0, 3000.0);
+        // Forecast too low while the trend falls: the trend goes, the forecast lands
+        // near what was seen instead of below it.
+        let f = h.observe(1000.0, f);
+        assert!(f >= 900.0, "{f}");
+        let f = h.observe(1000.0, f);
+        assert!((f - 1000.0).abs() < 100.0, "{f}");
     }
 }

@@ -225,6 +225,9 @@ pub fn run(
             .map(|t| (t.cache == Cache::Pdc).then(|| JournalDetector::new(t.size, config.pdc)))
             .collect(),
         capture,
+        panic_after: std::env::var(PANIC_AFTER_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok()),
     };
     let ran = engine.run(&rx);
     // The capture is closed whatever became of the run.
@@ -314,7 +317,13 @@ struct Engine<'a> {
     detectors: Vec<Option<JournalDetector>>,
     /// `serve --capture`: every request as it arrives.
     capture: Option<Capture>,
+    /// Testing only ([`PANIC_AFTER_VAR`]): panic when this many requests have arrived.
+    panic_after: Option<u64>,
 }
+
+/// Environment variable for tests of the server's supervision: the engine panics once
+/// this many requests have arrived, as a bug in it would.
+pub const PANIC_AFTER_VAR: &str = "IOSHARE_TEST_ENGINE_PANIC_AFTER";
 
 /// How often a tenant's reads past the end of its image are logged.
 const PAST_END_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -323,6 +332,8 @@ const PAST_END_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(1
 /// before it stops being read: a client that does not read its replies cannot make the
 /// server hold more for it, nor take the whole budget from the other connections.
 const CONN_BYTES_LIMIT: u64 = 64 << 20;
+/// What a reply's header holds of the budget until it is sent.
+const REPLY_BYTES: u64 = proto::SIMPLE_REPLY_LEN as u64;
 /// A connection holding nothing may always take a request this small, budget or not, so
 /// that small requests are served while large ones wait for room.
 const ALWAYS_BYTES: u64 = 1 << 20;
@@ -556,13 +567,17 @@ impl Engine<'_> {
             if c.parsed || c.receiving || !self.host.has_room(c.tenant) {
                 return Ok(());
             }
-            // The memory budget, checked before a header is parsed (a write's payload
-            // buffer is taken then): a request waits unless its data fits the
-            // connection's share and the budget; a connection holding nothing may
-            // always take a small one, so small requests are served while large ones
-            // wait for room.
-            if c.reserved == 0 {
-                let next = c.codec.next_data_len().map_or(0, u64::from);
+            // The memory budget, checked once a request's header is whole and before it
+            // is parsed (a write's payload buffer is taken then): a request holds its
+            // data and its reply's header from then until the reply is sent, so a
+            // client that never reads its replies, errors included, cannot make the
+            // server hold more for it. It waits unless that fits the connection's share
+            // and the budget; a connection holding nothing may always take a small one,
+            // so small requests are served while large ones wait for room.
+            if c.reserved == 0
+                && let Some(data) = c.codec.next_request()
+            {
+                let next = u64::from(data) + REPLY_BYTES;
                 let small = c.pending_bytes == 0 && next <= ALWAYS_BYTES;
                 let fits = c.pending_bytes + next <= CONN_BYTES_LIMIT
                     && self.inflight_bytes + next <= self.config.max_inflight_bytes;
@@ -574,15 +589,22 @@ impl Engine<'_> {
                     }
                     return Ok(());
                 }
-                if next > 0 {
-                    c.reserve(next);
-                    self.inflight_bytes += next;
-                }
+                c.reserve(next);
+                self.inflight_bytes += next;
             }
             match c.codec.poll() {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command),
-                Ok(Some(Event::Error { handle, error })) => c.reply(handle, error, None, 0),
-                Ok(Some(Event::Disconnect)) => c.parsed = true,
+                Ok(Some(Event::Error { handle, error })) => {
+                    let bytes = std::mem::take(&mut c.reserved);
+                    assert_eq!(bytes, REPLY_BYTES, "a refused request holds its reply");
+                    c.reply(handle, error, None, bytes);
+                    // A connection whose sends failed drops the reply at once.
+                    self.inflight_bytes -= c.take_released();
+                }
+                Ok(Some(Event::Disconnect)) => {
+                    self.inflight_bytes -= c.drop_reservation();
+                    c.parsed = true;
+                }
                 Ok(Some(Event::Selected { .. } | Event::StartTls)) => {
                     // The codec makes neither once transmission runs.
                     let id = c.id;
@@ -708,17 +730,15 @@ impl Engine<'_> {
             .expect("admitted from a live connection");
         let tenant = c.tenant;
         c.outstanding += 1;
-        // A read or write was held for when its header was checked (`pump`).
-        let bytes = match command.kind {
-            CommandKind::Read | CommandKind::Write { .. } => std::mem::take(&mut c.reserved),
-            _ => 0,
-        };
+        // Its data and reply were held for when its header was checked (`pump`).
+        let bytes = std::mem::take(&mut c.reserved);
         assert_eq!(
             bytes,
-            match command.kind {
-                CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
-                _ => 0,
-            },
+            REPLY_BYTES
+                + match command.kind {
+                    CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
+                    _ => 0,
+                },
             "the request admitted is the one held for"
         );
         let sub = Submission {
@@ -756,6 +776,9 @@ impl Engine<'_> {
             }
         }
         self.next_id += 1;
+        if self.panic_after.is_some_and(|n| self.next_id >= n) {
+            panic!("injected by {PANIC_AFTER_VAR} at request {}", self.next_id);
+        }
         let request = Request {
             id: self.next_id,
             tenant,

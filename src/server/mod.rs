@@ -337,8 +337,16 @@ pub fn serve(
         &handle,
         &stats,
         &offer,
+        &|| engine_thread.is_finished(),
     );
-    eprintln!("ioshare: stopping: serving what was received, then syncing");
+    // The engine stopped on its own (an error, a panic): nothing is being served, so
+    // the server stops with it, non-zero, for a supervisor to restart it.
+    let engine_died = engine_thread.is_finished();
+    if engine_died {
+        eprintln!("ioshare: the engine stopped while serving; closing every connection");
+    } else {
+        eprintln!("ioshare: stopping: serving what was received, then syncing");
+    }
     drop(listeners);
     if let Some(p) = &config.unix {
         let _ = std::fs::remove_file(p);
@@ -348,9 +356,20 @@ pub fn serve(
     }
     handle.drain();
     drop(handle);
-    let outcome = engine_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))??;
+    let outcome = match engine_thread.join() {
+        Ok(Ok(_)) if engine_died => {
+            anyhow::bail!("the engine stopped without being asked to")
+        }
+        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e:#}"))?,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            anyhow::bail!("the engine panicked: {what}")
+        }
+    };
     // The engine closed its ends; TLS relays send what is left and close.
     let waiting = Instant::now();
     while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
@@ -545,8 +564,8 @@ impl Listeners {
 }
 
 /// Accepts connections (each handshakes on a thread of its own), reloads on SIGHUP and
-/// prints the per-tenant line, until SIGTERM/SIGINT. Returns the connections still
-/// handshaking.
+/// prints the per-tenant line, until SIGTERM/SIGINT or until `engine_gone` (checked at
+/// least every 0.2 s). Returns the connections still handshaking.
 fn accept_until_stopped(
     config: &mut ServerConfig,
     source: Option<&std::path::Path>,
@@ -554,6 +573,7 @@ fn accept_until_stopped(
     handle: &EngineHandle,
     stats: &LiveStats,
     offer: &TlsOffer,
+    engine_gone: &dyn Fn() -> bool,
 ) -> Registry {
     let exports: Arc<Vec<ExportInfo>> = Arc::new(
         config
@@ -573,6 +593,9 @@ fn accept_until_stopped(
     let mut refusal_logged: Option<Instant> = None;
     let mut last = (Instant::now(), stats.snapshot());
     while !STOP.load(Ordering::SeqCst) {
+        if engine_gone() {
+            break;
+        }
         if RELOAD.swap(false, Ordering::SeqCst) {
             match source {
                 Some(path) => reload(config, path, handle),
@@ -938,8 +961,8 @@ fn connection(
         io.write_all(&codec.take_output())?;
     };
     let attach = |fd: OwnedFd, codec: ServerCodec, slot: Slot| {
-        // A stopping engine drops the connection, which closes it.
-        engine.attach(Attach {
+        // An engine that is gone drops the connection, which closes it.
+        let attached = engine.attach(Attach {
             id,
             peer: peer.clone(),
             fd,
@@ -947,6 +970,9 @@ fn connection(
             tenant: export as TenantId,
             slot,
         });
+        if !attached && !STOP.load(Ordering::SeqCst) {
+            eprintln!("ioshare: connection {id}: the engine is gone; closed");
+        }
     };
     match io {
         Transport::Plain(stream) => {

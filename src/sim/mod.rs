@@ -334,11 +334,13 @@ pub fn run_policy_with(
     } else {
         scenario.device.fitted_cost(device.as_ref())
     };
-    run_priced(scenario, choice, device, cost, progress, options)
+    run_policy_priced(scenario, choice, device, cost, progress, options)
 }
 
-/// [`run_policy_with`] with the cost model given (fitted once per device by a sweep).
-fn run_priced(
+/// [`run_policy_with`] with the cost model given: fitted once per device
+/// ([`crate::device::spec::DeviceSpec::fitted_cost`]) and used for every policy run on
+/// copies of it, as a sweep does.
+pub fn run_policy_priced(
     scenario: &Scenario,
     choice: &PolicyChoice,
     device: Box<dyn DeviceModel>,
@@ -553,7 +555,8 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
             let bar = show_progress.then(|| progress_bar(scenario, &label));
             let device = devices[idx].2.clone_box();
             let cost = devices[idx].3;
-            let mut result = run_priced(scenario, choice, device, cost, bar.as_ref(), options)?;
+            let mut result =
+                run_policy_priced(scenario, choice, device, cost, bar.as_ref(), options)?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
