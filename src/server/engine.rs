@@ -95,9 +95,7 @@ impl EngineHandle {
     }
 
     fn poke(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        poke(&self.wake);
     }
 }
 
@@ -195,6 +193,7 @@ pub fn run(
     };
     let mut engine = Engine {
         ring: new_ring(config.queue_depth)?,
+        on_ring: 0,
         wake_buf: Box::new([0; 8]),
         wake,
         wake_armed: false,
@@ -229,7 +228,11 @@ pub fn run(
             .ok()
             .and_then(|v| v.parse().ok()),
     };
-    let ran = engine.run(&rx);
+    // A panic in the loop is caught only to wait for the ring before the buffers go,
+    // then goes on as it was.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run(&rx)));
+    engine.settle();
+    let ran = ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     // The capture is closed whatever became of the run.
     if let Some(c) = engine.capture.take()
         && let Err(e) = c.finish(engine.now())
@@ -278,9 +281,10 @@ fn new_ring(queue_depth: u32) -> anyhow::Result<IoUring> {
 
 /// Everything the device loop owns.
 struct Engine<'a> {
-    /// First, so it is dropped (and whatever is still on it cancelled) before the
-    /// buffers below.
+    /// [`Engine::settle`] waits for what is still on it before anything is dropped.
     ring: IoUring,
+    /// Entries put on the ring whose completions have not been taken.
+    on_ring: u64,
     wake_buf: Box<[u8; 8]>,
     wake: Arc<File>,
     /// The eventfd read is on the ring.
@@ -438,7 +442,7 @@ impl Engine<'_> {
             )
             .build()
             .user_data(WAKE);
-            push(&mut self.ring, e)?;
+            push(&mut self.ring, &mut self.on_ring, e)?;
             self.wake_armed = true;
         }
         if !self.finished.is_empty() {
@@ -476,7 +480,13 @@ impl Engine<'_> {
     fn take_completions(&mut self) -> anyhow::Result<()> {
         // Copied out first: handling one may push to the ring.
         let mut cqes = std::mem::take(&mut self.cqes);
+        let before = cqes.len();
         cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        let taken = (cqes.len() - before) as u64;
+        self.on_ring = self
+            .on_ring
+            .checked_sub(taken)
+            .expect("every completion is of an entry the engine put on the ring");
         for &(user_data, result) in &cqes {
             match user_data {
                 WAKE => self.wake_armed = false,
@@ -617,7 +627,7 @@ impl Engine<'_> {
                 Ok(None) => {
                     let e = c.receive_entry(TAG_RECV | slot as u64);
                     c.receiving = true;
-                    return push(&mut self.ring, e);
+                    return push(&mut self.ring, &mut self.on_ring, e);
                 }
                 Err(e) => {
                     let id = c.id;
@@ -669,7 +679,11 @@ impl Engine<'_> {
                 continue;
             };
             if c.next_send() {
-                push(&mut self.ring, c.send_entry(TAG_SEND | slot as u64))?;
+                push(
+                    &mut self.ring,
+                    &mut self.on_ring,
+                    c.send_entry(TAG_SEND | slot as u64),
+                )?;
             }
         }
         Ok(())
@@ -699,7 +713,11 @@ impl Engine<'_> {
             c.parsed = true;
         }
         if again {
-            push(&mut self.ring, c.send_entry(TAG_SEND | slot as u64))?;
+            push(
+                &mut self.ring,
+                &mut self.on_ring,
+                c.send_entry(TAG_SEND | slot as u64),
+            )?;
         }
         Ok(())
     }
@@ -830,7 +848,11 @@ impl Engine<'_> {
             }
             match self.files.target(r.tenant as usize) {
                 None => self.finished.push((r.id, l.io.null_result())),
-                Some(target) => push(&mut self.ring, l.io.entry(target).user_data(r.id))?,
+                Some(target) => push(
+                    &mut self.ring,
+                    &mut self.on_ring,
+                    l.io.entry(target).user_data(r.id),
+                )?,
             }
         }
     }
@@ -847,7 +869,11 @@ impl Engine<'_> {
             let error = match l.io.step(result) {
                 Next::Again => {
                     let target = target.expect("only file requests go again");
-                    push(&mut self.ring, l.io.entry(target).user_data(id))?;
+                    push(
+                        &mut self.ring,
+                        &mut self.on_ring,
+                        l.io.entry(target).user_data(id),
+                    )?;
                     continue;
                 }
                 Next::Done(error) => error,
@@ -968,7 +994,8 @@ impl Engine<'_> {
     }
 }
 
-fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
+/// Queues `e` on the ring, counting it in `on_ring` until its completion is taken.
+fn push(ring: &mut IoUring, on_ring: &mut u64, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
     // SAFETY: every buffer an entry points to lives until its completion has been
     // reaped: in `Live` (request data), in the connection's `Conn` (its codec's receive
     // buffer, the replies being sent; a connection is not closed while a receive or a
@@ -976,5 +1003,65 @@ fn push(ring: &mut IoUring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
     while unsafe { ring.submission().push(&e) }.is_err() {
         ring.submit()?;
     }
+    *on_ring += 1;
     Ok(())
+}
+
+/// How long a stopping engine waits for what the kernel still has of its I/O.
+const TEARDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Engine<'_> {
+    /// Whatever ended the loop (a drain, an error, a panic), the kernel may still read
+    /// from or write into buffers the engine owns (receives, sends, file I/O, the wake
+    /// read): dropping the ring does not wait for them. So the sockets are shut (their
+    /// receives and sends return), the eventfd is written (its read returns), and the
+    /// engine waits for every entry it put on the ring before its buffers are freed;
+    /// if the ring fails or that takes longer than `TEARDOWN_WAIT`, the buffers are
+    /// leaked rather than freed under the kernel. Called once the loop has ended, before
+    /// anything of the engine is dropped.
+    fn settle(&mut self) {
+        if self.on_ring == 0 {
+            return;
+        }
+        for c in self.conns.iter_mut().flatten() {
+            c.cut();
+        }
+        poke(&self.wake);
+        let give_up = Instant::now() + TEARDOWN_WAIT;
+        let ts = types::Timespec::new().nsec(100_000_000);
+        while self.on_ring > 0 && Instant::now() < give_up {
+            let waited = self
+                .ring
+                .submitter()
+                .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
+            if let Err(e) = waited
+                && !matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                )
+            {
+                break;
+            }
+            let taken = self.ring.completion().count() as u64;
+            // No panic here (this runs after a panic too): a count off is treated as
+            // everything returned, which the check while running rules out.
+            self.on_ring = self.on_ring.saturating_sub(taken);
+        }
+        if self.on_ring > 0 {
+            eprintln!(
+                "ioshare: {} I/O operations still in the kernel as the engine stops; their buffers are left allocated",
+                self.on_ring
+            );
+            std::mem::forget(std::mem::take(&mut self.live));
+            std::mem::forget(std::mem::take(&mut self.conns));
+            std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new([0; 8])));
+        }
+    }
+}
+
+/// Wakes the engine's loop (its eventfd read returns).
+fn poke(wake: &File) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
+    unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
 }
