@@ -770,6 +770,89 @@ fn a_dead_engine_stops_the_server_with_an_error() {
     );
 }
 
+/// One tenant's connections cannot take another's place: with `max_connections` 16 and
+/// two exports, each may have 8 served connections (the default share); vm1's ninth is
+/// refused with `NBD_REP_ERR_POLICY` and may select again once one of its own closed,
+/// and vm2's client is served beside vm1's eight.
+#[test]
+fn one_tenants_connections_never_lock_out_another() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), &format!("max_connections = 16\n{TWO_TENANTS}"));
+    let mut held: Vec<Raw> = (0..8)
+        .map(|_| {
+            let mut c = Raw::connect(&s);
+            assert_eq!(c.go("vm1"), vec![3, 3, 1]);
+            c
+        })
+        .collect();
+    let mut ninth = Raw::connect(&s);
+    assert_eq!(
+        ninth.go("vm1"),
+        vec![(1 << 31) + 2],
+        "ERR_POLICY at the limit"
+    );
+    let mut other = Raw::connect(&s);
+    assert_eq!(other.go("vm2"), vec![3, 3, 1]);
+    other.request(0, 1, 0, 4096, &[]);
+    assert_eq!(other.reply(4096), (1, 0));
+    // One of vm1's own goes: the refused client selects again and is served.
+    drop(held.pop());
+    let t = Instant::now();
+    let served = loop {
+        let kinds = ninth.go("vm1");
+        if kinds == vec![3, 3, 1] {
+            break true;
+        }
+        assert_eq!(kinds, vec![(1 << 31) + 2]);
+        if t.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        served,
+        "the limit was not given back when a connection closed"
+    );
+    ninth.request(0, 2, 0, 4096, &[]);
+    assert_eq!(ninth.reply(4096), (2, 0));
+    drop(held);
+    let err = s.stopped();
+    assert!(err.contains("max_connections_per_tenant"), "{err}");
+}
+
+/// `max_connections_per_peer`: past it a peer's new connections are closed at accept
+/// (the Unix socket is one peer), and its open ones are served.
+#[test]
+fn a_peer_past_its_limit_is_closed_at_accept() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("max_connections_per_peer = 3\n{TWO_TENANTS}"),
+    );
+    // The start-up probe's connection may still be closing: wait for room.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut open: Vec<Raw> = (0..3).map(|_| Raw::connect(&s)).collect();
+    let mut fourth = UnixStream::connect(&s.socket).unwrap();
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = fourth.read_to_end(&mut got);
+    assert!(
+        got.is_empty(),
+        "a connection past the peer's limit was greeted"
+    );
+    assert_eq!(open[0].go("vm2"), vec![3, 3, 1]);
+    open[0].request(0, 1, 0, 4096, &[]);
+    assert_eq!(open[0].reply(4096), (1, 0));
+    drop(open);
+    let err = s.stopped();
+    assert!(
+        err.contains("max_connections_per_peer (3) reached by local"),
+        "{err}"
+    );
+}
+
 /// A vm2 client whose first 4 KiB read (request 1) has been answered.
 fn served_reader(s: &Server) -> Raw {
     let mut reader = Raw::connect(s);
@@ -1842,7 +1925,12 @@ fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
 #[test]
 fn stalled_writes_and_unread_replies_together_stay_within_the_budget() {
     let dir = tempdir();
-    let s = Server::start(dir.path(), TWO_TENANTS);
+    // All of the hostile connections are vm1's: its share of the connections is lifted
+    // so that the memory budget is what holds them.
+    let s = Server::start(
+        dir.path(),
+        &format!("max_connections_per_tenant = 256\n{TWO_TENANTS}"),
+    );
     let pid = s.child.id();
     let mut reader = served_reader(&s);
     let before = rss(pid);

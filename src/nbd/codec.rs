@@ -221,6 +221,10 @@ pub struct ServerCodec {
     tls: TlsPolicy,
     /// TLS runs on the connection ([`Self::tls_started`]).
     tls_active: bool,
+    /// Right after [`Event::Selected`]: how the export was selected and where in the
+    /// output its replies begin, so that the server may still refuse it
+    /// ([`Self::refuse_selected`]).
+    selecting: Option<(u32, usize)>,
 }
 
 impl ServerCodec {
@@ -245,6 +249,7 @@ impl ServerCodec {
             after_large_write: false,
             output,
             no_zeroes: false,
+            selecting: None,
             tls,
             tls_active: false,
         }
@@ -327,7 +332,31 @@ impl ServerCodec {
     /// Bytes to send to the client (handshake replies); empty once transmission runs,
     /// where the caller encodes replies itself ([`super::proto::simple_reply`]).
     pub fn take_output(&mut self) -> Vec<u8> {
+        self.selecting = None;
         std::mem::take(&mut self.output)
+    }
+
+    /// Refuses the export [`Event::Selected`] just named, before its replies are taken
+    /// from the output (the server's own limits: too many connections to it). After
+    /// `NBD_OPT_GO` the client hears `NBD_REP_ERR_POLICY` with `message` instead of the
+    /// export's information and may go on negotiating; after `NBD_OPT_EXPORT_NAME`,
+    /// which has no way to say no, the connection is over (the caller closes it).
+    ///
+    /// # Panics
+    /// When no selection is pending: called twice, after [`Self::take_output`] or a
+    /// poll that went on.
+    pub fn refuse_selected(&mut self, message: &str) {
+        let (option, at) = self
+            .selecting
+            .take()
+            .expect("a selection to refuse, right after Event::Selected");
+        self.output.truncate(at);
+        if option == OPT_GO {
+            self.error(option, REP_ERR_POLICY, message);
+            self.state = State::Options;
+        } else {
+            self.state = State::Closed;
+        }
     }
 
     /// True once the connection is over (after a disconnect or a protocol error).
@@ -374,6 +403,17 @@ impl ServerCodec {
 
     /// The next event the received bytes make, `Ok(None)` when more bytes are needed.
     pub fn poll(&mut self) -> Result<Option<Event>, ProtocolError> {
+        let polled = self.next_event();
+        match &polled {
+            // A selection stays refusable until something after it is parsed.
+            Ok(Some(Event::Selected { .. })) => {}
+            Ok(None) if matches!(self.state, State::Transmission { .. }) => {}
+            _ => self.selecting = None,
+        }
+        polled
+    }
+
+    fn next_event(&mut self) -> Result<Option<Event>, ProtocolError> {
         loop {
             let result = match self.state {
                 // Whatever follows a disconnect or an error is ignored.
@@ -509,6 +549,7 @@ impl ServerCodec {
                 };
                 let e = &self.exports[index];
                 let (size, flags) = (e.size, e.transmission_flags());
+                self.selecting = Some((option, self.output.len()));
                 self.output.extend_from_slice(&size.to_be_bytes());
                 self.output.extend_from_slice(&flags.to_be_bytes());
                 if !self.no_zeroes {
@@ -568,6 +609,7 @@ impl ServerCodec {
             return Ok(Step::Again);
         };
         let e = self.exports[index].clone();
+        let at = self.output.len();
         let mut info = Vec::with_capacity(12);
         info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
         info.extend_from_slice(&e.size.to_be_bytes());
@@ -582,6 +624,7 @@ impl ServerCodec {
         self.reply(option, REP_INFO, &block);
         self.reply(option, REP_ACK, &[]);
         if option == OPT_GO {
+            self.selecting = Some((option, at));
             self.state = State::Transmission { export: index };
             return Ok(Step::Event(Event::Selected { export: index }));
         }
@@ -1042,6 +1085,49 @@ mod tests {
         c.receive(&option(OPT_STARTTLS, &[]));
         assert_eq!(events(&mut c), vec![]);
         assert_eq!(replies(&c.take_output())[0].1, REP_ERR_UNSUP);
+    }
+
+    /// A selection the server refuses (its own limits): after GO the client hears
+    /// ERR_POLICY with the reason and may select again; after EXPORT_NAME, closed.
+    #[test]
+    fn a_refused_selection_is_an_error_reply_or_a_close() {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        c.refuse_selected("export 'a' is at its connection limit");
+        assert_eq!(
+            replies(&c.take_output()),
+            vec![(
+                OPT_GO,
+                REP_ERR_POLICY,
+                b"export 'a' is at its connection limit".to_vec()
+            )]
+        );
+        assert!(!c.is_closed());
+        // No request is parsed: the connection is still negotiating.
+        assert_eq!(c.next_request(), None);
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        let kinds: Vec<u32> = replies(&c.take_output()).iter().map(|r| r.1).collect();
+        assert_eq!(kinds, vec![REP_INFO, REP_INFO, REP_ACK]);
+        c.receive(&request(CMD_READ, 0, 1, 0, 512));
+        assert!(matches!(c.poll(), Ok(Some(Event::Command(_)))));
+        let mut c = negotiating();
+        c.receive(&option(OPT_EXPORT_NAME, b"a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        c.refuse_selected("full");
+        assert!(c.take_output().is_empty(), "EXPORT_NAME has no error reply");
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    #[should_panic(expected = "a selection to refuse")]
+    fn only_a_pending_selection_can_be_refused() {
+        let mut c = negotiating();
+        c.receive(&go("a"));
+        events(&mut c);
+        c.take_output();
+        c.refuse_selected("too late");
     }
 
     #[test]

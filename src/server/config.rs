@@ -39,6 +39,8 @@ struct ServerFile {
     max_inflight_bytes: Option<ByteSize>,
     handshake_timeout_s: Option<f64>,
     max_connections: Option<u32>,
+    max_connections_per_tenant: Option<u32>,
+    max_connections_per_peer: Option<u32>,
     tls: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -215,6 +217,14 @@ pub struct ServerConfig {
     pub handshake_timeout: std::time::Duration,
     /// Connections open at once (handshaking and served); more are closed at accept.
     pub max_connections: u32,
+    /// Served connections one export may have at once; a client selecting an export at
+    /// its limit is refused (`NBD_REP_ERR_POLICY`). Default: an even share of
+    /// `max_connections` over the exports, at least 4.
+    pub max_connections_per_tenant: u32,
+    /// Connections (handshaking and served) one peer may have open at once: a TCP
+    /// client's address (its /64 for IPv6), the Unix socket as one peer. `None` (the
+    /// default): no limit of its own, only `max_connections`.
+    pub max_connections_per_peer: Option<u32>,
     /// TLS for the exports (`NBD_OPT_STARTTLS`).
     pub tls: Tls,
     /// What serves the requests.
@@ -292,6 +302,14 @@ impl ServerConfig {
             max_inflight_bytes: server.max_inflight_bytes,
             handshake_timeout: server.handshake_timeout,
             max_connections: server.max_connections,
+            max_connections_per_tenant: server.max_connections_per_tenant.unwrap_or_else(|| {
+                server
+                    .max_connections
+                    .div_ceil(tenants.len() as u32)
+                    .max(4)
+                    .min(server.max_connections)
+            }),
+            max_connections_per_peer: server.max_connections_per_peer,
             tls: server.tls,
             backend: backend.kind,
             cache: backend.cache,
@@ -330,6 +348,16 @@ impl ServerConfig {
             (
                 "server.max_connections",
                 self.max_connections == new.max_connections,
+            ),
+            (
+                "server.max_connections_per_tenant",
+                // Its default follows the number of exports, which is reported as such.
+                self.tenants.len() != new.tenants.len()
+                    || self.max_connections_per_tenant == new.max_connections_per_tenant,
+            ),
+            (
+                "server.max_connections_per_peer",
+                self.max_connections_per_peer == new.max_connections_per_peer,
             ),
             ("server.tls*", self.tls == new.tls),
             ("backend.kind", self.backend == new.backend),
@@ -380,6 +408,8 @@ struct Server {
     max_inflight_bytes: u64,
     handshake_timeout: std::time::Duration,
     max_connections: u32,
+    max_connections_per_tenant: Option<u32>,
+    max_connections_per_peer: Option<u32>,
     tls: Tls,
 }
 
@@ -545,6 +575,19 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             format!("must be 1 ..= 1000000, got {max_connections}"),
         ));
     }
+    for (name, value) in [
+        ("max_connections_per_tenant", s.max_connections_per_tenant),
+        ("max_connections_per_peer", s.max_connections_per_peer),
+    ] {
+        if let Some(v) = value
+            && !(1..=max_connections).contains(&v)
+        {
+            return Err(field(
+                name,
+                format!("must be 1 ..= server.max_connections ({max_connections}), got {v}"),
+            ));
+        }
+    }
     let handshake_timeout_s = s.handshake_timeout_s.unwrap_or(10.0);
     if !(handshake_timeout_s > 0.0 && handshake_timeout_s <= 3600.0) {
         return Err(field(
@@ -581,6 +624,8 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         max_inflight_bytes,
         handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
         max_connections,
+        max_connections_per_tenant: s.max_connections_per_tenant,
+        max_connections_per_peer: s.max_connections_per_peer,
         tls,
     })
 }
@@ -955,6 +1000,47 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    /// The per-export share of connections: even over the exports, at least 4, never
+    /// above `max_connections`; the per-peer limit off unless given; both within
+    /// `max_connections`.
+    #[test]
+    fn connection_limits_per_tenant_and_per_peer() {
+        let tenants = |n: usize| -> String {
+            (0..n)
+                .map(|i| {
+                    format!("[[tenant]]\nname = \"t{i}\"\nfile = \"t{i}.img\"\nsize = \"1m\"\n")
+                })
+                .collect()
+        };
+        let c = parse(&tenants(3)).unwrap();
+        assert_eq!((c.max_connections, c.max_connections_per_tenant), (256, 86));
+        assert_eq!(c.max_connections_per_peer, None);
+        let c = parse(&tenants(100)).unwrap();
+        assert_eq!(c.max_connections_per_tenant, 4);
+        let c = parse(&format!("[server]\nmax_connections = 3\n{}", tenants(2))).unwrap();
+        assert_eq!(c.max_connections_per_tenant, 3);
+        let c = parse(&format!(
+            "[server]\nmax_connections_per_tenant = 10\nmax_connections_per_peer = 20\n{}",
+            tenants(2)
+        ))
+        .unwrap();
+        assert_eq!(
+            (c.max_connections_per_tenant, c.max_connections_per_peer),
+            (10, Some(20))
+        );
+        for bad in [
+            "max_connections_per_tenant = 0",
+            "max_connections_per_peer = 257",
+        ] {
+            let e = parse(&format!("[server]\n{bad}\n{}", tenants(1))).unwrap_err();
+            let key = bad.split(' ').next().unwrap();
+            assert!(
+                e.contains(&format!("server.{key}")) && e.contains("max_connections (256)"),
+                "{e}"
+            );
+        }
     }
 
     /// `cache` per server and per tenant, and the detector's thresholds.

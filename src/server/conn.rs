@@ -61,8 +61,9 @@ pub struct Attach {
     pub codec: ServerCodec,
     /// The tenant whose export it selected.
     pub tenant: TenantId,
-    /// Its place under `server.max_connections`, given back when it closes.
-    pub slot: Slot,
+    /// Its places under `server.max_connections`, its peer's and its export's limits,
+    /// given back when it closes.
+    pub slots: Vec<Slot>,
 }
 
 /// The engine's view of one connection.
@@ -103,8 +104,8 @@ pub struct Conn {
     pub broken: bool,
     /// Requests of this connection inside the engine, not answered yet.
     pub outstanding: u32,
-    /// Its place under `server.max_connections` (given back on drop).
-    _slot: Slot,
+    /// Its places under the connection limits (given back on drop).
+    _slots: Vec<Slot>,
     /// Data bytes of this connection's requests from their admission until their
     /// replies are sent (or dropped): what it holds of the server's memory budget.
     pub pending_bytes: u64,
@@ -141,7 +142,7 @@ impl Conn {
             send_armed: false,
             broken: false,
             outstanding: 0,
-            _slot: a.slot,
+            _slots: a.slots,
             pending_bytes: 0,
             out_bytes: 0,
             sending_bytes: 0,
@@ -340,7 +341,7 @@ mod tests {
                 read_only: false,
             }])),
             tenant: 0,
-            slot: Slot::take(&Default::default(), 1).expect("a free slot"),
+            slots: vec![Slot::take(&Default::default(), 1).expect("a free slot")],
         })
     }
 

@@ -563,6 +563,14 @@ impl Listeners {
     }
 }
 
+/// The per-export limit on served connections, shared by the handshake threads.
+struct ConnLimits {
+    /// `server.max_connections_per_tenant`.
+    per_tenant: usize,
+    /// Served connections per export (a count a connection's [`Slot`] holds).
+    tenants: Vec<Arc<std::sync::atomic::AtomicUsize>>,
+}
+
 /// Accepts connections (each handshakes on a thread of its own), reloads on SIGHUP and
 /// prints the per-tenant line, until SIGTERM/SIGINT or until `engine_gone` (checked at
 /// least every 0.2 s). Returns the connections still handshaking.
@@ -591,6 +599,16 @@ fn accept_until_stopped(
     // Connections open (handshaking or served), and when a refusal was last logged.
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut refusal_logged: Option<Instant> = None;
+    let mut peer_refusal_logged: Option<Instant> = None;
+    // Connections open per peer (an entry lives while a connection of it holds its
+    // count) and served per export.
+    let mut peers: HashMap<Arc<str>, Arc<std::sync::atomic::AtomicUsize>> = HashMap::new();
+    let limits = Arc::new(ConnLimits {
+        per_tenant: config.max_connections_per_tenant as usize,
+        tenants: (0..config.tenants.len())
+            .map(|_| Default::default())
+            .collect(),
+    });
     let mut last = (Instant::now(), stats.snapshot());
     while !STOP.load(Ordering::SeqCst) {
         if engine_gone() {
@@ -604,7 +622,32 @@ fn accept_until_stopped(
         }
         let timeout = config.handshake_timeout;
         let max = config.max_connections as usize;
+        let per_peer = config.max_connections_per_peer.map(|n| n as usize);
+        peers.retain(|_, count| Arc::strong_count(count) > 1);
         listeners.accept(200, |stream| {
+            // One peer cannot hold more than its share, whatever the others do.
+            let peer_slot = match per_peer {
+                Some(limit) => {
+                    let peer = stream.peer();
+                    let count = peers.entry(peer.clone()).or_default().clone();
+                    let taken = Slot::take(&count, limit);
+                    if taken.is_none()
+                        && peer_refusal_logged
+                            .is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+                    {
+                        eprintln!(
+                            "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
+                            ACCEPT_FAILURE_LOG_EVERY.as_secs()
+                        );
+                        peer_refusal_logged = Some(Instant::now());
+                    }
+                    match taken {
+                        Some(slot) => Some(slot),
+                        None => return,
+                    }
+                }
+                None => None,
+            };
             let slot = Slot::take(&open, max).or_else(|| {
                 // At the cap, the connection that has sat longest in its handshake
                 // makes room: idle clients cannot lock out a new one, which needs
@@ -646,7 +689,14 @@ fn accept_until_stopped(
             };
             next_conn += 1;
             spawn_connection(
-                stream, next_conn, timeout, slot, &exports, handle, &registry, offer,
+                stream,
+                next_conn,
+                timeout,
+                [Some(slot), peer_slot].into_iter().flatten().collect(),
+                (&exports, &limits),
+                handle,
+                &registry,
+                offer,
             );
         });
         if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
@@ -813,8 +863,8 @@ fn spawn_connection(
     stream: Stream,
     id: u64,
     timeout: std::time::Duration,
-    slot: Slot,
-    exports: &Arc<Vec<ExportInfo>>,
+    slots: Vec<Slot>,
+    (exports, limits): (&Arc<Vec<ExportInfo>>, &Arc<ConnLimits>),
     engine: &EngineHandle,
     registry: &Registry,
     offer: &TlsOffer,
@@ -824,6 +874,7 @@ fn spawn_connection(
     };
     registry.lock().expect("registry").insert(id, clone);
     let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
+    let limits = limits.clone();
     let tls = (offer.policy(&stream), offer.config.clone());
     let peer = stream.peer();
     let spawned = std::thread::Builder::new()
@@ -836,8 +887,8 @@ fn spawn_connection(
                 stream,
                 (id, peer.clone()),
                 timeout,
-                slot,
-                exports,
+                slots,
+                (exports, limits),
                 engine,
                 tls,
                 handed_off,
@@ -877,8 +928,8 @@ fn connection(
     stream: Stream,
     (id, peer): (u64, Arc<str>),
     timeout: std::time::Duration,
-    slot: Slot,
-    exports: Arc<Vec<ExportInfo>>,
+    mut slots: Vec<Slot>,
+    (exports, limits): (Arc<Vec<ExportInfo>>, Arc<ConnLimits>),
     engine: EngineHandle,
     (policy, tls): (TlsPolicy, Option<tls::Credentials>),
     handed_off: impl FnOnce(),
@@ -886,7 +937,7 @@ fn connection(
     // A client that connects and says nothing (or reads nothing) is dropped after
     // `server.handshake_timeout_s`, not kept with its thread and descriptors.
     stream.set_timeouts(Some(timeout))?;
-    let mut codec = ServerCodec::with_tls(exports, policy);
+    let mut codec = ServerCodec::with_tls(exports.clone(), policy);
     let mut buf = vec![0u8; 64 << 10];
     let mut io = Transport::Plain(stream);
     io.write_all(&codec.take_output())?;
@@ -898,7 +949,32 @@ fn connection(
         codec.receive(&buf[..n]);
         // One poll answers every complete option; it stops at an event or for bytes.
         let selected = match codec.poll() {
-            Ok(Some(Event::Selected { export })) => Some(export),
+            Ok(Some(Event::Selected { export })) => {
+                match Slot::take(&limits.tenants[export], limits.per_tenant) {
+                    Some(served) => {
+                        slots.push(served);
+                        Some(export)
+                    }
+                    None => {
+                        // Other tenants keep their places: this one is at its own limit.
+                        let name = &exports[export].name;
+                        let n = limits.per_tenant;
+                        logs::PeerLog::global().line(&peer, || {
+                            format!(
+                                "ioshare: connection {id}: export '{name}' refused: it has {n} connections, server.max_connections_per_tenant"
+                            )
+                        });
+                        codec.refuse_selected(&format!(
+                            "export '{name}' has {n} connections, this server's limit for one export"
+                        ));
+                        io.write_all(&codec.take_output())?;
+                        if codec.is_closed() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                }
+            }
             Ok(Some(Event::Disconnect)) => {
                 io.write_all(&codec.take_output())?;
                 return Ok(());
@@ -960,7 +1036,7 @@ fn connection(
         }
         io.write_all(&codec.take_output())?;
     };
-    let attach = |fd: OwnedFd, codec: ServerCodec, slot: Slot| {
+    let attach = |fd: OwnedFd, codec: ServerCodec, slots: Vec<Slot>| {
         // An engine that is gone drops the connection, which closes it.
         let attached = engine.attach(Attach {
             id,
@@ -968,7 +1044,7 @@ fn connection(
             fd,
             codec,
             tenant: export as TenantId,
-            slot,
+            slots,
         });
         if !attached && !STOP.load(Ordering::SeqCst) {
             eprintln!("ioshare: connection {id}: the engine is gone; closed");
@@ -981,12 +1057,12 @@ fn connection(
                 Stream::Unix(s) => s.into(),
                 Stream::Tcp(s) => s.into(),
             };
-            attach(fd, codec, slot);
+            attach(fd, codec, slots);
         }
         Transport::Tls(owned) => {
             let (conn, net) = owned.into_parts();
             net.set_timeouts(None)?;
-            relay_from(tls::RustlsSession { conn, net }, codec, slot, attach)?;
+            relay_from(tls::RustlsSession { conn, net }, codec, slots, attach)?;
         }
         Transport::Psk(ssl) => {
             ssl.get_ref().get_ref().set_timeouts(None)?;
@@ -994,7 +1070,7 @@ fn connection(
                 ssl: *ssl,
                 blocked: false,
             };
-            relay_from(session, codec, slot, attach)?;
+            relay_from(session, codec, slots, attach)?;
         }
     }
     Ok(())
@@ -1005,12 +1081,12 @@ fn connection(
 fn relay_from(
     session: impl tls::Session,
     codec: ServerCodec,
-    slot: Slot,
-    attach: impl FnOnce(OwnedFd, ServerCodec, Slot),
+    slots: Vec<Slot>,
+    attach: impl FnOnce(OwnedFd, ServerCodec, Vec<Slot>),
 ) -> std::io::Result<()> {
     let (ours, engines) = UnixStream::pair()?;
     RELAYS.fetch_add(1, Ordering::SeqCst);
-    attach(engines.into(), codec, slot);
+    attach(engines.into(), codec, slots);
     let relayed = tls::relay(session, ours);
     RELAYS.fetch_sub(1, Ordering::SeqCst);
     relayed
