@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
+#![deny(unused_must_use)]
 
 pub mod buffer;
 pub mod calibrate;

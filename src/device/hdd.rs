@@ -332,9 +332,9 @@ mod tests {
         // near one first; FIFO keeps arrival order.
         let order = |depth| {
             let mut d = HddDevice::new(params(depth));
-            d.submit(&req(1, 0, 512), 0);
-            d.submit(&req(2, 4864, 512), 0); // half a track further
-            d.submit(&req(3, 1024, 512), 0); // right after the first request
+            assert_eq!(d.submit(&req(1, 0, 512), 0), Submitted::Queued);
+            assert_eq!(d.submit(&req(2, 4864, 512), 0), Submitted::Queued); // half a track further
+            assert_eq!(d.submit(&req(3, 1024, 512), 0), Submitted::Queued); // right after the first request
             crate::device::drain(&mut d)
                 .iter()
                 .map(|f| f.request.id)
@@ -352,7 +352,7 @@ mod tests {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
             for id in 0..200 {
                 let off = rng.random_range(0..d.capacity_bytes() / 4096) * 4096;
-                d.submit(&req(id, off, 4096), 0);
+                assert_eq!(d.submit(&req(id, off, 4096), 0), Submitted::Queued);
             }
             crate::device::drain(&mut d).last().unwrap().finish
         };

@@ -27,6 +27,7 @@ pub struct DeviceStats {
 
 /// What a model says when it accepts a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "the finish time, or that the model will say it later, must be acted on"]
 pub enum Submitted {
     /// The finish time is known now (timeline models: SSD, fixed).
     Finishes(Nanos),

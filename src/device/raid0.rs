@@ -244,7 +244,9 @@ impl Raid0Device {
             {
                 self.to_disk.pop();
                 let part = self.part_request(slot as usize, offset, len);
-                self.members[member].submit(&part, t);
+                let queued = self.members[member].submit(&part, t);
+                // A disk decides its order later: the finish comes out of `advance`.
+                assert_eq!(queued, Submitted::Queued, "a member disk defers its finish");
             }
             for m in 0..self.members.len() {
                 if self.members[m].next_event().is_some_and(|e| e <= t) {
@@ -299,7 +301,9 @@ impl DeviceModel for Raid0Device {
             let at = self.cross(member, data, now, false);
             let part = self.part_request(slot, offset, len);
             if at <= now {
-                self.members[member].submit(&part, now);
+                let queued = self.members[member].submit(&part, now);
+                // A disk decides its order later: the finish comes out of `advance`.
+                assert_eq!(queued, Submitted::Queued, "a member disk defers its finish");
             } else {
                 self.seq += 1;
                 self.to_disk
@@ -384,7 +388,7 @@ mod tests {
         // Two 4 KiB parts on members 0 and 1 (one bus each? members 0,1 share bus 0).
         let mut d = Raid0Device::new(small());
         let r = req(Op::Read, 4096, 8192);
-        d.submit(&r, 0);
+        assert_eq!(d.submit(&r, 0), Submitted::Queued);
         let done = crate::device::drain(&mut d);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].request, r);
@@ -393,7 +397,7 @@ mod tests {
         // link, so the second waits for the first's bus transfer.
         let disk = |offset: u64| {
             let mut m = HddDevice::new(small().member);
-            m.submit(&req(Op::Read, offset, 4096), 0);
+            assert_eq!(m.submit(&req(Op::Read, offset, 4096), 0), Submitted::Queued);
             crate::device::drain(&mut m)[0].finish
         };
         let (a, b) = (disk(4096), disk(0));
@@ -410,10 +414,13 @@ mod tests {
     #[test]
     fn writes_cross_the_links_before_the_disk() {
         let mut d = Raid0Device::new(small());
-        d.submit(&req(Op::Write, 0, 4096), 0);
+        assert_eq!(d.submit(&req(Op::Write, 0, 4096), 0), Submitted::Queued);
         // Member 0 sees the write after 204.8 µs (link) + 409.6 µs (bus).
         let mut m = HddDevice::new(small().member);
-        m.submit(&req(Op::Write, 0, 4096), 614_400);
+        assert_eq!(
+            m.submit(&req(Op::Write, 0, 4096), 614_400),
+            Submitted::Queued
+        );
         let alone = crate::device::drain(&mut m);
         let done = crate::device::drain(&mut d);
         assert_eq!(done[0].finish, alone[0].finish);
@@ -423,7 +430,7 @@ mod tests {
     #[test]
     fn flush_touches_every_member_and_capacity_is_whole_stripes() {
         let mut d = Raid0Device::new(small());
-        d.submit(&req(Op::Flush, 0, 0), 1000);
+        assert_eq!(d.submit(&req(Op::Flush, 0, 0), 1000), Submitted::Queued);
         let done = crate::device::drain(&mut d);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].finish, 1000 + 50_000);

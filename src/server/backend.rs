@@ -87,6 +87,7 @@ const ZERO_CHUNK: usize = 1 << 20;
 
 /// What comes after a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a transfer goes again or is done: dropping this loses the request"]
 pub enum Next {
     /// Submit [`Transfer::entry`] again (the rest of a short transfer, or the next stage).
     Again,
