@@ -1,0 +1,183 @@
+//! `ioshare sim` and `ioshare demo`: scenarios run in the simulator, their reports
+//! written.
+
+use super::*;
+
+/// `ioshare sim`: every point of the scenario checked first, then run.
+pub(crate) fn run(
+    scenario: PathBuf,
+    out: Option<PathBuf>,
+    policies: Vec<String>,
+    seed: Option<u64>,
+    duration: Option<f64>,
+    quiet: bool,
+    force: bool,
+) -> Result<()> {
+    let points = Scenario::load_points(&scenario)?;
+    let point = |i: usize| -> Result<Scenario> {
+        let mut s = points.get(i)?;
+        override_scenario(&mut s, seed, duration, &policies)?;
+        Ok(s)
+    };
+    // Every point is read and checked before the first runs (a mistake in the
+    // last point is not found after hours), one point in memory at a time.
+    let limits = Limits::default();
+    let (mut series, mut device, mut aged) = (0.0f64, 0.0f64, false);
+    for i in 0..points.len() {
+        let s = point(i)?;
+        aged |= aged_ssd(&s);
+        if !force && let Some(why) = s.too_costly(limits) {
+            bail!(
+                "{}: not run: {why}. Make the scenario smaller, or give --force to run it anyway",
+                scenario.display()
+            );
+        }
+        let c = s.cost();
+        series += c.series_bytes;
+        device = device.max(c.device_bytes);
+    }
+    // A sweep keeps every point's time series for the report, and up to
+    // KEPT_DEVICES devices built.
+    let total = series + device * (ioshare::sim::KEPT_DEVICES + 1) as f64;
+    if !force && points.len() > 1 && total > limits.memory_bytes {
+        bail!(
+            "{}: not run: its {} points would take about {:.1} GiB of memory (every point's time series, {:.1} GiB, and the devices), more than {:.0} GiB. Split the sweep, lengthen interval_s, or give --force to run it anyway",
+            scenario.display(),
+            points.len(),
+            total / (1u64 << 30) as f64,
+            series / (1u64 << 30) as f64,
+            limits.memory_bytes / (1u64 << 30) as f64
+        );
+    }
+    // Built again one at a time as the runs reach them (they were fine above; a
+    // failure would stop the sweep with its error, after the points before it).
+    let mut failed = None;
+    let first = point(0)?;
+    let rest = (1..points.len()).map_while(|i| match point(i) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            failed = Some(e);
+            None
+        }
+    });
+    let result = simulate(
+        std::iter::once(first).chain(rest),
+        aged,
+        out.as_deref(),
+        !quiet,
+    );
+    match failed {
+        Some(e) => Err(e),
+        None => result,
+    }
+}
+
+/// `ioshare demo`: the built-in scenario under every policy, its report and a legend.
+pub(crate) fn demo(out: PathBuf) -> Result<()> {
+    let mut s = Scenario::parse(ioshare::DEMO_SCENARIO, "built-in demo scenario", "demo")?;
+    s.policies = policy::names()
+        .into_iter()
+        .map(PolicyChoice::named)
+        .collect();
+    let aged = aged_ssd(&s);
+    simulate([s], aged, Some(&out), true)?;
+    print!("{DEMO_LEGEND}");
+    Ok(())
+}
+
+/// What the demo's columns mean, printed under its table.
+const DEMO_LEGEND: &str = "
+How to read it (one block per policy; vm1, vm2 and vm3 keep the drive busy, vm3 is idle from 10 s to 20 s, vm4 agreed 300 reads/s within 20 ms):
+  weight      the tenant's share weight (10:7:4:1)
+  MB/s, IOPS  what the tenant completed, per second, after the warm-up
+  share       its part of all bytes moved; ideal: what its weight entitles it to among the backlogged tenants (- when it is not: busy under half the time, or, like vm4, an open loop that got what it asked for)
+  p50, p99    its response times (arrival to completion)
+  SLO         the part of its requests answered within its rt (refused ones count as misses)
+  summary     total throughput and its ratio to none; share error (how far shares are from ideal over the whole run, and per interval: read this one here, as the whole-run figure counts vm3 short for its idle phase); Jain's fairness index; GC's write amplification
+  phase lines IOPS per tenant in each part of the run (vm3's idle phase in the middle); on: how long a token bucket was switched in
+Policies: none (no scheduling), cfq/bfq/sfq/feedbac/mots (shares by weight), ta1/ta2/ta3 (token buckets for SLOs), mclock (reservations, weights, limits).
+The report (report.html) opens on the policies compared (share error per interval, throughput vs none, worst p99, worst SLO satisfaction), then shares, phases and each tenant's bandwidth over time.
+";
+
+/// Applies the command line's overrides to one scenario.
+fn override_scenario(
+    s: &mut Scenario,
+    seed: Option<u64>,
+    duration: Option<f64>,
+    policies: &[String],
+) -> Result<()> {
+    if let Some(seed) = seed {
+        s.seed = seed;
+    }
+    if let Some(d) = duration {
+        if !(d.is_finite() && d > 0.0) {
+            bail!("--duration must be > 0");
+        }
+        let duration = ioshare::types::secs_to_nanos(d);
+        if s.warmup >= duration {
+            bail!(
+                "--duration {d} s is not longer than the scenario's warmup_s ({} s), which is not measured: give a longer --duration",
+                s.warmup as f64 / 1e9
+            );
+        }
+        s.duration = duration;
+    }
+    no_policy_twice(policies)?;
+    if !policies.is_empty() {
+        // A name that matches one of the scenario's labels keeps its parameters.
+        s.policies = policies
+            .iter()
+            .map(|p| {
+                s.policies
+                    .iter()
+                    .find(|c| &c.label == p)
+                    .cloned()
+                    .unwrap_or_else(|| PolicyChoice::named(p))
+            })
+            .collect();
+        for p in &s.policies {
+            policy::build(&p.name, p.params.clone(), &s.specs())?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the scenario starts from an aged SSD model (which takes a while to build).
+fn aged_ssd(s: &Scenario) -> bool {
+    matches!(
+        s.device,
+        ioshare::device::spec::DeviceSpec::Ssd {
+            precondition: Precondition::Aged,
+            ..
+        }
+    )
+}
+
+/// Runs the scenarios (a sweep's points, built as they are reached), prints the table
+/// and writes the report into `out`.
+fn simulate(
+    all: impl IntoIterator<Item = Scenario>,
+    aged: bool,
+    out: Option<&Path>,
+    progress: bool,
+) -> Result<()> {
+    if let Some(dir) = out {
+        check_out(dir)?;
+    }
+    let show = progress && std::io::stderr().is_terminal();
+    if show && aged {
+        eprintln!("preconditioning the device (aging)...");
+    }
+    let result = ioshare::sim::run_each(all, show, ioshare::sim::RunOptions::default())?;
+    print!("{}", report::table(&result));
+    if let Some(dir) = out {
+        report::write_all(&result, dir)?;
+        println!(
+            "wrote {}, {} and {}",
+            dir.join("results.json").display(),
+            dir.join("timeseries.csv").display(),
+            dir.join("report.html").display()
+        );
+    }
+    Ok(())
+}
