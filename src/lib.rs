@@ -20,6 +20,7 @@ pub mod config;
 pub mod conformance;
 pub mod device;
 pub mod host;
+pub mod io;
 pub mod iolog;
 pub mod journal;
 pub mod metrics;

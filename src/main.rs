@@ -188,7 +188,16 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             let capture = capture.map(|path| (path, capture_limit.0));
-            ioshare::server::serve(loaded, Some(config), out, capture)
+            let result = ioshare::server::serve(loaded, Some(config), out.clone(), capture)?;
+            if let (Some(result), Some(dir)) = (result, out) {
+                print!("{}", report::table(&result));
+                report::write_all(&result, &dir)?;
+                eprintln!(
+                    "ioshare: report written to {}/ (results.json, timeseries.csv, report.html)",
+                    dir.display()
+                );
+            }
+            Ok(())
         }
         Command::Conformance {
             devices,

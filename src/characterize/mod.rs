@@ -474,8 +474,9 @@ impl Characterization {
         out
     }
 
-    /// Writes `characterize.json`, `characterize.csv` and `report.html` into `dir`.
-    pub fn write_all(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+    /// Writes `characterize.json` and `characterize.csv` into `dir` (the report that
+    /// draws them is `report::characterize`'s).
+    pub fn write_data(&self, dir: &std::path::Path) -> anyhow::Result<()> {
         use anyhow::Context;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let json = dir.join("characterize.json");
@@ -508,10 +509,6 @@ impl Characterization {
             ])?;
         }
         w.flush()?;
-        let html = crate::report::characterize_html(self)
-            .map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
-        let page = dir.join("report.html");
-        std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))?;
         Ok(())
     }
 }

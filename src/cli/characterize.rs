@@ -190,7 +190,7 @@ fn characterize(a: Characterize) -> Result<()> {
     let m = plan.run_on(measured.runner(), disk.as_deref(), progress)?;
     print!("{}", m.table());
     if let Some(dir) = a.out {
-        m.write_all(dir)?;
+        report::write_characterization(&m, dir)?;
         println!(
             "wrote {}, {} and {}",
             dir.join("characterize.json").display(),

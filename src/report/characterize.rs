@@ -231,3 +231,12 @@ pub fn characterize_html(m: &Characterization) -> Result<String, Box<dyn std::er
     out.push_str("</body></html>\n");
     Ok(out)
 }
+
+/// Writes `characterize.json`, `characterize.csv` and `report.html` for `m` into `dir`.
+pub fn write_characterization(m: &Characterization, dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    m.write_data(dir)?;
+    let html = characterize_html(m).map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
+    let page = dir.join("report.html");
+    std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))
+}

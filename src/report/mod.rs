@@ -5,7 +5,7 @@ mod characterize;
 mod compare;
 mod html;
 
-pub use characterize::characterize_html;
+pub use characterize::{characterize_html, write_characterization};
 pub use compare::{PolicyFigures, figures};
 
 pub use html::write_html;

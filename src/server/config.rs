@@ -100,18 +100,7 @@ struct TenantFile {
     cache: Option<String>,
 }
 
-/// How the file backend uses the page cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cache {
-    /// `O_DIRECT`: requests go to the device, no host caching.
-    None,
-    /// The page cache: writes are durable after a flush or with FUA.
-    Writeback,
-    /// The page cache for everything but the guest file system's journal: writes the
-    /// journal detector ([`crate::journal`]) finds in a journal group go `O_DIRECT`, and
-    /// their range is dropped from the page cache (Kim & Lee's PDC).
-    Pdc,
-}
+pub use crate::io::transfer::Cache;
 
 impl Cache {
     /// Parses a cache mode as the configuration spells it.

@@ -208,16 +208,16 @@ impl Write for Stream {
 type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
 
 /// Runs the server until SIGTERM/SIGINT. `source` is the configuration file SIGHUP
-/// reloads (`None`: SIGHUP is ignored). With `out`, the run's `results.json`,
-/// `timeseries.csv` and `report.html` (the simulator's formats) are written there at
-/// shutdown. With `capture` (a file and its size limit), every request is recorded
-/// there as it arrives ([`capture`]).
+/// reloads (`None`: SIGHUP is ignored). With `out` (a folder, created now), the run is
+/// recorded and its result returned at shutdown, in the simulator's form, for the
+/// caller to write there (`report::write_all`). With `capture` (a file and its size
+/// limit), every request is recorded there as it arrives ([`capture`]).
 pub fn serve(
     mut config: ServerConfig,
     source: Option<PathBuf>,
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<ScenarioResult>> {
     if let Some(dir) = &out {
         // Found out now, not after hours of serving.
         std::fs::create_dir_all(dir)
@@ -375,17 +375,17 @@ pub fn serve(
     while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    summarize(&config, &stats, outcome, out.as_deref(), clock)
+    Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
 }
 
-/// The closing lines per tenant, and with `--out` the run's report.
+/// The closing lines per tenant, and when the run was recorded, its result.
 fn summarize(
     config: &ServerConfig,
     stats: &LiveStats,
     outcome: engine::Outcome,
-    out: Option<&std::path::Path>,
+    recorded: bool,
     clock: Instant,
-) -> anyhow::Result<()> {
+) -> Option<ScenarioResult> {
     let snapshot = stats.snapshot();
     for (t, c) in snapshot.iter().zip(&config.tenants) {
         let journal = if c.cache == config::Cache::Pdc {
@@ -408,16 +408,7 @@ fn summarize(
             t.held_back
         );
     }
-    if let Some(dir) = out {
-        let result = live_result(config, outcome, &snapshot, clock.elapsed().as_secs_f64());
-        print!("{}", crate::report::table(&result));
-        crate::report::write_all(&result, dir)?;
-        eprintln!(
-            "ioshare: report written to {}/ (results.json, timeseries.csv, report.html)",
-            dir.display()
-        );
-    }
-    Ok(())
+    recorded.then(|| live_result(config, outcome, &snapshot, clock.elapsed().as_secs_f64()))
 }
 
 /// The sockets clients connect to.

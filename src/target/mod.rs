@@ -1,6 +1,6 @@
 //! Real targets for `characterize` and `calibrate`: a file or a block device measured
 //! with `O_DIRECT` I/O on io_uring, through the file backend's request state machine
-//! ([`crate::server::backend::Transfer`], what the live server does with a request).
+//! ([`crate::io::transfer::Transfer`], what the live server does with a request).
 //!
 //! A [`RingDevice`] stands where a device model stands in the simulator: the same
 //! driver issues the scenario's requests through the same host core and policy, but
@@ -17,8 +17,8 @@
 
 use crate::buffer::IoBuf;
 use crate::device::{DeviceModel, Finished, Submitted, Wall};
+use crate::io::transfer::{Cache, DIRECT_ALIGN, Next, Target as FileTarget, Transfer};
 use crate::nbd::CommandKind;
-use crate::server::backend::{Next, Target as FileTarget, Transfer};
 use crate::types::{Nanos, Op, Request};
 use anyhow::{Context, bail};
 use io_uring::{IoUring, types};
@@ -95,7 +95,7 @@ pub fn interrupted() -> Option<String> {
 }
 
 /// Requests aligned to this (`O_DIRECT`).
-const ALIGN: u64 = crate::server::backend::DIRECT_ALIGN;
+const ALIGN: u64 = DIRECT_ALIGN;
 
 impl Target {
     /// Opens `path`. A missing path is created as a file of `create_bytes` (fill it
@@ -570,7 +570,7 @@ impl RingDevice {
             buffered: self.buffered.as_raw_fd(),
             direct: Some(self.direct.as_raw_fd()),
             base: 0,
-            cache: crate::server::config::Cache::None,
+            cache: Cache::None,
         }
     }
 

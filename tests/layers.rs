@@ -1,0 +1,139 @@
+//! The crate's layers, checked on its source: a module may use what is in its own layer
+//! or below, never above. Lowest first:
+//!
+//! * core — the sans-I/O parts: `types`, `units`, `buffer`, `config`, `scenario`, `host`,
+//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`;
+//! * io — `io` (a request's file I/O) and `target` (real devices on io_uring);
+//! * server — the live NBD server;
+//! * tools — `characterize`, `calibrate`, `conformance`, `report`;
+//! * cli — `main.rs` and `cli/` (the binary; the library cannot name it).
+//!
+//! A reference is any `crate::<module>` on a line that is not a comment, outside test
+//! code (`tests.rs` files and what follows `#[cfg(test)]` in a file).
+
+use std::path::{Path, PathBuf};
+
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "core",
+        &[
+            "types", "units", "buffer", "config", "scenario", "host", "policy", "device", "sim",
+            "workload", "metrics", "nbd", "journal", "iolog",
+        ],
+    ),
+    ("io", &["io", "target"]),
+    ("server", &["server"]),
+    (
+        "tools",
+        &["characterize", "calibrate", "conformance", "report"],
+    ),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level modules named as `crate::<name>` in `text`'s non-test, non-comment lines.
+fn references(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            let name: String = rest[at + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                found.push((i + 1, name));
+            }
+            rest = &rest[at + 7..];
+        }
+        // `use crate::{a, b}` names several.
+        if let Some(at) = code.find("crate::{") {
+            for name in code[at + 8..].split(['}', ',']) {
+                let name: String = name
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    found.push((i + 1, name));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_uses_a_layer_above_its_own() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut upward = Vec::new();
+    let mut checked = 0;
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = top.trim_end_matches(".rs").to_string();
+        if rel.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        // The binary (main.rs, cli/) is the top layer: it may use anything.
+        let Some(own) = layer_of(&module) else {
+            assert!(
+                ["lib", "main", "cli"].contains(&module.as_str()),
+                "{} is in no layer: add its module to LAYERS",
+                rel.display()
+            );
+            continue;
+        };
+        checked += 1;
+        let text = std::fs::read_to_string(f).unwrap();
+        for (line, name) in references(&text) {
+            if let Some(theirs) = layer_of(&name)
+                && theirs > own
+            {
+                upward.push(format!(
+                    "{}:{line}: {} ({}) uses {} ({})",
+                    rel.display(),
+                    module,
+                    LAYERS[own].0,
+                    name,
+                    LAYERS[theirs].0
+                ));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} files checked");
+    assert!(upward.is_empty(), "upward imports:\n{}", upward.join("\n"));
+}
+
+/// The checker itself finds what it must: names after `crate::`, grouped imports, and
+/// nothing in comments or tests.
+#[test]
+fn the_reference_finder_sees_paths_groups_and_skips_comments_and_tests() {
+    let text = "use crate::server::config;\nuse crate::{policy, report::x};\n// crate::cli\n/// [`crate::target::RingDevice`]\nlet a = crate::sim::run(); // crate::io\n#[cfg(test)]\nuse crate::calibrate;\n";
+    let names: Vec<String> = references(text).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names, ["server", "policy", "report", "sim"]);
+}
