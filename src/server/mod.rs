@@ -224,18 +224,7 @@ pub fn serve(
             .map_err(|e| anyhow::anyhow!("--out: cannot create {}: {e}", dir.display()))?;
     }
     let specs = config.specs();
-    // Checked now, before an emulated device is built (seconds); built again below on
-    // the device's cost model.
-    let policy = crate::policy::build(&config.policy.name, config.policy.params.clone(), &specs)
-        .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
-    if config.cost_device.is_none()
-        && policy.currency() == crate::policy::cost::Currency::DeviceTime
-    {
-        eprintln!(
-            "ioshare: policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",
-            config.policy.label
-        );
-    }
+    check_policy(&config)?;
     let files = backend::Files::open(&config)?;
     let model = config.emulated.as_ref().map(|(device, seed)| {
         let t = Instant::now();
@@ -301,28 +290,7 @@ pub fn serve(
                 )
             })?
     };
-    if let Some(a) = metrics_at {
-        eprintln!("ioshare: metrics on http://{a}/metrics");
-        if !a.ip().is_loopback() {
-            eprintln!(
-                "ioshare: warning: server.metrics ({a}) is reachable beyond this machine: tenant names and their I/O figures are readable by anyone who can connect"
-            );
-        }
-    }
-    if let Some(a) = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok())
-        && !a.ip().is_loopback()
-    {
-        let authenticated = config.tls.client_ca.is_some() || config.tls.psk.is_some();
-        match (config.tls.mode, authenticated) {
-            (config::TlsMode::Require, true) => {}
-            (config::TlsMode::Require, false) => eprintln!(
-                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
-            ),
-            _ => eprintln!(
-                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and TLS is not required (server.tls): anyone who can connect reads and writes the exports"
-            ),
-        }
-    }
+    warn_of_exposure(&config, metrics_at, &listeners);
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
         config.tenants.len(),
@@ -356,11 +324,44 @@ pub fn serve(
     }
     handle.drain();
     drop(handle);
-    let outcome = match engine_thread.join() {
-        Ok(Ok(_)) if engine_died => {
-            anyhow::bail!("the engine stopped without being asked to")
-        }
-        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e:#}"))?,
+    let outcome = joined(engine_thread, engine_died)?;
+    // The engine closed its ends; TLS relays send what is left and close.
+    let waiting = Instant::now();
+    while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// The policy, checked before an emulated device is built (seconds; it is built again
+/// on the device's cost model), and said once when it charges by a default model.
+fn check_policy(config: &ServerConfig) -> anyhow::Result<()> {
+    let policy = crate::policy::build(
+        &config.policy.name,
+        config.policy.params.clone(),
+        &config.specs(),
+    )
+    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    if config.cost_device.is_none()
+        && policy.currency() == crate::policy::cost::Currency::DeviceTime
+    {
+        eprintln!(
+            "ioshare: policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",
+            config.policy.label
+        );
+    }
+    Ok(())
+}
+
+/// The engine's end: its outcome, or why there is none (an error, a panic, or it
+/// stopped without being asked: `died`).
+fn joined(
+    engine: std::thread::JoinHandle<anyhow::Result<engine::Outcome>>,
+    died: bool,
+) -> anyhow::Result<engine::Outcome> {
+    match engine.join() {
+        Ok(Ok(_)) if died => anyhow::bail!("the engine stopped without being asked to"),
+        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e:#}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
@@ -369,13 +370,38 @@ pub fn serve(
                 .unwrap_or_else(|| "no message".into());
             anyhow::bail!("the engine panicked: {what}")
         }
-    };
-    // The engine closed its ends; TLS relays send what is left and close.
-    let waiting = Instant::now();
-    while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// The start-up lines on what is reachable from other machines: the metrics endpoint,
+/// and a TCP listener without TLS or without client authentication.
+fn warn_of_exposure(
+    config: &ServerConfig,
+    metrics_at: Option<std::net::SocketAddr>,
+    listeners: &Listeners,
+) {
+    if let Some(a) = metrics_at {
+        eprintln!("ioshare: metrics on http://{a}/metrics");
+        if !a.ip().is_loopback() {
+            eprintln!(
+                "ioshare: warning: server.metrics ({a}) is reachable beyond this machine: tenant names and their I/O figures are readable by anyone who can connect"
+            );
+        }
+    }
+    if let Some(a) = listeners.tcp.as_ref().and_then(|l| l.local_addr().ok())
+        && !a.ip().is_loopback()
+    {
+        let authenticated = config.tls.client_ca.is_some() || config.tls.psk.is_some();
+        match (config.tls.mode, authenticated) {
+            (config::TlsMode::Require, true) => {}
+            (config::TlsMode::Require, false) => eprintln!(
+                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
+            ),
+            _ => eprintln!(
+                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and TLS is not required (server.tls): anyone who can connect reads and writes the exports"
+            ),
+        }
+    }
 }
 
 /// The closing lines per tenant, and when the run was recorded, its result.
@@ -619,60 +645,14 @@ fn accept_until_stopped(
             // One peer cannot hold more than its share, whatever the others do.
             let peer_slot = match per_peer {
                 Some(limit) => {
-                    let peer = stream.peer();
-                    let count = peers.entry(peer.clone()).or_default().clone();
-                    let taken = Slot::take(&count, limit);
-                    if taken.is_none()
-                        && peer_refusal_logged
-                            .is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-                    {
-                        eprintln!(
-                            "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
-                            ACCEPT_FAILURE_LOG_EVERY.as_secs()
-                        );
-                        peer_refusal_logged = Some(Instant::now());
-                    }
-                    match taken {
+                    match take_peer_slot(&stream, &mut peers, limit, &mut peer_refusal_logged) {
                         Some(slot) => Some(slot),
                         None => return,
                     }
                 }
                 None => None,
             };
-            let slot = Slot::take(&open, max).or_else(|| {
-                // At the cap, the connection that has sat longest in its handshake
-                // makes room: idle clients cannot lock out a new one, which needs
-                // milliseconds to finish its own handshake.
-                let evicted = evict_oldest_handshake(&registry);
-                if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-                {
-                    eprintln!(
-                        "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
-                        if evicted {
-                            "closing the connections longest in their handshake for new ones"
-                        } else {
-                            "every one is served; closing new connections"
-                        },
-                        ACCEPT_FAILURE_LOG_EVERY.as_secs()
-                    );
-                    refusal_logged = Some(Instant::now());
-                }
-                if !evicted {
-                    return None;
-                }
-                // Its thread gives the slot back as its read fails; meanwhile the new
-                // connection may go a little over the cap, not wait for that.
-                let waiting = Instant::now();
-                loop {
-                    if let Some(slot) = Slot::take(&open, max + EVICTION_ALLOWANCE) {
-                        return Some(slot);
-                    }
-                    if waiting.elapsed() > EVICTION_WAIT {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            });
+            let slot = take_slot(&open, max, &registry, &mut refusal_logged);
             // Without a slot the connection is closed at once: a flood of clients
             // cannot take every descriptor.
             let Some(slot) = slot else {
@@ -690,22 +670,98 @@ fn accept_until_stopped(
                 offer,
             );
         });
-        if config.interval_s > 0.0 && last.0.elapsed().as_secs_f64() >= config.interval_s {
-            let now = stats.snapshot();
-            let secs = last.0.elapsed().as_secs_f64();
-            if now
-                .iter()
-                .zip(&last.1)
-                .any(|(n, b)| n.completed != b.completed)
-            {
-                for line in stats::interval_lines(&last.1, &now, secs) {
-                    eprintln!("{line}");
-                }
-            }
-            last = (Instant::now(), now);
-        }
+        print_interval(config.interval_s, stats, &mut last);
     }
     registry
+}
+
+/// A place for a new connection under `max_connections`. At the cap, the connection
+/// that has sat longest in its handshake makes room: idle clients cannot lock out a new
+/// one, which needs milliseconds to finish its own handshake. `None`: every connection
+/// is served (the new one is closed).
+fn take_slot(
+    open: &Arc<std::sync::atomic::AtomicUsize>,
+    max: usize,
+    registry: &Registry,
+    refusal_logged: &mut Option<Instant>,
+) -> Option<Slot> {
+    if let Some(slot) = Slot::take(open, max) {
+        return Some(slot);
+    }
+    let evicted = evict_oldest_handshake(registry);
+    if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
+        eprintln!(
+            "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
+            if evicted {
+                "closing the connections longest in their handshake for new ones"
+            } else {
+                "every one is served; closing new connections"
+            },
+            ACCEPT_FAILURE_LOG_EVERY.as_secs()
+        );
+        *refusal_logged = Some(Instant::now());
+    }
+    if !evicted {
+        return None;
+    }
+    // Its thread gives the slot back as its read fails; meanwhile the new connection
+    // may go a little over the cap, not wait for that.
+    let waiting = Instant::now();
+    loop {
+        if let Some(slot) = Slot::take(open, max + EVICTION_ALLOWANCE) {
+            return Some(slot);
+        }
+        if waiting.elapsed() > EVICTION_WAIT {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A place for a new connection under its peer's `max_connections_per_peer`; `None`
+/// (logged now and then): the peer is at its limit.
+fn take_peer_slot(
+    stream: &Stream,
+    peers: &mut HashMap<Arc<str>, Arc<std::sync::atomic::AtomicUsize>>,
+    limit: usize,
+    refusal_logged: &mut Option<Instant>,
+) -> Option<Slot> {
+    let peer = stream.peer();
+    let count = peers.entry(peer.clone()).or_default().clone();
+    let taken = Slot::take(&count, limit);
+    if taken.is_none()
+        && refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+    {
+        eprintln!(
+            "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
+            ACCEPT_FAILURE_LOG_EVERY.as_secs()
+        );
+        *refusal_logged = Some(Instant::now());
+    }
+    taken
+}
+
+/// The per-tenant line every `interval_s` (0: never), when anything completed since.
+fn print_interval(
+    interval_s: f64,
+    stats: &LiveStats,
+    last: &mut (Instant, Vec<stats::TenantCounters>),
+) {
+    if interval_s <= 0.0 || last.0.elapsed().as_secs_f64() < interval_s {
+        return;
+    }
+    let now = stats.snapshot();
+    let secs = last.0.elapsed().as_secs_f64();
+    if now
+        .iter()
+        .zip(&last.1)
+        .any(|(n, b)| n.completed != b.completed)
+    {
+        for line in stats::interval_lines(&last.1, &now, secs) {
+            eprintln!("{line}");
+        }
+    }
+    *last = (Instant::now(), now);
 }
 
 /// The report's interval: the terminal line's, or a second when that is off.
@@ -947,18 +1003,13 @@ fn connection(
                         Some(export)
                     }
                     None => {
-                        // Other tenants keep their places: this one is at its own limit.
-                        let name = &exports[export].name;
-                        let n = limits.per_tenant;
-                        logs::PeerLog::global().line(&peer, || {
-                            format!(
-                                "ioshare: connection {id}: export '{name}' refused: it has {n} connections, server.max_connections_per_tenant"
-                            )
-                        });
-                        codec.refuse_selected(&format!(
-                            "export '{name}' has {n} connections, this server's limit for one export"
-                        ));
-                        io.write_all(&codec.take_output())?;
+                        refuse_at_tenant_limit(
+                            &mut codec,
+                            &mut io,
+                            (id, &peer),
+                            &exports[export].name,
+                            limits.per_tenant,
+                        )?;
                         if codec.is_closed() {
                             return Ok(());
                         }
@@ -975,39 +1026,7 @@ fn connection(
                 let (Transport::Plain(plain), Some(credentials)) = (io, tls.clone()) else {
                     unreachable!("the codec starts TLS once, where it is offered");
                 };
-                let early = codec.take_unparsed();
-                io = match credentials {
-                    tls::Credentials::X509(config) => {
-                        let mut conn = rustls::ServerConnection::new(config)?;
-                        // All of it (read_tls takes at most 4 KiB at a time), processed,
-                        // so a whole ClientHello sent early is answered.
-                        let mut rest = early.as_slice();
-                        while !rest.is_empty() {
-                            conn.read_tls(&mut rest)?;
-                            conn.process_new_packets()
-                                .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
-                        }
-                        let mut owned = rustls::StreamOwned::new(conn, plain);
-                        while owned.conn.is_handshaking() {
-                            owned
-                                .conn
-                                .complete_io(&mut owned.sock)
-                                .map_err(|e| anyhow::Error::new(e).context("TLS handshake"))?;
-                        }
-                        Transport::Tls(Box::new(owned))
-                    }
-                    tls::Credentials::Psk(context) => {
-                        let ssl = openssl::ssl::Ssl::new(&context)?;
-                        let stream = ssl
-                            .accept(tls::Prepended::new(early, plain))
-                            .map_err(|e| {
-                                anyhow::anyhow!(
-                                    "TLS handshake (PSK; an unknown identity or a wrong key fails it): {e}"
-                                )
-                            })?;
-                        Transport::Psk(Box::new(stream))
-                    }
-                };
+                io = start_tls(plain, credentials, codec.take_unparsed())?;
                 codec.tls_started();
                 None
             }
@@ -1065,6 +1084,66 @@ fn connection(
         }
     }
     Ok(())
+}
+
+/// Runs the TLS handshake on a connection whose client sent `NBD_OPT_STARTTLS`; `early`
+/// is what it sent right behind that option (a ClientHello already on its way).
+fn start_tls(
+    plain: Stream,
+    credentials: tls::Credentials,
+    early: Vec<u8>,
+) -> anyhow::Result<Transport> {
+    Ok(match credentials {
+        tls::Credentials::X509(config) => {
+            let mut conn = rustls::ServerConnection::new(config)?;
+            // All of it (read_tls takes at most 4 KiB at a time), processed,
+            // so a whole ClientHello sent early is answered.
+            let mut rest = early.as_slice();
+            while !rest.is_empty() {
+                conn.read_tls(&mut rest)?;
+                conn.process_new_packets()
+                    .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
+            }
+            let mut owned = rustls::StreamOwned::new(conn, plain);
+            while owned.conn.is_handshaking() {
+                owned
+                    .conn
+                    .complete_io(&mut owned.sock)
+                    .map_err(|e| anyhow::Error::new(e).context("TLS handshake"))?;
+            }
+            Transport::Tls(Box::new(owned))
+        }
+        tls::Credentials::Psk(context) => {
+            let ssl = openssl::ssl::Ssl::new(&context)?;
+            let stream = ssl.accept(tls::Prepended::new(early, plain)).map_err(|e| {
+                anyhow::anyhow!(
+                    "TLS handshake (PSK; an unknown identity or a wrong key fails it): {e}"
+                )
+            })?;
+            Transport::Psk(Box::new(stream))
+        }
+    })
+}
+
+/// A client selected an export at its `max_connections_per_tenant`: it hears why (or,
+/// after `NBD_OPT_EXPORT_NAME`, is closed), and the peer's log says so.
+fn refuse_at_tenant_limit(
+    codec: &mut ServerCodec,
+    io: &mut Transport,
+    (id, peer): (u64, &Arc<str>),
+    name: &str,
+    limit: usize,
+) -> std::io::Result<()> {
+    // Other tenants keep their places: this one is at its own limit.
+    logs::PeerLog::global().line(peer, || {
+        format!(
+            "ioshare: connection {id}: export '{name}' refused: it has {limit} connections, server.max_connections_per_tenant"
+        )
+    });
+    codec.refuse_selected(&format!(
+        "export '{name}' has {limit} connections, this server's limit for one export"
+    ));
+    io.write_all(&codec.take_output())
 }
 
 /// Hands the engine one end of a socket pair and relays between it and the TLS
