@@ -408,8 +408,8 @@ impl<O: Observer> Host<O> {
             .unwrap_or_else(|| panic!("tenant {t}: a completion with nothing in flight"));
         self.in_flight -= 1;
         assert!(
-            completion.finish >= completion.start,
-            "request {} finished before it started",
+            completion.finish >= completion.start && completion.start >= completion.request.arrival,
+            "request {} finished before it started, or started before it arrived",
             completion.request.id
         );
         self.policy.complete(completion, now);
