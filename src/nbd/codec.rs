@@ -381,10 +381,10 @@ impl ServerCodec {
     /// served: a write's payload buffer is allocated when its header is parsed, a read's
     /// when it is served; 0 for anything else, answered or not). `None` while no whole
     /// header waits (nothing received, a header not yet whole, a write payload still
-    /// arriving, the handshake). Decided by the same rules as the poll itself
-    /// ([`classify`]). A server checks this against its memory budget before polling;
-    /// every request it announces is answered with one reply, except a disconnect and
-    /// bytes that break the framing.
+    /// arriving, the handshake). Decided by the same rules as the poll itself (the
+    /// codec's one `classify`). A server checks this against its memory budget before
+    /// polling; every request it announces is answered with one reply, except a
+    /// disconnect and bytes that break the framing.
     pub fn next_request(&self) -> Option<u32> {
         // While a refused write's payload is skipped, the next header is behind it (one
         // poll skips the rest and parses that header).
