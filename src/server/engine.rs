@@ -15,6 +15,7 @@
 #![allow(unsafe_code)]
 
 use super::backend::{Files, Next, Transfer};
+use super::budget;
 use super::capture::Capture;
 use super::config::{Cache, ServerConfig};
 use super::conn::{Attach, Conn};
@@ -332,16 +333,6 @@ pub const PANIC_AFTER_VAR: &str = "IOSHARE_TEST_ENGINE_PANIC_AFTER";
 /// How often a tenant's reads past the end of its image are logged.
 const PAST_END_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Request data one connection may hold (requests in the server, replies not yet sent)
-/// before it stops being read: a client that does not read its replies cannot make the
-/// server hold more for it, nor take the whole budget from the other connections.
-const CONN_BYTES_LIMIT: u64 = 64 << 20;
-/// What a reply's header holds of the budget until it is sent.
-const REPLY_BYTES: u64 = proto::SIMPLE_REPLY_LEN as u64;
-/// A connection holding nothing may always take a request this small, budget or not, so
-/// that small requests are served while large ones wait for room.
-const ALWAYS_BYTES: u64 = 1 << 20;
-
 impl Engine<'_> {
     fn now(&self) -> Nanos {
         self.clock.elapsed().as_nanos() as Nanos
@@ -587,11 +578,13 @@ impl Engine<'_> {
             if c.reserved == 0
                 && let Some(data) = c.codec.next_request()
             {
-                let next = u64::from(data) + REPLY_BYTES;
-                let small = c.pending_bytes == 0 && next <= ALWAYS_BYTES;
-                let fits = c.pending_bytes + next <= CONN_BYTES_LIMIT
-                    && self.inflight_bytes + next <= self.config.max_inflight_bytes;
-                if !(small || fits) {
+                let next = budget::held_by(data);
+                if !budget::may_take(
+                    c.pending_bytes,
+                    next,
+                    self.inflight_bytes,
+                    self.config.max_inflight_bytes,
+                ) {
                     if c.eof {
                         // Draining, or the client is gone: what it sent that does not
                         // fit is not served.
@@ -606,7 +599,11 @@ impl Engine<'_> {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command),
                 Ok(Some(Event::Error { handle, error })) => {
                     let bytes = std::mem::take(&mut c.reserved);
-                    assert_eq!(bytes, REPLY_BYTES, "a refused request holds its reply");
+                    assert_eq!(
+                        bytes,
+                        budget::REPLY_BYTES,
+                        "a refused request holds its reply"
+                    );
                     c.reply(handle, error, None, bytes);
                     // A connection whose sends failed drops the reply at once.
                     self.inflight_bytes -= c.take_released();
@@ -752,7 +749,7 @@ impl Engine<'_> {
         let bytes = std::mem::take(&mut c.reserved);
         assert_eq!(
             bytes,
-            REPLY_BYTES
+            budget::REPLY_BYTES
                 + match command.kind {
                     CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
                     _ => 0,

@@ -15,6 +15,7 @@
 #![allow(unsafe_code)]
 
 pub mod backend;
+pub mod budget;
 pub mod capture;
 pub mod config;
 pub mod conn;
