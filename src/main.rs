@@ -141,6 +141,11 @@ enum Command {
     JournalCheck(cli::journal_check::Args),
     /// List policies, device presets and workload stand-ins.
     List,
+    /// Run the live engine's core on a simulated network and disk with faults (slow and
+    /// vanishing clients, short and failed I/O, crashes), seed by seed, checking its
+    /// properties after every event; a failing seed is printed with the command that
+    /// replays it.
+    EngineSwarm(cli::engine_swarm::Args),
     /// Build and precondition an SSD model and report how long it took (aging speed).
     Precondition {
         /// SSD preset.
@@ -209,6 +214,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),
         Command::List => cli::list::run(),
+        Command::EngineSwarm(a) => cli::engine_swarm::run(a),
         Command::Precondition {
             preset,
             capacity_gib,

@@ -137,3 +137,36 @@ fn the_reference_finder_sees_paths_groups_and_skips_comments_and_tests() {
     let names: Vec<String> = references(text).into_iter().map(|(_, n)| n).collect();
     assert_eq!(names, ["server", "policy", "report", "sim"]);
 }
+
+/// `docs/architecture.md` names every module: a directory's `mod.rs` by its path
+/// (`src/server/`), any other file by its name (`core.rs`); test files are exempt.
+#[test]
+fn the_architecture_names_every_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut missing = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(root).unwrap();
+        let name = rel.file_name().unwrap().to_str().unwrap();
+        if name == "tests.rs" {
+            continue;
+        }
+        let wanted = if name == "mod.rs" {
+            format!("{}/", rel.parent().unwrap().display())
+        } else {
+            format!("`{name}`")
+        };
+        let named = doc.contains(&wanted)
+            || (name != "mod.rs" && doc.contains(&format!("{}`", rel.display())));
+        if !named {
+            missing.push(rel.display().to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md does not name: {}",
+        missing.join(", ")
+    );
+}

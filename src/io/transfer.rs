@@ -72,6 +72,65 @@ pub struct Transfer {
     journal: bool,
 }
 
+/// One operation on a target's file, as a driver performs it: the ring ([`Transfer::entry`])
+/// or a simulated disk. Its result is what a completion carries: bytes moved, or a
+/// negative errno.
+#[derive(Debug)]
+pub enum FileOp<'a> {
+    /// `pread` into `buf`.
+    Read {
+        /// The descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        at: u64,
+        /// Where the data goes.
+        buf: &'a mut [u8],
+    },
+    /// `pwrite` of `data` (with `RWF_DSYNC` when `dsync`).
+    Write {
+        /// The descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        at: u64,
+        /// What is written.
+        data: &'a [u8],
+        /// The write is durable when it returns (FUA).
+        dsync: bool,
+    },
+    /// `fdatasync`: what was written is durable when it returns.
+    Sync {
+        /// The descriptor.
+        fd: RawFd,
+    },
+    /// `POSIX_FADV_DONTNEED` on a range (a journal write under `cache = "pdc"`).
+    DropCache {
+        /// The descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)` (a trim).
+    PunchHole {
+        /// The descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// `fallocate(ZERO_RANGE | KEEP_SIZE)` (write zeroes).
+    ZeroRange {
+        /// The descriptor.
+        fd: RawFd,
+        /// Byte offset in the file.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+}
+
 /// The most zeroes written at once where the file system cannot zero a range.
 const ZERO_CHUNK: usize = 1 << 20;
 
@@ -164,10 +223,10 @@ impl Transfer {
         }
     }
 
-    /// The next part of the request as a ring entry (without its `user_data`). The
-    /// buffers it points to live in `self`, which must stay in place until the entry's
-    /// completion has been handed to [`Transfer::step`].
-    pub fn entry(&mut self, target: Target) -> io_uring::squeue::Entry {
+    /// The next part of the request as an operation on the target's files. The buffers
+    /// it lends live in `self`, which must stay in place until the operation's result
+    /// has been handed to [`Transfer::step`].
+    pub fn next_op(&mut self, target: Target) -> FileOp<'_> {
         let len = self.len;
         if self.buf.is_none() && self.stage == Stage::Transfer {
             let aligned = self.offset.is_multiple_of(DIRECT_ALIGN)
@@ -186,66 +245,99 @@ impl Transfer {
                 self.buf = Some(IoBuf::for_overwrite(len as usize));
             }
         }
-        let fd = types::Fd(if self.direct {
+        let fd = if self.direct {
             target.direct.expect("direct")
         } else {
             target.buffered
-        });
+        };
         let at = target.base + self.offset + self.done as u64;
         let rest = len - self.done;
         let done = self.done as usize;
-        let dsync = |fua: bool| if fua { libc::RWF_DSYNC } else { 0 };
         match (&self.stage, &self.kind) {
-            (Stage::Drop, _) => opcode::Fadvise::new(
-                types::Fd(target.buffered),
-                len as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            )
-            .offset(target.base + self.offset)
-            .build(),
-            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => {
-                opcode::Fsync::new(types::Fd(target.buffered))
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build()
-            }
+            (Stage::Drop, _) => FileOp::DropCache {
+                fd: target.buffered,
+                at: target.base + self.offset,
+                len,
+            },
+            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => FileOp::Sync {
+                fd: target.buffered,
+            },
             (Stage::Transfer, CommandKind::Read) => {
                 let buf = self.buf.as_mut().expect("read buffer");
-                let ptr = buf[done..].as_mut_ptr();
-                opcode::Read::new(fd, ptr, rest).offset(at).build()
+                FileOp::Read {
+                    fd,
+                    at,
+                    buf: &mut buf[done..],
+                }
             }
-            (Stage::Transfer, CommandKind::Write { data, fua }) => {
-                let ptr = data[done..].as_ptr();
-                opcode::Write::new(fd, ptr, rest)
-                    .offset(at)
-                    .rw_flags(dsync(*fua))
-                    .build()
-            }
-            (Stage::Transfer, CommandKind::Trim { .. }) => {
-                opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
-                    .offset(at)
-                    .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
-                    .build()
-            }
-            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => {
-                opcode::Fallocate::new(types::Fd(target.buffered), len as u64)
-                    .offset(at)
-                    .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
-                    .build()
-            }
+            (Stage::Transfer, CommandKind::Write { data, fua }) => FileOp::Write {
+                fd,
+                at,
+                data: &data[done..],
+                dsync: *fua,
+            },
+            (Stage::Transfer, CommandKind::Trim { .. }) => FileOp::PunchHole {
+                fd: target.buffered,
+                at,
+                len,
+            },
+            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => FileOp::ZeroRange {
+                fd: target.buffered,
+                at,
+                len,
+            },
             (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
                 // A zeroing request may cover 4 GiB: zeroes go out a chunk at a time
                 // from one buffer, not from one the request's size.
                 let buf = self
                     .buf
                     .get_or_insert_with(|| IoBuf::zeroed((len as usize).min(ZERO_CHUNK)));
-                let ptr = buf.as_ptr();
-                let rest = rest.min(buf.len() as u32);
-                opcode::Write::new(types::Fd(target.buffered), ptr, rest)
-                    .offset(at)
-                    .rw_flags(dsync(*fua))
-                    .build()
+                let rest = (rest as usize).min(buf.len());
+                FileOp::Write {
+                    fd: target.buffered,
+                    at,
+                    data: &buf[..rest],
+                    dsync: *fua,
+                }
             }
             (Stage::ZeroWrite, _) => unreachable!("only zeroing writes zeroes"),
+        }
+    }
+
+    /// The next part of the request as a ring entry (without its `user_data`): the
+    /// operation of [`Transfer::next_op`], under the same rule for its buffers.
+    pub fn entry(&mut self, target: Target) -> io_uring::squeue::Entry {
+        match self.next_op(target) {
+            FileOp::Read { fd, at, buf } => {
+                opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32)
+                    .offset(at)
+                    .build()
+            }
+            FileOp::Write {
+                fd,
+                at,
+                data,
+                dsync,
+            } => opcode::Write::new(types::Fd(fd), data.as_ptr(), data.len() as u32)
+                .offset(at)
+                .rw_flags(if dsync { libc::RWF_DSYNC } else { 0 })
+                .build(),
+            FileOp::Sync { fd } => opcode::Fsync::new(types::Fd(fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            FileOp::DropCache { fd, at, len } => {
+                opcode::Fadvise::new(types::Fd(fd), len as libc::off_t, libc::POSIX_FADV_DONTNEED)
+                    .offset(at)
+                    .build()
+            }
+            FileOp::PunchHole { fd, at, len } => opcode::Fallocate::new(types::Fd(fd), len as u64)
+                .offset(at)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+            FileOp::ZeroRange { fd, at, len } => opcode::Fallocate::new(types::Fd(fd), len as u64)
+                .offset(at)
+                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
         }
     }
 

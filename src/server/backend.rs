@@ -42,6 +42,11 @@ impl Files {
         self.targets[t]
     }
 
+    /// Every tenant's target, in order.
+    pub fn targets(&self) -> Vec<Option<Target>> {
+        self.targets.clone()
+    }
+
     /// Flushes every file's data to stable storage (at shutdown); the first error.
     pub fn sync_all(&self) -> std::io::Result<()> {
         for f in &self.files {

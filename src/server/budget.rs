@@ -28,8 +28,13 @@ pub fn held_by(data: u32) -> u64 {
 /// connection's share and the budget, or the connection holds nothing and it is small.
 pub fn may_take(pending: u64, next: u64, inflight: u64, max_inflight: u64) -> bool {
     let small = pending == 0 && next <= ALWAYS_BYTES;
-    let fits = pending + next <= CONN_BYTES_LIMIT && inflight + next <= max_inflight;
-    small || fits
+    small || fits(pending, next, inflight, max_inflight)
+}
+
+/// Whether the request fits the connection's share and the budget (without the
+/// small-request rule).
+pub fn fits(pending: u64, next: u64, inflight: u64, max_inflight: u64) -> bool {
+    pending + next <= CONN_BYTES_LIMIT && inflight + next <= max_inflight
 }
 
 #[cfg(test)]

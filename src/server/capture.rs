@@ -22,6 +22,47 @@ pub const PENDING_LIMIT: usize = 16 << 20;
 /// Lines are handed to the writer in chunks of about this many bytes.
 const CHUNK: usize = 256 << 10;
 
+/// A request as it arrived, what the capture writes of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    /// When (nanoseconds since the server started).
+    pub at: Nanos,
+    /// Whose.
+    pub tenant: usize,
+    /// What it does.
+    pub action: Action,
+    /// With FUA.
+    pub fua: bool,
+    /// A zeroing write.
+    pub zero: bool,
+    /// Byte offset in the export.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+impl Arrival {
+    /// The arrival of a request of `tenant` at `at`.
+    pub fn of(at: Nanos, tenant: usize, kind: &CommandKind, offset: u64, len: u32) -> Self {
+        let (action, fua, zero) = match kind {
+            CommandKind::Read => (Action::Read, false, false),
+            CommandKind::Write { fua, .. } => (Action::Write, *fua, false),
+            CommandKind::WriteZeroes { fua } => (Action::Write, *fua, true),
+            CommandKind::Trim { fua } => (Action::Trim, *fua, false),
+            CommandKind::Flush => (Action::Datasync, false, false),
+        };
+        Arrival {
+            at,
+            tenant,
+            action,
+            fua,
+            zero,
+            offset,
+            len,
+        }
+    }
+}
+
 /// The capture of one server run.
 pub struct Capture {
     path: PathBuf,
@@ -76,16 +117,17 @@ impl Capture {
         Ok(c)
     }
 
-    /// Records a request of `tenant` arriving at `now` (nanoseconds since the server
-    /// started).
-    pub fn record(&mut self, now: Nanos, tenant: usize, kind: &CommandKind, offset: u64, len: u32) {
-        let (action, fua, zero) = match kind {
-            CommandKind::Read => (Action::Read, false, false),
-            CommandKind::Write { fua, .. } => (Action::Write, *fua, false),
-            CommandKind::WriteZeroes { fua } => (Action::Write, *fua, true),
-            CommandKind::Trim { fua } => (Action::Trim, *fua, false),
-            CommandKind::Flush => (Action::Datasync, false, false),
-        };
+    /// Records a request's arrival.
+    pub fn record(&mut self, a: &Arrival) {
+        let Arrival {
+            at: now,
+            tenant,
+            action,
+            fua,
+            zero,
+            offset,
+            len,
+        } = *a;
         let full = self.bytes + self.pending.len() as u64 >= self.limit
             || self.pending.len() >= PENDING_LIMIT;
         if full {
@@ -213,17 +255,23 @@ mod tests {
             data: IoBuf::zeroed(4096),
             fua: true,
         };
-        c.record(1_500_000, 0, &write, 8192, 4096);
-        c.record(2_000_000, 1, &CommandKind::Flush, 0, 0);
-        c.record(
+        c.record(&Arrival::of(1_500_000, 0, &write, 8192, 4096));
+        c.record(&Arrival::of(2_000_000, 1, &CommandKind::Flush, 0, 0));
+        c.record(&Arrival::of(
             2_100_000,
             1,
             &CommandKind::WriteZeroes { fua: false },
             0,
             65536,
-        );
+        ));
         for i in 0..100 {
-            c.record(3_000_000 + i, 0, &CommandKind::Read, i * 4096, 4096);
+            c.record(&Arrival::of(
+                3_000_000 + i,
+                0,
+                &CommandKind::Read,
+                i * 4096,
+                4096,
+            ));
         }
         let (lines, lost) = c.counts();
         assert!(lost > 0, "the limit was reached");

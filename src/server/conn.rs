@@ -1,17 +1,18 @@
-//! A client connection once its handshake is done: the engine thread receives its
-//! requests and sends its replies on the same io_uring ring as the file I/O, so a request
-//! costs no thread hand-off between socket and device. What the socket side needs to
-//! remember lives here; the decisions (when to read, what to answer) are the engine's.
+//! A client connection once its handshake is done, as the engine's core sees it: its
+//! codec, where its input and output stand ([`Input`], [`Output`]), the replies waiting
+//! and the one send on its way, and what it holds of the memory budget. No socket here:
+//! the shell that drives the core ([`super::engine`] on io_uring, the fault swarm in
+//! [`super::swarm`]) owns it and moves bytes in and out of the buffers this lends.
+//! The decisions (when to read, what to answer) are [`super::core`]'s.
 
-// io_uring entries point at this connection's buffers; iovecs for sendmsg.
+// iovecs for sendmsg point into this connection's buffers.
 #![allow(unsafe_code)]
 
 use crate::buffer::IoBuf;
 use crate::nbd::ServerCodec;
 use crate::nbd::proto;
 use crate::types::TenantId;
-use io_uring::{opcode, squeue, types};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Read data this long or longer is sent from its own buffer (one more iovec); shorter
 /// data is copied next to the reply headers, which is cheaper than an iovec per 4 KiB.
@@ -66,46 +67,63 @@ pub struct Attach {
     pub slots: Vec<Slot>,
 }
 
-/// The engine's view of one connection.
+/// What more may come from a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Bytes may still be received.
+    Open,
+    /// Nothing more will be received (end of stream, an error, or the server drains);
+    /// requests already in the codec are still taken.
+    Ended,
+    /// No more requests will come: the client disconnected, broke the protocol, its
+    /// replies can no longer be delivered, or everything received has been taken.
+    Parsed,
+}
+
+/// Where a connection's replies stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Replies are sent.
+    Open,
+    /// The server cut the connection (a client that did not take its replies within
+    /// the drain's send grace): the send on its way fails.
+    Cut,
+    /// A send failed: the client is gone, further replies are dropped.
+    Broken,
+}
+
+/// The core's view of one connection.
 pub struct Conn {
     /// Connection number (for logs).
     pub id: u64,
     /// Who is connected: its log lines are rate-limited per peer ([`super::logs`]).
     pub peer: std::sync::Arc<str>,
-    /// The socket.
-    pub fd: OwnedFd,
     /// The tenant whose export it selected.
     pub tenant: TenantId,
-    /// Parses requests; a receive on the ring writes into its
-    /// [`ServerCodec::receive_buffer`].
+    /// Parses requests; a receive writes into its [`ServerCodec::receive_buffer`].
     pub codec: ServerCodec,
-    /// A receive is on the ring.
+    /// What more may come.
+    pub input: Input,
+    /// Where its replies stand.
+    pub output: Output,
+    /// A receive into the codec's buffer is on its way (the shell owns that buffer
+    /// until it returns).
     pub receiving: bool,
-    /// Nothing more will be received: end of stream, an error, or the server drains.
-    pub eof: bool,
-    /// No more requests will come: the client disconnected, broke the protocol, or
-    /// everything received has been taken after `eof`.
-    pub parsed: bool,
     /// Replies not yet handed to the ring: headers (and short read data) in `out`, long
     /// read data as buffers that go after `out[..at]`.
     out: Vec<u8>,
     out_data: Vec<(usize, IoBuf)>,
     /// The send on the ring (one at a time keeps replies in order): its bytes and
-    /// buffers, kept until it completes, the iovecs over them, the first iovec not yet
-    /// (wholly) sent, and the message header the ring reads.
+    /// buffers, kept until it completes, the iovecs over them and the first iovec not
+    /// yet (wholly) sent.
     sending: Vec<u8>,
     sending_data: Vec<(usize, IoBuf)>,
     iov: Vec<libc::iovec>,
     iov_next: usize,
-    msg: Box<libc::msghdr>,
-    /// A send is on the ring.
+    /// A send is on its way (the shell reads [`Self::send_iov`] until it returns).
     pub send_armed: bool,
-    /// A send failed: the client is gone, further replies are dropped.
-    pub broken: bool,
     /// Requests of this connection inside the engine, not answered yet.
     pub outstanding: u32,
-    /// Its places under the connection limits (given back on drop).
-    _slots: Vec<Slot>,
     /// Data bytes of this connection's requests from their admission until their
     /// replies are sent (or dropped): what it holds of the server's memory budget.
     pub pending_bytes: u64,
@@ -117,37 +135,36 @@ pub struct Conn {
     /// Bytes held for the request whose header is being parsed (or whose write
     /// payload is arriving), before it is admitted ([`Self::reserve`]).
     pub reserved: u64,
+    /// Bytes of a request taken under the budget's small-request rule beyond the
+    /// budget; zero again once the connection holds nothing.
+    pub exempt: u64,
 }
 
 impl Conn {
-    /// A connection the engine serves from now on.
-    pub fn new(a: Attach) -> Self {
+    /// A connection the core serves from now on.
+    pub fn new(id: u64, peer: std::sync::Arc<str>, tenant: TenantId, codec: ServerCodec) -> Self {
         Conn {
-            id: a.id,
-            peer: a.peer,
-            fd: a.fd,
-            tenant: a.tenant,
-            codec: a.codec,
+            id,
+            peer,
+            tenant,
+            codec,
+            input: Input::Open,
+            output: Output::Open,
             receiving: false,
-            eof: false,
-            parsed: false,
             out: Vec::with_capacity(64 << 10),
             out_data: Vec::new(),
             sending: Vec::with_capacity(64 << 10),
             sending_data: Vec::new(),
             iov: Vec::new(),
             iov_next: 0,
-            // SAFETY: an all-zero msghdr is a valid empty message.
-            msg: Box::new(unsafe { std::mem::zeroed() }),
             send_armed: false,
-            broken: false,
             outstanding: 0,
-            _slots: a.slots,
             pending_bytes: 0,
             out_bytes: 0,
             sending_bytes: 0,
             released: 0,
             reserved: 0,
+            exempt: 0,
         }
     }
 
@@ -172,6 +189,9 @@ impl Conn {
             .pending_bytes
             .checked_sub(bytes)
             .expect("a reservation is held");
+        if self.pending_bytes == 0 {
+            self.exempt = 0;
+        }
         bytes
     }
 
@@ -180,13 +200,16 @@ impl Conn {
             .pending_bytes
             .checked_sub(bytes)
             .expect("released no more than the connection holds");
+        if self.pending_bytes == 0 {
+            self.exempt = 0;
+        }
         self.released += bytes;
     }
 
     /// Queues a simple reply (with its read data) behind the earlier ones; `bytes`: what
     /// the request held (see [`Self::reserve`]), released once the reply is sent.
     pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>, bytes: u64) {
-        if self.broken {
+        if self.output == Output::Broken {
             self.release(bytes);
             return;
         }
@@ -199,44 +222,28 @@ impl Conn {
         }
     }
 
-    /// A receive of the client's next bytes into the codec's buffer.
-    pub fn receive_entry(&mut self, user_data: u64) -> squeue::Entry {
-        let fd = types::Fd(self.fd.as_raw_fd());
-        let room = self.codec.receive_buffer();
-        opcode::Recv::new(fd, room.as_mut_ptr(), room.len() as u32)
-            .build()
-            .user_data(user_data)
-    }
-
-    /// Stops receiving: a receive on the ring returns at once (with what is there, or
-    /// end of stream).
-    pub fn stop_receiving(&mut self) {
-        self.eof = true;
-        if self.receiving {
-            // SAFETY: plain syscall on a descriptor we own.
-            unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RD) };
+    /// Nothing more is received: `Open` becomes `Ended`. Returns whether a receive is on
+    /// its way, which the shell must make return (shut the socket's reading side).
+    pub fn stop_receiving(&mut self) -> bool {
+        if self.input == Input::Open {
+            self.input = Input::Ended;
         }
-    }
-
-    /// Makes a send stuck on a client that stopped reading fail.
-    pub fn cut(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        self.receiving
     }
 
     /// Nothing left to do: the engine may close it.
     pub fn is_finished(&self) -> bool {
-        self.parsed
+        self.input == Input::Parsed
             && !self.receiving
             && !self.send_armed
             && self.outstanding == 0
-            && (self.out.is_empty() || self.broken)
+            && (self.out.is_empty() || self.output == Output::Broken)
     }
 
     /// When no send is on the ring and replies wait: makes them the next send and
     /// returns true (then [`Self::send_entry`] puts it on the ring).
     pub fn next_send(&mut self) -> bool {
-        if self.send_armed || self.broken || self.out.is_empty() {
+        if self.send_armed || self.output == Output::Broken || self.out.is_empty() {
             return false;
         }
         std::mem::swap(&mut self.out, &mut self.sending);
@@ -264,27 +271,41 @@ impl Conn {
         true
     }
 
-    /// The send of what is left of the current message (at most `MAX_IOV` iovecs).
-    pub fn send_entry(&mut self, user_data: u64) -> squeue::Entry {
+    /// What is left of the current send, at most `MAX_IOV` iovecs: the buffers they
+    /// point to stay in place until the send returns ([`Self::sent`]).
+    pub fn send_iov(&self) -> &[libc::iovec] {
         let rest = &self.iov[self.iov_next..];
-        self.msg.msg_iov = rest.as_ptr() as *mut libc::iovec;
-        self.msg.msg_iovlen = rest.len().min(MAX_IOV) as _;
-        opcode::SendMsg::new(types::Fd(self.fd.as_raw_fd()), &*self.msg)
-            .flags(libc::MSG_NOSIGNAL as u32)
-            .build()
-            .user_data(user_data)
+        &rest[..rest.len().min(MAX_IOV)]
     }
 
-    /// A send on the ring returned `result`: true when bytes are left to send (a short
-    /// send, or more iovecs than one message takes), false when everything went or the
-    /// client is gone. The buffers of a finished send go back to the pool.
+    /// A copy of up to `max` bytes of what [`Self::send_iov`] points to, in order (a
+    /// simulated socket's view of the send).
+    pub fn send_bytes(&self, max: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for v in self.send_iov() {
+            if bytes.len() >= max {
+                break;
+            }
+            // SAFETY: the iovecs point into buffers this connection keeps, unchanged
+            // while the send is on its way.
+            let s = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+            bytes.extend_from_slice(&s[..s.len().min(max - bytes.len())]);
+        }
+        bytes
+    }
+
+    /// A send returned `result` (bytes sent, or a negative errno): true when bytes are
+    /// left to send (a short send, or more iovecs than one message takes), false when
+    /// everything went or the client is gone. The buffers of a finished send go back to
+    /// the pool.
     pub fn sent(&mut self, result: i32) -> bool {
+        assert!(self.send_armed, "a send returns once");
         if result == -libc::EINTR || result == -libc::EAGAIN {
             return true;
         }
         if result <= 0 {
             self.send_armed = false;
-            self.broken = true;
+            self.output = Output::Broken;
             self.out.clear();
             self.out_data.clear();
             let dropped = std::mem::take(&mut self.out_bytes);
@@ -330,19 +351,16 @@ mod tests {
     use std::sync::Arc;
 
     fn conn() -> Conn {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Conn::new(Attach {
-            id: 1,
-            peer: "local".into(),
-            fd: a.into(),
-            codec: ServerCodec::new(Arc::new(vec![ExportInfo {
+        Conn::new(
+            1,
+            "local".into(),
+            0,
+            ServerCodec::new(Arc::new(vec![ExportInfo {
                 name: "x".into(),
                 size: 4096,
                 read_only: false,
             }])),
-            tenant: 0,
-            slots: vec![Slot::take(&Default::default(), 1).expect("a free slot")],
-        })
+        )
     }
 
     impl Conn {
@@ -371,6 +389,8 @@ mod tests {
         assert!(c.next_send());
         let first = [header(1, 0), vec![7; 8]].concat();
         assert_eq!(c.unsent(), first);
+        assert_eq!(c.send_bytes(usize::MAX), first);
+        assert_eq!(c.send_bytes(10), first[..10]);
         // While a send is on the ring, newer replies wait behind it.
         c.reply(2, 5, None, 0);
         assert!(!c.next_send());
@@ -381,7 +401,7 @@ mod tests {
         assert!(c.next_send());
         assert_eq!(c.unsent(), header(2, 5));
         assert!(!c.sent(16));
-        c.parsed = true;
+        c.input = Input::Parsed;
         assert!(c.is_finished());
     }
 
@@ -427,16 +447,11 @@ mod tests {
         }
         assert!(c.next_send());
         assert_eq!(c.iov.len(), 2 * n);
-        c.send_entry(0);
-        assert_eq!(c.msg.msg_iovlen as u64, MAX_IOV as u64);
+        assert_eq!(c.send_iov().len(), MAX_IOV);
         let first: usize = c.iov[..MAX_IOV].iter().map(|v| v.iov_len).sum();
         assert!(c.sent(first as i32), "the second half is still to go");
-        c.send_entry(0);
-        assert_eq!(c.msg.msg_iovlen as u64, MAX_IOV as u64);
-        assert_eq!(
-            c.msg.msg_iov as *const libc::iovec,
-            c.iov[MAX_IOV..].as_ptr()
-        );
+        assert_eq!(c.send_iov().len(), MAX_IOV);
+        assert_eq!(c.send_iov().as_ptr(), c.iov[MAX_IOV..].as_ptr());
         assert!(!c.sent(first as i32));
     }
 
@@ -447,10 +462,10 @@ mod tests {
         assert!(c.next_send());
         c.reply(2, 0, None, 0);
         assert!(!c.sent(-libc::EPIPE));
-        assert!(c.broken && c.out.is_empty());
+        assert!(c.output == Output::Broken && c.out.is_empty());
         c.reply(3, 0, None, 0);
         assert!(!c.next_send());
-        c.parsed = true;
+        c.input = Input::Parsed;
         assert!(c.is_finished());
     }
 }

@@ -19,10 +19,12 @@ pub mod budget;
 pub mod capture;
 pub mod config;
 pub mod conn;
+pub mod core;
 pub mod engine;
 pub mod logs;
 pub mod prometheus;
 pub mod stats;
+pub mod swarm;
 pub mod tls;
 
 use crate::metrics::Recorder;

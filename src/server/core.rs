@@ -1,0 +1,1033 @@
+//! The live engine's decisions as a sans-I/O state machine: connections past their
+//! handshake, back-pressure, the memory budget, the drain and its send grace, the order
+//! of replies and the emulated device's timing. It is given events (a connection
+//! attached, a receive or a send returned, a request's file I/O returned, a reload, the
+//! drain) and the time, and answers with [`Intent`]s (receive into this buffer, send
+//! these iovecs, submit this request's next file operation, shut or close this socket)
+//! and when it wants to be woken ([`EngineCore::next_wake`]). No clock, socket, ring or
+//! thread here: [`super::engine`] runs it on io_uring, [`super::swarm`] runs it on a
+//! simulated network and disk with faults, seed by seed.
+//!
+//! Contract and invariants (asserted where named):
+//! * a request is answered once: its [`Live`] entry is removed when it completes or is
+//!   withdrawn (`expect("… is live")`), and a connection's `outstanding` count never
+//!   goes below zero (`Conn::reply` runs after `outstanding -= 1`, which panics on
+//!   underflow in debug and is checked by the swarm's accounting in release);
+//! * memory: the data and reply header of every request from its header's check
+//!   ([`budget::may_take`]) until its reply is sent or dropped count in
+//!   `inflight_bytes`, which never exceeds `max_inflight_bytes` except for one small
+//!   request per connection holding nothing (the rule in [`budget`]); a finished
+//!   connection holds nothing (`close_finished`);
+//! * a tenant at its `queue_limit` has its connections left unread (back-pressure
+//!   through the host's `has_room`);
+//! * drain: nothing more is received; what was received is served; at the deadline what
+//!   the policy still holds is answered `ESHUTDOWN`; a client that does not take its
+//!   replies within [`SEND_GRACE`] after that is cut; the core is done when no request
+//!   and no connection is left ([`EngineCore::is_done`]).
+//!
+//! What a request does on the file backend is [`crate::io::transfer`]'s; admission,
+//! dispatch and drain are the [`crate::host`] core the simulator drives too.
+
+use super::budget;
+use super::capture::Arrival;
+use super::conn::{Conn, Input, Output};
+use super::stats::LiveStats;
+use crate::buffer::IoBuf;
+use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
+use crate::host::{Host, Limits, Refuse, Status};
+use crate::io::transfer::{Cache, Next, Target, Transfer};
+use crate::journal::{JournalDetector, JournalParams, Verdict};
+use crate::metrics::Recorder;
+use crate::nbd::proto;
+use crate::nbd::{Command, CommandKind, Event, ServerCodec};
+use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+/// How often the policy's state is published for `/metrics`.
+pub const PUBLISH_EVERY: Nanos = 100_000_000;
+/// After the drain deadline, how long replies may still take to reach a client before
+/// its connection is cut.
+pub const SEND_GRACE: Nanos = 1_000_000_000;
+/// How often a tenant's reads past the end of its image are logged.
+const PAST_END_LOG_EVERY: Nanos = 10_000_000_000;
+/// Log lines held for the shell; more are counted, not kept.
+const LOG_LIMIT: usize = 4096;
+
+/// What the core needs of the server's configuration.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// Requests on the device at once.
+    pub queue_depth: u32,
+    /// Requests a tenant may have waiting in the host.
+    pub queue_limit: u32,
+    /// What becomes of a request the policy refuses.
+    pub refuse: Refuse,
+    /// How long the drain waits for the policy before answering `ESHUTDOWN`.
+    pub drain_timeout: Nanos,
+    /// Data and reply bytes all connections may hold at once.
+    pub max_inflight_bytes: u64,
+    /// The journal detector's parameters (tenants with `cache = "pdc"`).
+    pub pdc: JournalParams,
+    /// Per tenant: name, export size, cache mode.
+    pub tenants: Vec<CoreTenant>,
+}
+
+/// A tenant as the core sees it.
+#[derive(Debug, Clone)]
+pub struct CoreTenant {
+    /// Its export's name (log lines).
+    pub name: String,
+    /// Its export's size in bytes.
+    pub size: u64,
+    /// How its requests use the page cache.
+    pub cache: Cache,
+}
+
+impl CoreConfig {
+    /// What the core takes from a server configuration.
+    pub fn of(config: &super::config::ServerConfig) -> Self {
+        CoreConfig {
+            queue_depth: config.queue_depth,
+            queue_limit: config.queue_limit,
+            refuse: config.refuse,
+            drain_timeout: config.drain_timeout,
+            max_inflight_bytes: config.max_inflight_bytes,
+            pdc: config.pdc,
+            tenants: config
+                .tenants
+                .iter()
+                .map(|t| CoreTenant {
+                    name: t.spec.name.clone(),
+                    size: t.size,
+                    cache: t.cache,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What the core asks its shell to do. Connections are named by slot, requests by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an intent not carried out stalls its connection or request"]
+pub enum Intent {
+    /// Receive into [`EngineCore::receive_buffer`]; hand the result to
+    /// [`EngineCore::received`].
+    Receive(usize),
+    /// Send [`EngineCore::send_iov`]; hand the result to [`EngineCore::sent`].
+    Send(usize),
+    /// Perform [`EngineCore::transfer`]'s next operation; hand the result to
+    /// [`EngineCore::io_done`].
+    Io(u64),
+    /// Shut the socket's reading side: a receive on its way returns.
+    ShutRead(usize),
+    /// Shut both sides: a send stuck on a client that does not read fails.
+    Cut(usize),
+    /// The connection is over: close its socket. Its slot may be given to the next
+    /// connection attached.
+    Close(usize),
+}
+
+/// A log line for the shell to write: rate-limited per peer when it names one.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// The client it is about.
+    pub peer: Option<Arc<str>>,
+    /// The line.
+    pub text: String,
+}
+
+/// Who is waiting for a request's reply.
+#[derive(Debug, Clone, Copy)]
+struct Submission {
+    tenant: TenantId,
+    /// Slot of the connection.
+    conn: usize,
+    handle: u64,
+    /// What the request holds of the memory budget (its data and its reply's header).
+    bytes: u64,
+}
+
+/// A request the host holds or the backend serves.
+struct Live {
+    sub: Submission,
+    request: Request,
+    /// When the policy dispatched it (`None`: still held by the policy).
+    start: Option<Nanos>,
+    /// Its I/O on the backend.
+    io: Transfer,
+    /// Emulated backend: when the device model finishes the request (`None` while a
+    /// deferring model has not decided yet).
+    model_finish: Option<Nanos>,
+    /// Emulated backend: the reply's error once the data I/O is done, while the model's
+    /// finish time is still ahead.
+    io_result: Option<u32>,
+}
+
+/// What the live engine records: the counters behind the terminal line and `/metrics`,
+/// and, with `serve --out`, the run's [`Recorder`].
+pub type LiveObserver = (Arc<LiveStats>, Option<Recorder>);
+
+/// What the core hands back when it stops.
+pub struct CoreOutcome {
+    /// The recorder it was given, with every request of the run in it.
+    pub recorder: Option<Recorder>,
+    /// The device model's counters (emulated backend), or zeroes.
+    pub device: DeviceStats,
+    /// The policy's full observation at the end.
+    pub policy: Observation,
+    /// Per tenant with `cache = "pdc"`, the groups its journal detector marked.
+    pub journal: Vec<Option<Vec<usize>>>,
+}
+
+/// Bugs a test plants to show the fault swarm catches them.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plant {
+    /// Reads a connection whose tenant is at its `queue_limit`.
+    IgnoreHasRoom,
+    /// Lets the memory budget go one byte over.
+    BudgetOffByOne,
+    /// Answers a flush without syncing the files.
+    FlushWithoutSync,
+}
+
+/// The engine's state and decisions.
+pub struct EngineCore {
+    cfg: CoreConfig,
+    /// Where each tenant's requests go (`None`: the null backend).
+    targets: Vec<Option<Target>>,
+    /// Admission, dispatch, drain and recording: the same core the simulator drives.
+    host: Host<LiveObserver>,
+    model: Option<Box<dyn DeviceModel>>,
+    /// Every request the host holds or the backend serves, by id.
+    live: HashMap<u64, Live>,
+    next_id: u64,
+    /// Connections by slot; a slot is reused once its connection is closed.
+    conns: Vec<Option<Conn>>,
+    /// Requests the host withdrew at the drain deadline, to answer `ESHUTDOWN`.
+    cancelled: Vec<Request>,
+    /// Emulated backend: requests whose data I/O is done, by the model's finish time.
+    due: BinaryHeap<Reverse<(Nanos, u64)>>,
+    model_done: Vec<Finished>,
+    /// Bytes every connection holds of the memory budget.
+    inflight_bytes: u64,
+    /// When a read past the end of each tenant's image was last logged.
+    past_end_logged: Vec<Option<Nanos>>,
+    /// Per tenant with `cache = "pdc"`, its journal detector (fed every write as it
+    /// arrives).
+    detectors: Vec<Option<JournalDetector>>,
+    /// `serve --capture`: requests as they arrive, until the shell takes them.
+    arrivals: Option<Vec<Arrival>>,
+    intents: Vec<Intent>,
+    logs: Vec<LogLine>,
+    logs_lost: u64,
+    last_publish: Option<Nanos>,
+    /// Testing only: panic when this many requests have arrived.
+    panic_after: Option<u64>,
+    #[cfg(test)]
+    plant: Option<Plant>,
+}
+
+impl EngineCore {
+    /// A core serving `cfg`'s tenants on `targets` (one per tenant), with `policy`.
+    /// With `capture`, arrivals are kept for [`Self::take_arrivals`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: CoreConfig,
+        targets: Vec<Option<Target>>,
+        policy: Box<dyn Policy>,
+        cost: crate::policy::cost::CostModel,
+        model: Option<Box<dyn DeviceModel>>,
+        stats: Arc<LiveStats>,
+        recorder: Option<Recorder>,
+        capture: bool,
+    ) -> Self {
+        assert_eq!(targets.len(), cfg.tenants.len(), "a target per tenant");
+        let limits = Limits {
+            queue_depth: cfg.queue_depth,
+            queue_limit: Some(cfg.queue_limit),
+            refuse: cfg.refuse,
+        };
+        let n = cfg.tenants.len();
+        EngineCore {
+            targets,
+            host: Host::new(policy, (stats, recorder), limits, n, cost),
+            model,
+            live: HashMap::new(),
+            next_id: 0,
+            conns: Vec::new(),
+            cancelled: Vec::new(),
+            due: BinaryHeap::new(),
+            model_done: Vec::new(),
+            inflight_bytes: 0,
+            past_end_logged: vec![None; n],
+            detectors: cfg
+                .tenants
+                .iter()
+                .map(|t| (t.cache == Cache::Pdc).then(|| JournalDetector::new(t.size, cfg.pdc)))
+                .collect(),
+            arrivals: capture.then(Vec::new),
+            intents: Vec::new(),
+            logs: Vec::new(),
+            logs_lost: 0,
+            last_publish: None,
+            panic_after: None,
+            #[cfg(test)]
+            plant: None,
+            cfg,
+        }
+    }
+
+    /// Testing the server's supervision: panic once `n` requests have arrived, as a bug
+    /// would.
+    pub fn panic_after(&mut self, n: Option<u64>) {
+        self.panic_after = n;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn plant(&mut self, bug: Plant) {
+        self.plant = Some(bug);
+    }
+
+    #[cfg(test)]
+    fn planted(&self, bug: Plant) -> bool {
+        self.plant == Some(bug)
+    }
+
+    // ---- events ----
+
+    /// A connection finished its handshake: served from now on. Returns its slot, or
+    /// `None` when the core is stopping (the shell closes it).
+    #[must_use]
+    pub fn attach(
+        &mut self,
+        id: u64,
+        peer: Arc<str>,
+        tenant: TenantId,
+        codec: ServerCodec,
+        now: Nanos,
+    ) -> Option<usize> {
+        if self.host.deadline().is_some() {
+            return None;
+        }
+        let conn = Conn::new(id, peer, tenant, codec);
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.conns[slot] = Some(conn);
+        self.pump(slot, now);
+        Some(slot)
+    }
+
+    /// A tenant's weight, SLO, reservation or limit changed.
+    pub fn update(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
+        self.host.observer().0.set_weight(tenant, spec.weight);
+        self.host.update_tenant(tenant, spec, now);
+    }
+
+    /// Stops receiving; what was received is still served.
+    pub fn drain(&mut self, now: Nanos) {
+        if self.host.deadline().is_some() {
+            return;
+        }
+        self.host.start_drain(now, self.cfg.drain_timeout);
+        for slot in 0..self.conns.len() {
+            if let Some(c) = self.conns[slot].as_mut()
+                && c.stop_receiving()
+            {
+                self.intents.push(Intent::ShutRead(slot));
+            }
+        }
+    }
+
+    /// A receive returned `result` (bytes written into the receive buffer, or a
+    /// negative errno).
+    pub fn received(&mut self, slot: usize, result: i32, now: Nanos) {
+        let draining = self.host.deadline().is_some();
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("receive of a live connection");
+        assert!(c.receiving, "a receive returns once");
+        c.receiving = false;
+        match result {
+            n if n > 0 => {
+                c.codec.received(n as usize);
+                if draining {
+                    let _ = c.stop_receiving();
+                }
+            }
+            0 => {
+                let _ = c.stop_receiving();
+            }
+            e if e == -libc::EINTR || e == -libc::EAGAIN => {}
+            e => {
+                // A client that hangs up mid-conversation is not news.
+                if e != -libc::ECONNRESET {
+                    let text = format!(
+                        "ioshare: connection {}: receive: {}",
+                        c.id,
+                        std::io::Error::from_raw_os_error(-e)
+                    );
+                    let peer = c.peer.clone();
+                    let _ = c.stop_receiving();
+                    self.log(Some(peer), text);
+                } else {
+                    let _ = c.stop_receiving();
+                }
+            }
+        }
+        self.pump(slot, now);
+    }
+
+    /// A send returned `result` (bytes sent, or a negative errno): the rest of a short
+    /// send goes again.
+    pub fn sent(&mut self, slot: usize, result: i32, _now: Nanos) {
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("send of a live connection");
+        let quiet = [libc::EPIPE, libc::ECONNRESET, libc::EINTR, libc::EAGAIN];
+        let failed = (result < 0 && !quiet.contains(&-result)).then(|| {
+            format!(
+                "ioshare: connection {}: send: {}",
+                c.id,
+                std::io::Error::from_raw_os_error(-result)
+            )
+        });
+        let again = c.sent(result);
+        self.inflight_bytes -= c.take_released();
+        if c.output == Output::Broken && c.input != Input::Parsed {
+            // Nobody will read the answers: what the client sent after is not served.
+            if c.stop_receiving() {
+                self.intents.push(Intent::ShutRead(slot));
+            }
+            c.input = Input::Parsed;
+        }
+        if again {
+            self.intents.push(Intent::Send(slot));
+        }
+        if let Some(text) = failed {
+            let peer = self.conns[slot].as_ref().map(|c| c.peer.clone());
+            self.log(peer, text);
+        }
+    }
+
+    /// A request's file operation returned `result` (bytes moved, or a negative errno):
+    /// its next part, or its end.
+    pub fn io_done(&mut self, id: u64, result: i32, now: Nanos) {
+        let l = self
+            .live
+            .get_mut(&id)
+            .expect("completion of a known request");
+        let (tenant, offset) = (l.sub.tenant as usize, l.io.offset());
+        let error = match l.io.step(result) {
+            Next::Again => {
+                assert!(
+                    self.targets[tenant].is_some(),
+                    "only file requests go again"
+                );
+                self.intents.push(Intent::Io(id));
+                return;
+            }
+            Next::Done(error) => error,
+            Next::PastEnd => {
+                self.past_end(tenant, offset, now);
+                proto::EIO
+            }
+        };
+        if self.model.is_some() {
+            // The data is there; the reply waits for the model's finish time.
+            let l = self.live.get_mut(&id).expect("known");
+            l.io_result = Some(error);
+            if let Some(at) = l.model_finish {
+                self.due.push(Reverse((at, id)));
+            }
+        } else {
+            let l = self.live.remove(&id).expect("known");
+            self.complete(l, error, now);
+        }
+    }
+
+    /// One turn: the host's alarms and the drain deadline, the emulated device's
+    /// answers, connections that waited for room read again, what the host dispatches
+    /// goes to the backend, waiting replies are sent, finished connections close.
+    pub fn turn(&mut self, now: Nanos) {
+        self.check_deadlines(now);
+        self.emulate(now);
+        // Requests answered made room under `queue_limit` or the budget: read what
+        // waited.
+        for slot in 0..self.conns.len() {
+            if self.conns[slot]
+                .as_ref()
+                .is_some_and(|c| c.input != Input::Parsed && !c.receiving)
+            {
+                self.pump(slot, now);
+            }
+        }
+        self.dispatch(now);
+        self.flush_replies();
+        self.close_finished();
+        if self.last_publish.is_none_or(|at| now >= at + PUBLISH_EVERY) {
+            let gauges = self.host.observe(Detail::Gauges).gauges;
+            self.host.observer().0.publish_policy(gauges);
+            self.last_publish = Some(now);
+        }
+    }
+
+    // ---- what the shell reads ----
+
+    /// The intents since the last call, in the order they were made.
+    pub fn take_intents(&mut self, into: &mut Vec<Intent>) {
+        into.append(&mut self.intents);
+    }
+
+    /// The log lines since the last call, and how many were dropped past the bound.
+    pub fn take_logs(&mut self) -> (Vec<LogLine>, u64) {
+        (
+            std::mem::take(&mut self.logs),
+            std::mem::take(&mut self.logs_lost),
+        )
+    }
+
+    /// With capture on, the requests that arrived since the last call.
+    pub fn take_arrivals(&mut self) -> Vec<Arrival> {
+        self.arrivals
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Where [`Intent::Receive`] writes: the connection's codec buffer, which the core
+    /// leaves alone until [`Self::received`].
+    pub fn receive_buffer(&mut self, slot: usize) -> &mut [u8] {
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("receive of a live connection");
+        assert!(c.receiving, "a receive was asked for");
+        c.codec.receive_buffer()
+    }
+
+    /// What [`Intent::Send`] sends: iovecs over buffers the core leaves alone until
+    /// [`Self::sent`].
+    pub fn send_iov(&self, slot: usize) -> &[libc::iovec] {
+        let c = self.conns[slot]
+            .as_ref()
+            .expect("send of a live connection");
+        assert!(c.send_armed, "a send was asked for");
+        c.send_iov()
+    }
+
+    /// A copy of up to `max` bytes of what [`Intent::Send`] sends (a simulated socket).
+    pub fn send_bytes(&self, slot: usize, max: usize) -> Vec<u8> {
+        let c = self.conns[slot]
+            .as_ref()
+            .expect("send of a live connection");
+        assert!(c.send_armed, "a send was asked for");
+        c.send_bytes(max)
+    }
+
+    /// What [`Intent::Io`] performs: the request's transfer and its tenant's target.
+    pub fn transfer(&mut self, id: u64) -> (&mut Transfer, Target) {
+        let l = self.live.get_mut(&id).expect("I/O of a live request");
+        let target = self.targets[l.sub.tenant as usize].expect("file requests only");
+        (&mut l.io, target)
+    }
+
+    /// When the core must run again even if nothing returns: the host's alarm, the
+    /// emulated device's next decision or answer, the end of the send grace.
+    pub fn next_wake(&self) -> Option<Nanos> {
+        let model_next = self.model.as_ref().and_then(|m| m.next_event());
+        let next_due = self.due.peek().map(|Reverse((at, _))| *at);
+        // After the drain deadline, replies still being sent get a grace period.
+        let send_grace = self
+            .host
+            .deadline()
+            .filter(|_| self.host.stopped() && self.conns.iter().flatten().any(|c| c.send_armed));
+        [
+            self.host.next_alarm(),
+            send_grace.map(|d| d + SEND_GRACE),
+            model_next,
+            next_due,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Drained: no request and no connection left.
+    pub fn is_done(&self) -> bool {
+        self.host.deadline().is_some()
+            && self.live.is_empty()
+            && self.conns.iter().all(Option::is_none)
+    }
+
+    /// Bytes all connections hold of the memory budget now.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inflight_bytes
+    }
+
+    /// The memory bound the core keeps: `max_inflight_bytes`, plus the small request
+    /// each connection holding nothing may take beyond it ([`budget::may_take`]), for
+    /// the connections that hold one now.
+    pub fn memory_bound(&self) -> u64 {
+        self.cfg.max_inflight_bytes + self.conns.iter().flatten().map(|c| c.exempt).sum::<u64>()
+    }
+
+    /// Requests inside the core (held by the policy or on the backend).
+    pub fn live_requests(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    /// Requests of `tenant` the host holds or the device serves.
+    pub fn tenant_requests(&self, tenant: TenantId) -> u32 {
+        self.host.held(tenant) + self.host.tenant_in_flight(tenant)
+    }
+
+    /// The drain's deadline, once draining.
+    pub fn deadline(&self) -> Option<Nanos> {
+        self.host.deadline()
+    }
+
+    /// Consumes the core once done.
+    pub fn finish(self) -> CoreOutcome {
+        let journal = self
+            .detectors
+            .iter()
+            .map(|d| d.as_ref().map(|d| d.journal_groups().collect()))
+            .collect();
+        let device = self.model.as_ref().map(|m| m.stats()).unwrap_or_default();
+        let ((_, recorder), policy) = self.host.finish();
+        CoreOutcome {
+            recorder,
+            device,
+            policy,
+            journal,
+        }
+    }
+
+    // ---- decisions ----
+
+    fn log(&mut self, peer: Option<Arc<str>>, text: String) {
+        if self.logs.len() < LOG_LIMIT {
+            self.logs.push(LogLine { peer, text });
+        } else {
+            self.logs_lost += 1;
+        }
+    }
+
+    /// The host's alarms that are due: the policy's timer and wait, and the drain
+    /// deadline, at which what the policy still holds (a limit, an empty bucket) is
+    /// answered `ESHUTDOWN` so it does not keep the server from stopping. A client that
+    /// still does not take its replies a while later is cut off.
+    fn check_deadlines(&mut self, now: Nanos) {
+        self.host.on_time(now, &mut self.cancelled);
+        if !self.cancelled.is_empty() {
+            let text = format!(
+                "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
+                self.cancelled.len()
+            );
+            self.log(None, text);
+        }
+        for r in std::mem::take(&mut self.cancelled) {
+            let l = self
+                .live
+                .remove(&r.id)
+                .expect("a withdrawn request is live");
+            self.answer(l.sub, proto::ESHUTDOWN, None);
+        }
+        if let Some(deadline) = self.host.deadline()
+            && now >= deadline + SEND_GRACE
+        {
+            for slot in 0..self.conns.len() {
+                if let Some(c) = self.conns[slot].as_mut()
+                    && c.send_armed
+                    && c.output == Output::Open
+                {
+                    c.output = Output::Cut;
+                    self.intents.push(Intent::Cut(slot));
+                }
+            }
+        }
+    }
+
+    /// Whether `tenant` may have another request read (back-pressure).
+    fn has_room(&self, tenant: TenantId) -> bool {
+        #[cfg(test)]
+        if self.planted(Plant::IgnoreHasRoom) {
+            return true;
+        }
+        self.host.has_room(tenant)
+    }
+
+    /// The memory budget's rule, as [`budget::may_take`] states it.
+    fn may_take(&self, held: u64, next: u64) -> bool {
+        #[cfg(test)]
+        if self.planted(Plant::BudgetOffByOne) {
+            return budget::may_take(
+                held,
+                next,
+                self.inflight_bytes,
+                self.cfg.max_inflight_bytes + 1,
+            );
+        }
+        budget::may_take(held, next, self.inflight_bytes, self.cfg.max_inflight_bytes)
+    }
+
+    /// Takes a connection's requests from its codec while its tenant has room; when
+    /// the codec needs bytes, a receive is asked for.
+    fn pump(&mut self, slot: usize, now: Nanos) {
+        loop {
+            let c = self.conns[slot].as_ref().expect("pumped a live connection");
+            if c.input == Input::Parsed || c.receiving || !self.has_room(c.tenant) {
+                return;
+            }
+            if !self.reserve_next(slot) {
+                return;
+            }
+            let c = self.conns[slot].as_mut().expect("pumped a live connection");
+            match c.codec.poll() {
+                Ok(Some(Event::Command(command))) => self.admit(slot, command, now),
+                Ok(Some(Event::Error { handle, error })) => {
+                    let bytes = std::mem::take(&mut c.reserved);
+                    assert_eq!(
+                        bytes,
+                        budget::REPLY_BYTES,
+                        "a refused request holds its reply"
+                    );
+                    c.reply(handle, error, None, bytes);
+                    // A connection whose sends failed drops the reply at once.
+                    self.inflight_bytes -= c.take_released();
+                }
+                Ok(Some(Event::Disconnect)) => {
+                    self.inflight_bytes -= c.drop_reservation();
+                    c.input = Input::Parsed;
+                }
+                Ok(Some(Event::Selected { .. } | Event::StartTls)) => {
+                    // The codec makes neither once transmission runs.
+                    c.input = Input::Parsed;
+                    let text = format!(
+                        "ioshare: connection {}: a handshake event in transmission",
+                        c.id
+                    );
+                    let peer = c.peer.clone();
+                    self.log(Some(peer), text);
+                }
+                Ok(None) if c.input == Input::Ended => c.input = Input::Parsed,
+                Ok(None) => {
+                    c.receiving = true;
+                    self.intents.push(Intent::Receive(slot));
+                    return;
+                }
+                Err(e) => {
+                    c.input = Input::Parsed;
+                    let text = format!("ioshare: connection {}: {e}", c.id);
+                    let peer = c.peer.clone();
+                    self.log(Some(peer), text);
+                }
+            }
+        }
+    }
+
+    /// The memory budget, checked once a request's header is whole and before it is
+    /// parsed (a write's payload buffer is taken then): a request holds its data and its
+    /// reply's header from then until the reply is sent, so a client that never reads
+    /// its replies, errors included, cannot make the server hold more for it. It waits
+    /// unless that fits the connection's share and the budget; a connection holding
+    /// nothing may always take a small one, so small requests are served while large
+    /// ones wait for room. Returns whether the connection may go on parsing.
+    fn reserve_next(&mut self, slot: usize) -> bool {
+        let c = self.conns[slot].as_ref().expect("a live connection");
+        if c.reserved != 0 {
+            return true;
+        }
+        let Some(data) = c.codec.next_request() else {
+            return true;
+        };
+        let next = budget::held_by(data);
+        if !self.may_take(c.pending_bytes, next) {
+            let c = self.conns[slot].as_mut().expect("a live connection");
+            if c.input == Input::Ended {
+                // Draining, or the client is gone: what it sent that does not fit is
+                // not served.
+                c.input = Input::Parsed;
+            }
+            return false;
+        }
+        let fits = budget::fits(
+            c.pending_bytes,
+            next,
+            self.inflight_bytes,
+            self.cfg.max_inflight_bytes,
+        );
+        let small = c.pending_bytes == 0 && next <= budget::ALWAYS_BYTES;
+        let c = self.conns[slot].as_mut().expect("a live connection");
+        c.reserve(next);
+        if !fits && small {
+            // Taken under the small-request rule: beyond the budget until the
+            // connection holds nothing again.
+            c.exempt = next;
+        }
+        self.inflight_bytes += next;
+        true
+    }
+
+    /// Hands every connection's waiting replies to its send (one at a time each).
+    fn flush_replies(&mut self) {
+        for slot in 0..self.conns.len() {
+            if let Some(c) = self.conns[slot].as_mut()
+                && c.next_send()
+            {
+                self.intents.push(Intent::Send(slot));
+            }
+        }
+    }
+
+    /// Closes connections with nothing left to receive, serve or send.
+    fn close_finished(&mut self) {
+        for slot in 0..self.conns.len() {
+            let Some(c) = self.conns[slot].as_mut() else {
+                continue;
+            };
+            if !c.is_finished() {
+                continue;
+            }
+            self.inflight_bytes -= c.drop_reservation();
+            assert_eq!(c.pending_bytes, 0, "a finished connection holds no data");
+            self.conns[slot] = None;
+            self.intents.push(Intent::Close(slot));
+        }
+    }
+
+    /// A request from a connection is offered to the host; a refused one is answered
+    /// at once (`EIO`, or `ESHUTDOWN` past the drain deadline). With `refuse = "hold"`
+    /// (the default) the policy's refusals are held back by the host, not answered.
+    fn admit(&mut self, slot: usize, command: Command, now: Nanos) {
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("admitted from a live connection");
+        let tenant = c.tenant;
+        c.outstanding += 1;
+        // Its data and reply were held for when its header was checked (`pump`).
+        let bytes = std::mem::take(&mut c.reserved);
+        assert_eq!(
+            bytes,
+            budget::REPLY_BYTES
+                + match command.kind {
+                    CommandKind::Read | CommandKind::Write { .. } => u64::from(command.len),
+                    _ => 0,
+                },
+            "the request admitted is the one held for"
+        );
+        let sub = Submission {
+            tenant,
+            conn: slot,
+            handle: command.handle,
+            bytes,
+        };
+        if let Some(a) = self.arrivals.as_mut() {
+            a.push(Arrival::of(
+                now,
+                tenant as usize,
+                &command.kind,
+                command.offset,
+                command.len,
+            ));
+        }
+        let write = matches!(command.kind, CommandKind::Write { .. });
+        let mut io = Transfer::new(command.kind, command.offset, command.len);
+        if write {
+            self.detect_journal(tenant, &mut io, command.offset, command.len);
+        }
+        self.next_id += 1;
+        if self.panic_after.is_some_and(|n| self.next_id >= n) {
+            panic!("injected at request {}", self.next_id);
+        }
+        let request = Request {
+            id: self.next_id,
+            tenant,
+            op: io.op(),
+            offset: self.targets[tenant as usize].map_or(0, |x| x.base) + io.offset(),
+            len: io.len(),
+            arrival: now,
+            cost: 0,
+        };
+        match self.host.admit(request, now) {
+            Admission::Queued => {
+                let l = Live {
+                    sub,
+                    request,
+                    start: None,
+                    io,
+                    model_finish: None,
+                    io_result: None,
+                };
+                self.live.insert(request.id, l);
+            }
+            Admission::Refused(_, Refusal::Stopping) => self.answer(sub, proto::ESHUTDOWN, None),
+            Admission::Refused(_, Refusal::QueueFull | Refusal::Policy) => {
+                self.answer(sub, proto::EIO, None)
+            }
+        }
+    }
+
+    /// Feeds a write to its tenant's journal detector (`cache = "pdc"`): a write in a
+    /// journal group is marked to bypass the page cache; each group newly marked is
+    /// counted and logged (once: a group stays marked).
+    fn detect_journal(&mut self, tenant: TenantId, io: &mut Transfer, offset: u64, len: u32) {
+        let Some(d) = self.detectors[tenant as usize].as_mut() else {
+            return;
+        };
+        if d.write(offset, len) == Verdict::Journal {
+            io.set_journal();
+        }
+        // Each group the write marked (one write may cross into the next).
+        let found: Vec<(usize, (u64, u64))> = d
+            .newly_marked()
+            .iter()
+            .map(|&i| (i, d.log_in(i).expect("a marked group has its log")))
+            .collect();
+        for (group, (start, end)) in found {
+            self.host.observer().0.journal_group(tenant);
+            let text = format!(
+                "ioshare: {}: group {group} holds a circular log (the guest's journal) at bytes {start}–{end} ({}); writes there bypass the host cache from now on",
+                self.cfg.tenants[tenant as usize].name,
+                crate::units::format_bytes(end - start),
+            );
+            self.log(None, text);
+        }
+    }
+
+    /// Sends to the backend what the host dispatches while the device has room.
+    fn dispatch(&mut self, now: Nanos) {
+        while let Some(r) = self.host.dispatch(now) {
+            let l = self
+                .live
+                .get_mut(&r.id)
+                .expect("dispatched a known request");
+            l.start = Some(now);
+            // The host stamped its cost: the completion carries it to the recorder.
+            l.request = r;
+            if let Some(m) = self.model.as_mut() {
+                m.advance(now, &mut self.model_done);
+                l.model_finish = match m.submit(&r, now) {
+                    Submitted::Finishes(at) => Some(at),
+                    Submitted::Queued => None,
+                };
+            }
+            #[cfg(test)]
+            if self.plant == Some(Plant::FlushWithoutSync) && r.op == crate::types::Op::Flush {
+                let l = self
+                    .live
+                    .get_mut(&r.id)
+                    .expect("dispatched a known request");
+                let result = l.io.null_result();
+                self.io_done(r.id, result, now);
+                continue;
+            }
+            if self.targets[r.tenant as usize].is_some() {
+                self.intents.push(Intent::Io(r.id));
+            } else {
+                let result = l.io.null_result();
+                self.io_done(r.id, result, now);
+            }
+        }
+    }
+
+    /// A read of `tenant` at `offset` met the end of its image: logged, at most once
+    /// every [`PAST_END_LOG_EVERY`] per tenant.
+    fn past_end(&mut self, tenant: usize, offset: u64, now: Nanos) {
+        let logged = &mut self.past_end_logged[tenant];
+        if logged.is_some_and(|at| now < at + PAST_END_LOG_EVERY) {
+            return;
+        }
+        *logged = Some(now);
+        let t = &self.cfg.tenants[tenant];
+        let text = format!(
+            "ioshare: {}: a read at byte {offset} met the end of its image, which is shorter than the export's {} bytes (truncated while served?); answered EIO, not zeroes (reported at most every {} s)",
+            t.name,
+            t.size,
+            PAST_END_LOG_EVERY / 1_000_000_000
+        );
+        self.log(None, text);
+    }
+
+    /// Emulated backend: answers the requests whose model finish time has passed.
+    fn emulate(&mut self, now: Nanos) {
+        let Some(m) = self.model.as_mut() else {
+            return;
+        };
+        m.advance(now, &mut self.model_done);
+        for f in self.model_done.drain(..) {
+            let l = self
+                .live
+                .get_mut(&f.request.id)
+                .expect("modelled a known request");
+            l.model_finish = Some(f.finish);
+            if l.io_result.is_some() {
+                self.due.push(Reverse((f.finish, f.request.id)));
+            }
+        }
+        while let Some(&Reverse((at, id))) = self.due.peek() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let l = self.live.remove(&id).expect("due request is live");
+            let error = l.io_result.expect("data I/O done");
+            self.complete(l, error, now);
+        }
+    }
+
+    /// A request is over: the policy and the counters learn of it, the client gets its
+    /// reply.
+    fn complete(&mut self, l: Live, error: u32, t: Nanos) {
+        // Bypassed: journal writes that went O_DIRECT (an unaligned one goes through
+        // the page cache).
+        if error == 0 && l.io.journal() && l.io.direct() {
+            self.host
+                .observer()
+                .0
+                .journal_write(l.sub.tenant, u64::from(l.io.len()));
+        }
+        let c = Completion {
+            request: l.request,
+            start: l.start.expect("dispatched"),
+            finish: t,
+        };
+        let status = if error == 0 {
+            Status::Ok
+        } else {
+            Status::Failed
+        };
+        self.host.complete(&c, status, t);
+        let data = if error == 0 {
+            l.io.into_read_data()
+        } else {
+            None
+        };
+        self.answer(l.sub, error, data);
+    }
+
+    fn answer(&mut self, sub: Submission, error: u32, data: Option<IoBuf>) {
+        let c = self.conns[sub.conn]
+            .as_mut()
+            .expect("a connection stays open while it has requests");
+        c.outstanding = c
+            .outstanding
+            .checked_sub(1)
+            .expect("a request is answered once");
+        c.reply(sub.handle, error, data, sub.bytes);
+        self.inflight_bytes -= c.take_released();
+    }
+}
