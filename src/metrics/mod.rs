@@ -13,6 +13,17 @@ use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_se
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+/// What every tenant's figures are taken against.
+struct Totals<'a> {
+    secs: f64,
+    bw: &'a [f64],
+    total_bw: f64,
+    device_time: &'a [f64],
+    total_device: f64,
+    backlogged: &'a [bool],
+    backlogged_w: f64,
+}
+
 /// A tenant counts as backlogged when it had I/O outstanding for at least this fraction
 /// of the measured time; only backlogged tenants enter the fairness figures.
 pub const BACKLOG_FRACTION: f64 = 0.5;
@@ -707,48 +718,11 @@ impl Recorder {
         let phases = self.phase_results(tenants, policy.switches.as_ref());
         let policy_stats = policy.report;
         let secs = nanos_to_secs(self.end.saturating_sub(self.start)).max(f64::MIN_POSITIVE);
-        let end = self.end;
-        for tid in 0..self.tenants.len() {
-            if self.tenants[tid].outstanding > 0 {
-                self.end_busy(tid, end);
-                // Still waiting at the end: that wait counts too.
-                let t = &mut self.tenants[tid];
-                let waited = end.saturating_sub(t.waiting_since.max(self.start));
-                t.longest_wait = t.longest_wait.max(waited);
-            }
-        }
-        let window = self.end.saturating_sub(self.start) as f64;
+        self.close_waits();
         let bw: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64 / secs).collect();
         let weights: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
-        let demand_met: Vec<bool> = self
-            .tenants
-            .iter()
-            .map(|t| t.open_loop && t.ios as f64 >= DEMAND_MET_FRACTION * t.arrived as f64)
-            .collect();
-        let backlogged: Vec<bool> = self
-            .tenants
-            .iter()
-            .zip(&demand_met)
-            .map(|(t, &met)| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window && !met)
-            .collect();
-        // Who was backlogged in each interval: busy at least half of it, demand not met.
-        let bins = self.series.bytes.first().map_or(0, Vec::len);
+        let (backlogged, backlogged_per_interval) = self.backlogged();
         let iv = self.series.interval;
-        let backlogged_per_interval: Vec<Vec<bool>> = self
-            .busy_bins
-            .iter()
-            .zip(&demand_met)
-            .map(|(busy, &met)| {
-                (0..bins)
-                    .map(|b| {
-                        let lo = self.start + b as u64 * iv;
-                        let span = (lo + iv).min(self.end).saturating_sub(lo);
-                        let busy = busy.get(b).copied().unwrap_or(0);
-                        !met && span > 0 && busy as f64 >= BACKLOG_FRACTION * span as f64
-                    })
-                    .collect()
-            })
-            .collect();
         let per_request = |total: fn(&TenantMeter) -> u64| -> Vec<f64> {
             self.tenants
                 .iter()
@@ -780,56 +754,25 @@ impl Recorder {
             .filter(|&i| backlogged[i])
             .map(|i| weights[i])
             .sum();
-        let results = self
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| TenantResult {
-                name: tenants[i].name.clone(),
-                weight: weights[i],
-                workload: workloads.get(i).cloned().unwrap_or_default(),
-                bytes: t.bytes,
-                ios: t.ios,
-                iops: t.ios as f64 / secs,
-                bandwidth_bytes_per_s: bw[i],
-                share: if total_bw > 0.0 {
-                    bw[i] / total_bw
-                } else {
-                    0.0
-                },
-                device_time_s: t.device_ns as f64 / 1e9,
-                device_share: if total_device > 0.0 {
-                    device_time[i] / total_device
-                } else {
-                    0.0
-                },
-                longest_wait_s: nanos_to_secs(t.longest_wait),
-                ideal_share: if backlogged[i] {
-                    weights[i] / backlogged_w
-                } else {
-                    0.0
-                },
-                backlogged: backlogged[i],
-                latency_us: LatencySummary::from_histogram(&t.hist),
-                // Nothing judged is no figure: a tenant that completed nothing showed
-                // 100 % here.
-                slo_satisfaction: t
-                    .slo_rt
-                    .filter(|_| t.ios + t.refused > 0)
-                    .map(|_| t.slo_met as f64 / (t.ios + t.refused) as f64),
-                refused: t.refused,
-                queue_full: t.queue_full,
-                held_back: t.held_back,
+        let totals = Totals {
+            secs,
+            bw: &bw,
+            total_bw,
+            device_time: &device_time,
+            total_device,
+            backlogged: &backlogged,
+            backlogged_w,
+        };
+        let results = (0..self.tenants.len())
+            .map(|i| {
+                self.tenant_result(
+                    i,
+                    &tenants[i],
+                    workloads.get(i).cloned().unwrap_or_default(),
+                    &totals,
+                )
             })
             .collect();
-        let longest_wait = self
-            .tenants
-            .iter()
-            .zip(&backlogged)
-            .filter(|(_, b)| **b)
-            .map(|(t, _)| t.longest_wait)
-            .max()
-            .unwrap_or(0);
         RunResult {
             policy: label.to_string(),
             policy_name: label.to_string(),
@@ -844,7 +787,12 @@ impl Recorder {
             interval_byte_share_error,
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
-            longest_wait_s: nanos_to_secs(longest_wait),
+            longest_wait_s: nanos_to_secs(
+                (self.tenants.iter().zip(&backlogged))
+                    .filter_map(|(t, b)| b.then_some(t.longest_wait))
+                    .max()
+                    .unwrap_or(0),
+            ),
             tenants: results,
             device,
             sim: SimStats {
@@ -856,6 +804,102 @@ impl Recorder {
             phases,
             timeseries: self.series,
         }
+    }
+
+    /// Tenant `i`'s figures, given the run's totals.
+    fn tenant_result(
+        &self,
+        i: usize,
+        spec: &TenantSpec,
+        workload: String,
+        x: &Totals,
+    ) -> TenantResult {
+        let t = &self.tenants[i];
+        TenantResult {
+            name: spec.name.clone(),
+            weight: spec.weight,
+            workload,
+            bytes: t.bytes,
+            ios: t.ios,
+            iops: t.ios as f64 / x.secs,
+            bandwidth_bytes_per_s: x.bw[i],
+            share: if x.total_bw > 0.0 {
+                x.bw[i] / x.total_bw
+            } else {
+                0.0
+            },
+            device_time_s: t.device_ns as f64 / 1e9,
+            device_share: if x.total_device > 0.0 {
+                x.device_time[i] / x.total_device
+            } else {
+                0.0
+            },
+            longest_wait_s: nanos_to_secs(t.longest_wait),
+            ideal_share: if x.backlogged[i] {
+                spec.weight / x.backlogged_w
+            } else {
+                0.0
+            },
+            backlogged: x.backlogged[i],
+            latency_us: LatencySummary::from_histogram(&t.hist),
+            // Nothing judged is no figure: a tenant that completed nothing showed
+            // 100 % here.
+            slo_satisfaction: t
+                .slo_rt
+                .filter(|_| t.ios + t.refused > 0)
+                .map(|_| t.slo_met as f64 / (t.ios + t.refused) as f64),
+            refused: t.refused,
+            queue_full: t.queue_full,
+            held_back: t.held_back,
+        }
+    }
+
+    /// Tenants still waiting at the end: their busy time ends, and that wait counts.
+    fn close_waits(&mut self) {
+        let end = self.end;
+        for tid in 0..self.tenants.len() {
+            if self.tenants[tid].outstanding > 0 {
+                self.end_busy(tid, end);
+                let t = &mut self.tenants[tid];
+                let waited = end.saturating_sub(t.waiting_since.max(self.start));
+                t.longest_wait = t.longest_wait.max(waited);
+            }
+        }
+    }
+
+    /// Who was backlogged over the run, and in each interval: busy at least
+    /// `BACKLOG_FRACTION` of it, an open-loop demand not met.
+    fn backlogged(&self) -> (Vec<bool>, Vec<Vec<bool>>) {
+        let window = self.end.saturating_sub(self.start) as f64;
+        let demand_met: Vec<bool> = self
+            .tenants
+            .iter()
+            .map(|t| t.open_loop && t.ios as f64 >= DEMAND_MET_FRACTION * t.arrived as f64)
+            .collect();
+        let backlogged: Vec<bool> = self
+            .tenants
+            .iter()
+            .zip(&demand_met)
+            .map(|(t, &met)| window > 0.0 && t.busy_ns as f64 >= BACKLOG_FRACTION * window && !met)
+            .collect();
+        let bins = self.series.bytes.first().map_or(0, Vec::len);
+        let iv = self.series.interval;
+        let per_interval: Vec<Vec<bool>> = self
+            .busy_bins
+            .iter()
+            .zip(&demand_met)
+            .map(|(busy, &met)| {
+                (0..bins)
+                    .map(|b| {
+                        let lo = self.start + b as u64 * iv;
+                        let span = (lo + iv).min(self.end).saturating_sub(lo);
+                        let busy = busy.get(b).copied().unwrap_or(0);
+                        !met && span > 0 && busy as f64 >= BACKLOG_FRACTION * span as f64
+                    })
+                    .collect()
+            })
+            .collect();
+        (backlogged, per_interval)
     }
 
     fn phase_results(

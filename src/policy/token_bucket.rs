@@ -481,93 +481,23 @@ impl SwitchedBuckets {
         switched: bool,
         per_tenant: bool,
     ) -> Result<Self, PolicyError> {
-        let refill_hz = params.f64_or("refill_hz", 1000.0)?;
-        if refill_hz <= 0.0 || refill_hz > 1e9 {
-            return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
-        }
-        let depth_factor = params.f64_or("depth_factor", 1.5)?;
-        if !(0.0..=1e6).contains(&depth_factor) {
-            return Err(params.invalid("depth_factor", "must be in [0, 1e6]"));
-        }
-        let depth_rt = params.f64_or("depth_rt", 1.0)?;
-        if !(0.0..=100.0).contains(&depth_rt) {
-            return Err(params.invalid("depth_rt", "must be in [0, 100] (0: the paper's depth)"));
-        }
-        let depth_requests = params.f64_or("depth_requests", 32.0)?;
-        if !(0.0..=1e6).contains(&depth_requests) {
-            return Err(params.invalid("depth_requests", "must be in [0, 1e6] (0: none)"));
-        }
-        let rate_slack = params.f64_or("rate_slack", 0.05)?;
-        if !(0.0..=1.0).contains(&rate_slack) {
-            return Err(params.invalid("rate_slack", "must be in [0, 1]"));
-        }
-        let refill_slack = params.f64_or("refill_slack", 0.25)?;
-        if !(0.0..=1.0).contains(&refill_slack) {
-            return Err(params.invalid("refill_slack", "must be in [0, 1]"));
-        }
-        let best_effort_depth = params.u64_or("best_effort_depth", 1)?;
-        let near_mark = params.f64_or("best_effort_mark", 0.5)?;
-        if !(0.0..=10.0).contains(&near_mark) {
-            return Err(params.invalid("best_effort_mark", "must be in [0, 10]"));
-        }
-        if best_effort_depth > 1 << 20 {
-            return Err(params.invalid(
-                "best_effort_depth",
-                "must be ≤ 1048576 (0: tenants without an SLO always bypass)",
-            ));
-        }
-        let max_wait = params.f64_or("max_wait", 0.5)?;
-        if !(0.0..=1000.0).contains(&max_wait) {
-            return Err(params.invalid("max_wait", "must be in [0, 1000] (0: no bound)"));
-        }
-        let mut predict = 0.0;
-        if switched {
-            // Only TA3 can act on a prediction without hurting anyone: it throttles
-            // violators alone, and a prediction is rough when the storage is idle.
-            predict = params.f64_or("predict", if per_tenant { 0.4 } else { 0.0 })?;
-            if !(0.0..=10.0).contains(&predict) {
-                return Err(params.invalid("predict", "must be in [0, 10] (0: off)"));
-            }
-        }
-        // Every TA policy judges breaches (TA1 only to hold best-effort tenants).
-        let min_breach_ms = params.f64_or("min_breach_ms", 100.0)?;
-        if !(0.0..=60_000.0).contains(&min_breach_ms) {
-            return Err(params.invalid("min_breach_ms", "must be in [0, 60000]"));
-        }
-        let min_breach = (min_breach_ms * 1e6) as Nanos;
-        let window = params.u64_or("rt_window", 2048)? as usize;
-        if !(1..=4096).contains(&window) {
-            return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
-        }
-        let hwm = params.f64_or("hwm", 0.85)?;
-        let lwm = params.f64_or("lwm", 0.80)?;
-        if !(lwm > 0.0 && lwm <= hwm) {
-            return Err(params.invalid("lwm", format!("must be in (0, hwm = {hwm}]")));
-        }
-        let rule = match (switched, per_tenant) {
-            (false, _) => SwitchRule::AlwaysOn,
-            (true, false) => SwitchRule::Global,
-            (true, true) => {
-                let window_ms = params.f64_or("rate_window_ms", 0.0)?;
-                if !(0.0..=60_000.0).contains(&window_ms) {
-                    return Err(params.invalid("rate_window_ms", "must be in [0, 60000]"));
-                }
-                let min_requests = params.f64_or("rate_window_requests", RATE_WINDOW_REQUESTS)?;
-                if !(0.0..=1e6).contains(&min_requests) {
-                    return Err(params.invalid("rate_window_requests", "must be in [0, 1e6]"));
-                }
-                if window_ms == 0.0 && min_requests < 1.0 {
-                    return Err(params.invalid(
-                        "rate_window_requests",
-                        "must be ≥ 1 when rate_window_ms is 0 (the test needs a depth)",
-                    ));
-                }
-                SwitchRule::PerTenant {
-                    min_requests,
-                    window: (window_ms * 1e6) as Nanos,
-                }
-            }
-        };
+        let Settings {
+            refill_hz,
+            depth_factor,
+            depth_rt,
+            depth_requests,
+            rate_slack,
+            refill_slack,
+            best_effort_depth,
+            near_mark,
+            max_wait,
+            predict,
+            min_breach,
+            window,
+            hwm,
+            lwm,
+            rule,
+        } = Settings::read(params, switched, per_tenant)?;
         let mut p = SwitchedBuckets {
             name,
             rule,
@@ -1286,6 +1216,182 @@ impl SwitchedBuckets {
             "switch_log_complete_until_ms": self.timeline_full_at.map(|t| t as f64 / 1e6),
         })
     }
+}
+
+/// The parameters a token-bucket policy reads, checked.
+struct Settings {
+    refill_hz: f64,
+    depth_factor: f64,
+    depth_rt: f64,
+    depth_requests: f64,
+    rate_slack: f64,
+    refill_slack: f64,
+    best_effort_depth: u64,
+    near_mark: f64,
+    max_wait: f64,
+    predict: f64,
+    min_breach: Nanos,
+    window: usize,
+    hwm: f64,
+    lwm: f64,
+    rule: SwitchRule,
+}
+
+impl Settings {
+    /// Reads and checks every parameter (defaults where not given).
+    fn read(
+        params: &mut PolicyParams,
+        switched: bool,
+        per_tenant: bool,
+    ) -> Result<Settings, PolicyError> {
+        let refill_hz = params.f64_or("refill_hz", 1000.0)?;
+        if refill_hz <= 0.0 || refill_hz > 1e9 {
+            return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
+        }
+        let depth_factor = bounded(
+            params,
+            "depth_factor",
+            1.5,
+            0.0..=1e6,
+            "must be in [0, 1e6]",
+        )?;
+        let depth_rt = bounded(
+            params,
+            "depth_rt",
+            1.0,
+            0.0..=100.0,
+            "must be in [0, 100] (0: the paper's depth)",
+        )?;
+        let depth_requests = bounded(
+            params,
+            "depth_requests",
+            32.0,
+            0.0..=1e6,
+            "must be in [0, 1e6] (0: none)",
+        )?;
+        let rate_slack = bounded(params, "rate_slack", 0.05, 0.0..=1.0, "must be in [0, 1]")?;
+        let refill_slack = bounded(params, "refill_slack", 0.25, 0.0..=1.0, "must be in [0, 1]")?;
+        let best_effort_depth = params.u64_or("best_effort_depth", 1)?;
+        let near_mark = bounded(
+            params,
+            "best_effort_mark",
+            0.5,
+            0.0..=10.0,
+            "must be in [0, 10]",
+        )?;
+        if best_effort_depth > 1 << 20 {
+            return Err(params.invalid(
+                "best_effort_depth",
+                "must be ≤ 1048576 (0: tenants without an SLO always bypass)",
+            ));
+        }
+        let max_wait = bounded(
+            params,
+            "max_wait",
+            0.5,
+            0.0..=1000.0,
+            "must be in [0, 1000] (0: no bound)",
+        )?;
+        let mut predict = 0.0;
+        if switched {
+            // Only TA3 can act on a prediction without hurting anyone: it throttles
+            // violators alone, and a prediction is rough when the storage is idle.
+            predict = params.f64_or("predict", if per_tenant { 0.4 } else { 0.0 })?;
+            if !(0.0..=10.0).contains(&predict) {
+                return Err(params.invalid("predict", "must be in [0, 10] (0: off)"));
+            }
+        }
+        // Every TA policy judges breaches (TA1 only to hold best-effort tenants).
+        let min_breach_ms = bounded(
+            params,
+            "min_breach_ms",
+            100.0,
+            0.0..=60_000.0,
+            "must be in [0, 60000]",
+        )?;
+        let min_breach = (min_breach_ms * 1e6) as Nanos;
+        let window = params.u64_or("rt_window", 2048)? as usize;
+        if !(1..=4096).contains(&window) {
+            return Err(params.invalid("rt_window", "must be 1 ..= 4096 (completions)"));
+        }
+        let hwm = params.f64_or("hwm", 0.85)?;
+        let lwm = params.f64_or("lwm", 0.80)?;
+        if !(lwm > 0.0 && lwm <= hwm) {
+            return Err(params.invalid("lwm", format!("must be in (0, hwm = {hwm}]")));
+        }
+        let rule = switch_rule(params, switched, per_tenant)?;
+        Ok(Settings {
+            refill_hz,
+            depth_factor,
+            depth_rt,
+            depth_requests,
+            rate_slack,
+            refill_slack,
+            best_effort_depth,
+            near_mark,
+            max_wait,
+            predict,
+            min_breach,
+            window,
+            hwm,
+            lwm,
+            rule,
+        })
+    }
+}
+
+/// A parameter's value, or its default, refused outside `range` with `why`.
+fn bounded(
+    params: &mut PolicyParams,
+    key: &str,
+    default: f64,
+    range: std::ops::RangeInclusive<f64>,
+    why: &str,
+) -> Result<f64, PolicyError> {
+    let v = params.f64_or(key, default)?;
+    if !range.contains(&v) {
+        return Err(params.invalid(key, why));
+    }
+    Ok(v)
+}
+
+/// When the buckets hold requests back: always (TA1), on the storage's response time
+/// (TA2), per tenant on its own arrival rate (TA3, with the window it is measured over).
+fn switch_rule(
+    params: &mut PolicyParams,
+    switched: bool,
+    per_tenant: bool,
+) -> Result<SwitchRule, PolicyError> {
+    Ok(match (switched, per_tenant) {
+        (false, _) => SwitchRule::AlwaysOn,
+        (true, false) => SwitchRule::Global,
+        (true, true) => {
+            let window_ms = bounded(
+                params,
+                "rate_window_ms",
+                0.0,
+                0.0..=60_000.0,
+                "must be in [0, 60000]",
+            )?;
+            let min_requests = bounded(
+                params,
+                "rate_window_requests",
+                RATE_WINDOW_REQUESTS,
+                0.0..=1e6,
+                "must be in [0, 1e6]",
+            )?;
+            if window_ms == 0.0 && min_requests < 1.0 {
+                return Err(params.invalid(
+                    "rate_window_requests",
+                    "must be ≥ 1 when rate_window_ms is 0 (the test needs a depth)",
+                ));
+            }
+            SwitchRule::PerTenant {
+                min_requests,
+                window: (window_ms * 1e6) as Nanos,
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -229,16 +229,7 @@ pub fn serve(
     let specs = config.specs();
     check_policy(&config)?;
     let files = backend::Files::open(&config)?;
-    let model = config.emulated.as_ref().map(|(device, seed)| {
-        let t = Instant::now();
-        let model = device.build(*seed);
-        eprintln!(
-            "ioshare: emulating {} (built in {:.1} s)",
-            device.describe(),
-            t.elapsed().as_secs_f64()
-        );
-        model
-    });
+    let model = emulated_model(&config);
     let stats = Arc::new(LiveStats::new(
         &specs
             .iter()
@@ -247,12 +238,7 @@ pub fn serve(
     ));
     let offer = TlsOffer::new(&config.tls)?;
     let listeners = Listeners::bind(&config)?;
-    // SAFETY: installing a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
-    }
+    install_signals();
     let metrics_at = match &config.metrics {
         Some(addr) => Some(prometheus::spawn(
             addr,
@@ -269,10 +255,11 @@ pub fn serve(
         .as_ref()
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
     let capture = match &capture {
-        Some((path, limit)) => {
-            let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-            Some(capture::Capture::open(path, &names, *limit)?)
-        }
+        Some((path, limit)) => Some(capture::Capture::open(
+            path,
+            &specs.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+            *limit,
+        )?),
         None => None,
     };
     let cost = config.cost_model(model.as_deref());
@@ -310,8 +297,46 @@ pub fn serve(
         &offer,
         &|| engine_thread.is_finished(),
     );
-    // The engine stopped on its own (an error, a panic): nothing is being served, so
-    // the server stops with it, non-zero, for a supervisor to restart it.
+    let outcome = stop(&config, listeners, &registry, handle, engine_thread)?;
+    Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// The emulated device model, when the configuration asks for one (built now: an aged
+/// SSD takes a while).
+fn emulated_model(config: &ServerConfig) -> Option<Box<dyn crate::device::DeviceModel>> {
+    config.emulated.as_ref().map(|(device, seed)| {
+        let t = Instant::now();
+        let model = device.build(*seed);
+        eprintln!(
+            "ioshare: emulating {} (built in {:.1} s)",
+            device.describe(),
+            t.elapsed().as_secs_f64()
+        );
+        model
+    })
+}
+
+/// SIGTERM, SIGINT and SIGHUP set flags the accept loop reads.
+fn install_signals() {
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// The accept loop ended: stops listening, stops every connection's reading, drains
+/// the engine and waits for it and for the TLS relays. The engine may have stopped on
+/// its own (an error, a panic): nothing was being served, so the server stops with it,
+/// non-zero, for a supervisor to restart it.
+fn stop(
+    config: &ServerConfig,
+    listeners: Listeners,
+    registry: &Registry,
+    handle: EngineHandle,
+    engine_thread: std::thread::JoinHandle<anyhow::Result<engine::Outcome>>,
+) -> anyhow::Result<engine::Outcome> {
     let engine_died = engine_thread.is_finished();
     if engine_died {
         eprintln!("ioshare: the engine stopped while serving; closing every connection");
@@ -333,7 +358,7 @@ pub fn serve(
     while RELAYS.load(Ordering::SeqCst) > 0 && waiting.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+    Ok(outcome)
 }
 
 /// The policy, checked before an emulated device is built (seconds; it is built again
@@ -988,66 +1013,17 @@ fn connection(
     // `server.handshake_timeout_s`, not kept with its thread and descriptors.
     stream.set_timeouts(Some(timeout))?;
     let mut codec = ServerCodec::with_tls(exports.clone(), policy);
-    let mut buf = vec![0u8; 64 << 10];
-    let mut io = Transport::Plain(stream);
-    io.write_all(&codec.take_output())?;
-    let export = loop {
-        let n = io.read(&mut buf)?;
-        if n == 0 {
-            return Ok(());
-        }
-        codec.receive(&buf[..n]);
-        // One poll answers every complete option; it stops at an event or for bytes.
-        let selected = match codec.poll() {
-            Ok(Some(Event::Selected { export })) => {
-                match Slot::take(&limits.tenants[export], limits.per_tenant) {
-                    Some(served) => {
-                        slots.push(served);
-                        Some(export)
-                    }
-                    None => {
-                        refuse_at_tenant_limit(
-                            &mut codec,
-                            &mut io,
-                            (id, &peer),
-                            &exports[export].name,
-                            limits.per_tenant,
-                        )?;
-                        if codec.is_closed() {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                }
-            }
-            Ok(Some(Event::Disconnect)) => {
-                io.write_all(&codec.take_output())?;
-                return Ok(());
-            }
-            Ok(Some(Event::StartTls)) => {
-                io.write_all(&codec.take_output())?;
-                let (Transport::Plain(plain), Some(credentials)) = (io, tls.clone()) else {
-                    unreachable!("the codec starts TLS once, where it is offered");
-                };
-                io = start_tls(plain, credentials, codec.take_unparsed())?;
-                codec.tls_started();
-                None
-            }
-            Ok(Some(_)) => unreachable!("requests come only after an export is selected"),
-            Ok(None) => None,
-            Err(e) => {
-                let _ = io.write_all(&codec.take_output());
-                return Err(anyhow::anyhow!("handshake: {e}"));
-            }
-        };
-        if let Some(e) = selected {
-            // Out of the registry before the client hears its export is selected: a
-            // client that has its answer is served, never evicted as a handshake.
-            handed_off();
-            io.write_all(&codec.take_output())?;
-            break e;
-        }
-        io.write_all(&codec.take_output())?;
+    let Some((export, io)) = handshake(
+        Transport::Plain(stream),
+        &mut codec,
+        &mut slots,
+        (id, &peer),
+        (&exports, &limits),
+        tls,
+        handed_off,
+    )?
+    else {
+        return Ok(());
     };
     let attach = |fd: OwnedFd, codec: ServerCodec, slots: Vec<Slot>| {
         // An engine that is gone drops the connection, which closes it.
@@ -1087,6 +1063,81 @@ fn connection(
         }
     }
     Ok(())
+}
+
+/// A connection's handshake, until its client selects an export (returned with the
+/// transport, which may have become TLS) or goes away (`None`). An export at its
+/// connection limit is refused and the client may choose again.
+fn handshake(
+    mut io: Transport,
+    codec: &mut ServerCodec,
+    slots: &mut Vec<Slot>,
+    (id, peer): (u64, &Arc<str>),
+    (exports, limits): (&Arc<Vec<ExportInfo>>, &ConnLimits),
+    tls: Option<tls::Credentials>,
+    handed_off: impl FnOnce(),
+) -> anyhow::Result<Option<(usize, Transport)>> {
+    let mut buf = vec![0u8; 64 << 10];
+    io.write_all(&codec.take_output())?;
+    let export = loop {
+        let n = io.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        codec.receive(&buf[..n]);
+        // One poll answers every complete option; it stops at an event or for bytes.
+        let selected = match codec.poll() {
+            Ok(Some(Event::Selected { export })) => {
+                match Slot::take(&limits.tenants[export], limits.per_tenant) {
+                    Some(served) => {
+                        slots.push(served);
+                        Some(export)
+                    }
+                    None => {
+                        refuse_at_tenant_limit(
+                            codec,
+                            &mut io,
+                            (id, peer),
+                            &exports[export].name,
+                            limits.per_tenant,
+                        )?;
+                        if codec.is_closed() {
+                            return Ok(None);
+                        }
+                        continue;
+                    }
+                }
+            }
+            Ok(Some(Event::Disconnect)) => {
+                io.write_all(&codec.take_output())?;
+                return Ok(None);
+            }
+            Ok(Some(Event::StartTls)) => {
+                io.write_all(&codec.take_output())?;
+                let (Transport::Plain(plain), Some(credentials)) = (io, tls.clone()) else {
+                    unreachable!("the codec starts TLS once, where it is offered");
+                };
+                io = start_tls(plain, credentials, codec.take_unparsed())?;
+                codec.tls_started();
+                None
+            }
+            Ok(Some(_)) => unreachable!("requests come only after an export is selected"),
+            Ok(None) => None,
+            Err(e) => {
+                let _ = io.write_all(&codec.take_output());
+                return Err(anyhow::anyhow!("handshake: {e}"));
+            }
+        };
+        if let Some(e) = selected {
+            // Out of the registry before the client hears its export is selected: a
+            // client that has its answer is served, never evicted as a handshake.
+            handed_off();
+            io.write_all(&codec.take_output())?;
+            break e;
+        }
+        io.write_all(&codec.take_output())?;
+    };
+    Ok(Some((export, io)))
 }
 
 /// Runs the TLS handshake on a connection whose client sent `NBD_OPT_STARTTLS`; `early`

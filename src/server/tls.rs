@@ -439,22 +439,7 @@ pub fn relay(
                 }
             }
         }
-        // Twice: sending what waited may make room for the rest (rustls takes more
-        // only once it sent what it had).
-        let mut flushed = false;
-        for _ in 0..2 {
-            while out_at < from_engine.len() {
-                let n = session.write_plain(&from_engine[out_at..])?;
-                if n == 0 {
-                    break;
-                }
-                out_at += n;
-            }
-            flushed = session.flush()?;
-            if !flushed || out_at == from_engine.len() {
-                break;
-            }
-        }
+        let flushed = send_to_client(&mut session, &from_engine, &mut out_at)?;
         if out_at == from_engine.len() {
             from_engine.clear();
             out_at = 0;
@@ -473,43 +458,75 @@ pub fn relay(
         let net_in = !client_done && to_engine.len() < RELAY_BUFFER;
         // Plaintext waits only behind what the session could not send yet.
         let net_out = !flushed;
-        let mut fds = [
-            libc::pollfd {
-                // A client that is done is not polled (its hang-up would wake every
-                // poll) unless something still goes to it.
-                fd: if net_in || net_out { session.fd() } else { -1 },
-                events: (if net_in { libc::POLLIN } else { 0 })
-                    | (if net_out { libc::POLLOUT } else { 0 }),
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: local.as_raw_fd(),
-                events: (if !engine_done && from_engine.is_empty() {
-                    libc::POLLIN
-                } else {
-                    0
-                }) | (if to_engine.is_empty() {
-                    0
-                } else {
-                    libc::POLLOUT
-                }),
-                revents: 0,
-            },
-        ];
-        // Nothing wanted of the engine's end: leave it out (a closed one reports a
-        // hang-up at once, every time).
-        if fds[1].events == 0 {
-            fds[1].fd = -1;
-        }
-        // SAFETY: two valid pollfds on descriptors this function holds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if !would_block(&e) {
-                return Err(e);
+        let engine_in = !engine_done && from_engine.is_empty();
+        wait_for(
+            (session.fd(), net_in, net_out),
+            (local.as_raw_fd(), engine_in, !to_engine.is_empty()),
+        )?;
+    }
+}
+
+/// Sends what the engine wrote to the client through the session, twice if need be:
+/// sending what waited may make room for the rest (rustls takes more only once it sent
+/// what it had). Returns whether the session sent everything it holds.
+fn send_to_client(
+    session: &mut impl Session,
+    from_engine: &[u8],
+    out_at: &mut usize,
+) -> std::io::Result<bool> {
+    let mut flushed = false;
+    for _ in 0..2 {
+        while *out_at < from_engine.len() {
+            let n = session.write_plain(&from_engine[*out_at..])?;
+            if n == 0 {
+                break;
             }
+            *out_at += n;
+        }
+        flushed = session.flush()?;
+        if !flushed || *out_at == from_engine.len() {
+            break;
         }
     }
+    Ok(flushed)
+}
+
+/// Waits up to a second for the client's socket (`net`: its descriptor, whether to
+/// read, whether to write) or the engine's end (`engine`: the same).
+fn wait_for(
+    (net_fd, net_in, net_out): (std::os::fd::RawFd, bool, bool),
+    (engine_fd, engine_in, engine_out): (std::os::fd::RawFd, bool, bool),
+) -> std::io::Result<()> {
+    let mut fds = [
+        libc::pollfd {
+            // A client that is done is not polled (its hang-up would wake every poll)
+            // unless something still goes to it.
+            fd: if net_in || net_out { net_fd } else { -1 },
+            events: (if net_in { libc::POLLIN } else { 0 })
+                | (if net_out { libc::POLLOUT } else { 0 }),
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: engine_fd,
+            events: (if engine_in { libc::POLLIN } else { 0 })
+                | (if engine_out { libc::POLLOUT } else { 0 }),
+            revents: 0,
+        },
+    ];
+    // Nothing wanted of the engine's end: leave it out (a closed one reports a hang-up
+    // at once, every time).
+    if fds[1].events == 0 {
+        fds[1].fd = -1;
+    }
+    // SAFETY: two valid pollfds on descriptors the caller holds.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if !would_block(&e) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 fn set_nonblocking(fd: std::os::fd::RawFd) -> std::io::Result<()> {
