@@ -17,8 +17,8 @@
 //! * **dispatch**: [`Host::dispatch`] hands out what the policy releases while fewer than
 //!   `queue_depth` requests are on the device;
 //! * **completion**: [`Host::complete`] tells the policy and frees the slot;
-//! * **alarms**: the policy's "ask me again at T" and its periodic timer, as
-//!   [`Alarms`] the driver delivers back with [`Host::on_wake`] / [`Host::on_timer`];
+//! * **alarms**: the policy's "ask me again at T", its periodic timer and the drain
+//!   deadline, as one time ([`Host::next_alarm`]) the driver calls [`Host::on_time`] at;
 //! * **drain**: [`Host::start_drain`] sets a deadline; at [`Host::on_deadline`] what
 //!   the policy still holds is withdrawn and refused as [`Refusal::Stopping`];
 //! * **accounting** per tenant (held by the policy, on the device), with assertions on
@@ -163,17 +163,6 @@ impl Refuse {
 /// How often the host offers held-back requests again when nothing else wakes it.
 const RETRY_NS: Nanos = 1_000_000;
 
-/// Alarms the driver must deliver: newly asked for by the last [`Host::dispatch`]
-/// round. An alarm already pending at an earlier time is not asked for again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[must_use = "an alarm not delivered leaves the policy waiting forever"]
-pub struct Alarms {
-    /// Call [`Host::on_wake`] then (the policy said "nothing now, ask again at T").
-    pub wake: Option<Nanos>,
-    /// Call [`Host::on_timer`] then (the policy's periodic timer).
-    pub timer: Option<Nanos>,
-}
-
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct TenantCount {
     /// Offered, not yet dispatched or refused: held by the policy.
@@ -191,11 +180,8 @@ pub struct Host<O: Observer> {
     tenants: Vec<TenantCount>,
     held: usize,
     in_flight: u32,
-    /// Pending alarms (delivered at most once each).
+    /// The policy's pending "ask me again at T" (cleared once delivered).
     wake_at: Option<Nanos>,
-    timer_at: Option<Nanos>,
-    /// A wake alarm set by the last dispatch round, not yet handed to the driver.
-    new_wake: Option<Nanos>,
     /// Set by [`Host::start_drain`].
     deadline: Option<Nanos>,
     /// The drain deadline passed: nothing is dispatched or admitted any more.
@@ -232,8 +218,6 @@ impl<O: Observer> Host<O> {
             held: 0,
             in_flight: 0,
             wake_at: None,
-            timer_at: None,
-            new_wake: None,
             deadline: None,
             stopped: false,
             deferred: vec![std::collections::VecDeque::new(); tenants],
@@ -325,13 +309,12 @@ impl<O: Observer> Host<O> {
             let at = now + RETRY_NS;
             if self.wake_at.is_none_or(|w| at < w || w <= now) {
                 self.wake_at = Some(at);
-                self.new_wake = Some(at);
             }
         }
     }
 
     /// The next request for the device while a slot is free, or `None`: no slot, the
-    /// policy has nothing now (an alarm may have been set, see [`Host::alarms`]), or the
+    /// policy has nothing now (an alarm may have been set, see [`Host::next_alarm`]), or the
     /// host stopped. Call until `None` once every event of an instant has been handled.
     #[must_use = "a dispatched request must go to the device, or it is lost"]
     #[inline]
@@ -355,46 +338,10 @@ impl<O: Observer> Host<O> {
                 let at = at.max(now + 1);
                 if self.wake_at.is_none_or(|w| at < w || w <= now) {
                     self.wake_at = Some(at);
-                    self.new_wake = Some(at);
                 }
                 None
             }
             Dispatch::Idle => None,
-        }
-    }
-
-    /// The alarms asked for since the last call (the policy's wait from
-    /// [`Host::dispatch`], and its timer). Call after a round of dispatches.
-    #[inline]
-    pub fn alarms(&mut self, now: Nanos) -> Alarms {
-        let mut alarms = Alarms {
-            wake: self.new_wake.take(),
-            timer: None,
-        };
-        if let Some(at) = self.policy.next_timer() {
-            let at = at.max(now + 1);
-            if self.timer_at.is_none_or(|t| at < t || t <= now) {
-                self.timer_at = Some(at);
-                alarms.timer = Some(at);
-            }
-        }
-        alarms
-    }
-
-    /// A wake alarm fired: the policy will be asked again at the next dispatch round.
-    pub fn on_wake(&mut self, now: Nanos) {
-        if self.wake_at == Some(now) {
-            self.wake_at = None;
-        }
-    }
-
-    /// A timer alarm fired: runs the policy's timer when it is due.
-    pub fn on_timer(&mut self, now: Nanos) {
-        if self.timer_at == Some(now) {
-            self.timer_at = None;
-        }
-        if self.policy.next_timer().is_some_and(|t| t <= now) {
-            self.policy.on_timer(now);
         }
     }
 
@@ -460,9 +407,10 @@ impl<O: Observer> Host<O> {
         }
     }
 
-    /// The earliest time the host wants to be woken (for a driver that keeps no events
-    /// of its own, like the live engine, with [`Host::on_time`]): the policy's pending
-    /// wait, its timer, or the drain deadline while it has not passed.
+    /// The earliest time the host wants to be woken, to call [`Host::on_time`] then: the
+    /// policy's pending wait, its timer, or the drain deadline while it has not passed.
+    /// The one alarm protocol of both drivers: the simulator keeps one alarm event at
+    /// this time, the live engine bounds its wait on the ring by it.
     pub fn next_alarm(&self) -> Option<Nanos> {
         let deadline = self.deadline.filter(|_| !self.stopped);
         [self.wake_at, self.policy.next_timer(), deadline]
@@ -471,14 +419,11 @@ impl<O: Observer> Host<O> {
             .min()
     }
 
-    /// Delivers every alarm due by `now` (for a driver that keeps no events of its own,
-    /// like the live engine); requests refused at the drain deadline go to `refused`.
+    /// Delivers every alarm due by `now`: a wait that came due, the policy's timer, the
+    /// drain deadline (requests refused then go to `refused`).
     pub fn on_time(&mut self, now: Nanos, refused: &mut Vec<Request>) {
         if self.wake_at.is_some_and(|w| w <= now) {
             self.wake_at = None;
-        }
-        if self.timer_at.is_some_and(|t| t <= now) {
-            self.timer_at = None;
         }
         if self.policy.next_timer().is_some_and(|t| t <= now) {
             self.policy.on_timer(now);

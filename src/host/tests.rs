@@ -227,9 +227,8 @@ fn a_refusal_held_back_is_offered_again_and_served_in_order() {
             h.complete(&done(r, now, now + 1), Status::Ok, now + 1);
         }
         h.check().unwrap();
-        let _ = h.alarms(now);
         now += MS;
-        h.on_wake(now);
+        h.on_time(now, &mut Vec::new());
     }
     assert_eq!(sent, (1..=20).collect::<Vec<_>>(), "in arrival order");
     assert!(h.is_idle());
@@ -257,7 +256,7 @@ fn a_refusal_held_back_is_offered_again_and_served_in_order() {
 }
 
 #[test]
-fn alarms_are_asked_for_once_and_again_after_they_fire() {
+fn the_next_alarm_is_the_policy_wait_and_comes_again_after_it_fired() {
     // mClock with a limit of 2 IOPS: one request now, the next one 0.5 s later.
     let tenants = [TenantSpec {
         limit_iops: Some(2.0),
@@ -268,34 +267,30 @@ fn alarms_are_asked_for_once_and_again_after_they_fire() {
         assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued);
     }
     assert_eq!(drain_dispatch(&mut h, 0).len(), 1);
-    assert_eq!(
-        h.alarms(0),
-        Alarms {
-            wake: Some(S / 2),
-            timer: None
-        }
-    );
-    // Asked again before it fires: the pending alarm is not asked for twice.
-    assert_eq!(h.dispatch(MS), None);
-    assert_eq!(h.alarms(MS), Alarms::default());
     assert_eq!(h.next_alarm(), Some(S / 2));
-    h.on_wake(S / 2);
+    // Asked again before it fires: the same alarm.
+    assert_eq!(h.dispatch(MS), None);
+    assert_eq!(h.next_alarm(), Some(S / 2));
+    let mut refused = Vec::new();
+    h.on_time(S / 2, &mut refused);
+    assert!(refused.is_empty());
     assert_eq!(drain_dispatch(&mut h, S / 2).len(), 1);
-    assert_eq!(h.alarms(S / 2).wake, Some(S));
+    assert_eq!(h.next_alarm(), Some(S));
 }
 
 #[test]
-fn a_policy_timer_is_asked_for_and_runs_when_due() {
+fn a_policy_timer_is_the_next_alarm_and_runs_when_due() {
     // MoTS ticks every second.
     let mut h = host("mots", &two(), 8, None);
     assert_eq!(h.admit(request(1, 0, 0), 0), Admission::Queued);
     let _ = drain_dispatch(&mut h, 0);
-    let alarms = h.alarms(0);
-    assert_eq!(alarms.timer, Some(S));
-    assert_eq!(h.alarms(0).timer, None, "asked for once");
-    h.on_timer(S);
-    let next = h.alarms(S).timer;
-    assert_eq!(next, Some(2 * S), "the next tick after the first ran");
+    assert_eq!(h.next_alarm(), Some(S));
+    h.on_time(S, &mut Vec::new());
+    assert_eq!(
+        h.next_alarm(),
+        Some(2 * S),
+        "the next tick after the first ran"
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! generator, so a failing seed replays exactly (`ioshare engine-swarm --seed N`).
 //!
 //! A seed draws a scenario ([`Scenario`]): a policy, 1–4 tenants, the device queue,
-//! `queue_limit`, a memory budget small enough to bind, cache modes, and clients that
+//! `queue_limit`, a memory budget small enough to bind, cache modes, an emulated device
+//! model or none (a fixed one that answers at once, a disk that decides later),
+//! configuration reloads, and clients that
 //! behave well or do not — slow readers, clients that never read their replies, clients
 //! that vanish in the middle of a write's payload, clients that send garbage. The
 //! network shortens receives and sends and resets connections; the disk shortens
@@ -82,6 +84,28 @@ pub struct ClientPlan {
     pub start: Nanos,
 }
 
+/// The device model an emulated backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// Fixed latency and bandwidth: every request's finish time is known at once.
+    Fixed,
+    /// The disk: it reorders its queue and decides later (`Submitted::Queued`).
+    Disk,
+}
+
+impl Model {
+    fn build(self) -> Box<dyn crate::device::DeviceModel> {
+        match self {
+            Model::Fixed => Box::new(crate::device::fixed::FixedDevice::new(Default::default())),
+            Model::Disk => Box::new(crate::device::hdd::HddDevice::new(
+                crate::device::hdd::preset("scsi-10k-73g")
+                    .expect("the disk preset")
+                    .params,
+            )),
+        }
+    }
+}
+
 /// What a seed draws.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -105,6 +129,11 @@ pub struct Scenario {
     pub reset: f64,
     /// When the disk crashes, if it does.
     pub crash_at: Option<Nanos>,
+    /// Configuration reloads: when, which tenant, its new weight.
+    pub reloads: Vec<(Nanos, usize, f64)>,
+    /// The emulated backend's device model, if any: replies wait for its finish times
+    /// as well as for the file I/O.
+    pub model: Option<Model>,
     /// Sectors of every read and write, when they are all of one size (the memory
     /// budget is then drawn just under a whole number of them, where an off-by-one
     /// shows).
@@ -191,6 +220,20 @@ impl Scenario {
                 .random_bool(0.35)
                 .then(|| rng.random_range(20..400) * MS),
             fixed_len,
+            reloads: (0..rng.random_range(0..4))
+                .map(|_| {
+                    (
+                        rng.random_range(1..300) * MS,
+                        rng.random_range(0..tenants),
+                        rng.random_range(1..=8) as f64,
+                    )
+                })
+                .collect(),
+            model: match rng.random_range(0..4) {
+                0 => Some(Model::Fixed),
+                1 => Some(Model::Disk),
+                _ => None,
+            },
         }
     }
 }
@@ -389,6 +432,8 @@ struct World {
     seq: u64,
     next_write: u64,
     drain_at: Option<Nanos>,
+    /// Reloads up to this time were delivered.
+    last_reload: Nanos,
     crashed: bool,
     report: Report,
     intents: Vec<Intent>,
@@ -432,7 +477,7 @@ impl World {
             targets,
             policy,
             crate::policy::cost::CostModel::generic_ssd(),
-            None,
+            sc.model.map(Model::build),
             stats,
             None,
             false,
@@ -477,6 +522,7 @@ impl World {
             seq: 1,
             next_write: 1,
             drain_at: None,
+            last_reload: 0,
             crashed: false,
             report: Report::default(),
             intents: Vec::new(),
@@ -492,6 +538,7 @@ impl World {
             }
             self.network()?;
             self.disk_due()?;
+            self.reload();
             self.core.turn(self.now);
             self.apply()?;
             self.check()?;
@@ -607,6 +654,24 @@ impl World {
                     .join("; ")
             )),
         }
+    }
+
+    /// Reloads whose time has come reach the core.
+    fn reload(&mut self) {
+        for &(at, tenant, weight) in &self.sc.reloads {
+            if at <= self.now && at > self.last_reload {
+                let spec = TenantSpec {
+                    slo: Some(Slo {
+                        iops: 20_000.0,
+                        size: 4096,
+                        rt_us: 50_000,
+                    }),
+                    ..TenantSpec::weighted(format!("t{tenant}"), weight)
+                };
+                self.core.update(tenant as u32, &spec, self.now);
+            }
+        }
+        self.last_reload = self.now;
     }
 
     fn connect(&mut self) {

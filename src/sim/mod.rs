@@ -27,10 +27,8 @@ enum EventKind {
     Arrival { tenant: TenantId, epoch: u32 },
     /// A tenant's phase `phase` begins (`phase == len` means its last phase ended).
     Phase { tenant: TenantId, phase: u32 },
-    /// The policy asked to be asked again.
-    Wake,
-    /// The policy's timer.
-    Timer,
+    /// The host's alarm ([`Host::next_alarm`]): the policy's wait or timer.
+    Alarm,
     /// A deferring device model asked to be advanced.
     Device,
 }
@@ -78,6 +76,8 @@ struct Run<'a, O: Observer> {
     next_id: u64,
     tenants: Vec<TenantRun>,
     device_at: Option<Nanos>,
+    /// When the pending `Alarm` event fires.
+    alarm_at: Option<Nanos>,
     finished: Vec<Finished>,
 }
 
@@ -166,12 +166,18 @@ impl<O: Observer> Run<'_, O> {
                 Submitted::Queued => self.arm_device(now),
             }
         }
-        let alarms = self.host.alarms(now);
-        if let Some(at) = alarms.wake {
-            self.push(at, EventKind::Wake);
-        }
-        if let Some(at) = alarms.timer {
-            self.push(at, EventKind::Timer);
+        self.arm_alarm(now);
+    }
+
+    /// Makes sure an `Alarm` event is due when the host next wants one (an earlier
+    /// pending one stands; a later one that became stale fires and does nothing).
+    fn arm_alarm(&mut self, now: Nanos) {
+        if let Some(at) = self.host.next_alarm() {
+            let at = at.max(now + 1);
+            if self.alarm_at.is_none_or(|a| at < a || a <= now) {
+                self.alarm_at = Some(at);
+                self.push(at, EventKind::Alarm);
+            }
         }
     }
 
@@ -240,8 +246,14 @@ impl<O: Observer> Run<'_, O> {
                 }
             }
             EventKind::Phase { tenant, phase } => self.start_phase(tenant, phase, now),
-            EventKind::Wake => self.host.on_wake(now),
-            EventKind::Timer => self.host.on_timer(now),
+            EventKind::Alarm => {
+                if self.alarm_at == Some(now) {
+                    self.alarm_at = None;
+                }
+                let mut refused = Vec::new();
+                self.host.on_time(now, &mut refused);
+                assert!(refused.is_empty(), "the simulator does not drain");
+            }
         }
     }
 
@@ -457,6 +469,7 @@ fn drive<O: Observer>(
             })
             .collect(),
         device_at: None,
+        alarm_at: None,
         finished: Vec::new(),
     };
     run.device.reset_stats();
