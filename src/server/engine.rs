@@ -19,10 +19,11 @@ use super::conn::{Attach, Slot};
 use super::core::{CoreConfig, EngineCore, Intent, PUBLISH_EVERY};
 use super::stats::LiveStats;
 use crate::device::{DeviceModel, DeviceStats};
+use crate::io::ring::Ring;
 use crate::metrics::Recorder;
 use crate::policy::{Observation, Policy};
 use crate::types::{Nanos, TenantId, TenantSpec};
-use io_uring::{IoUring, opcode, types};
+use io_uring::{opcode, types};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -157,7 +158,6 @@ pub fn run(
     );
     let mut engine = Engine {
         ring: new_ring(config.queue_depth)?,
-        on_ring: 0,
         wake_buf: Box::new([0; 8]),
         wake,
         wake_armed: false,
@@ -198,23 +198,12 @@ pub fn run(
     })
 }
 
-/// A ring with room for the device queue plus a receive and a send per connection;
-/// completions beyond the queue are kept by the kernel rather than dropped.
-fn new_ring(queue_depth: u32) -> anyhow::Result<IoUring> {
-    let entries = (queue_depth * 2 + 64).next_power_of_two();
-    // Only the engine thread submits; task work may wait for its next system call.
-    let tuned = IoUring::builder()
-        .setup_cqsize(entries * 8)
-        .setup_single_issuer()
-        .setup_coop_taskrun()
-        .build(entries);
-    match tuned {
-        Ok(ring) => Ok(ring),
-        // Kernels before 6.0 lack the flags.
-        Err(_) => Ok(IoUring::builder()
-            .setup_cqsize(entries * 8)
-            .build(entries)?),
-    }
+/// A ring with room for the device queue plus a receive and a send per connection
+/// (made on the engine's thread, the only one that submits).
+fn new_ring(queue_depth: u32) -> anyhow::Result<Ring> {
+    Ok(Ring::for_this_thread(
+        (queue_depth * 2 + 64).next_power_of_two(),
+    )?)
 }
 
 /// A connection's socket, with what its sends need and its places under the
@@ -229,9 +218,7 @@ struct Socket {
 /// Everything the device loop owns.
 struct Engine {
     /// [`Engine::settle`] waits for what is still on it before anything is dropped.
-    ring: IoUring,
-    /// Entries put on the ring whose completions have not been taken.
-    on_ring: u64,
+    ring: Ring,
     wake_buf: Box<[u8; 8]>,
     wake: Arc<File>,
     /// The eventfd read is on the ring.
@@ -389,7 +376,7 @@ impl Engine {
                 return Ok(());
             }
         };
-        push(&mut self.ring, &mut self.on_ring, e)
+        push(&mut self.ring, e)
     }
 
     /// When the loop must run again even if nothing completes: the core's next alarm,
@@ -415,44 +402,19 @@ impl Engine {
             )
             .build()
             .user_data(WAKE);
-            push(&mut self.ring, &mut self.on_ring, e)?;
+            push(&mut self.ring, e)?;
             self.wake_armed = true;
         }
-        let submitted = match until.map(|at| at.saturating_sub(self.now())) {
-            Some(0) => self.ring.submit(),
-            Some(ns) => {
-                let ts = types::Timespec::new()
-                    .sec(ns / 1_000_000_000)
-                    .nsec((ns % 1_000_000_000) as u32);
-                self.ring
-                    .submitter()
-                    .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-            }
-            None => self.ring.submit_and_wait(1),
-        };
-        match submitted {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
+        let timeout =
+            until.map(|at| std::time::Duration::from_nanos(at.saturating_sub(self.now())));
+        Ok(self.ring.wait(timeout)?)
     }
 
     /// Hands the ring's completions to the core.
     fn take_completions(&mut self) -> anyhow::Result<()> {
         // Copied out first: handling one may push to the ring.
         let mut cqes = std::mem::take(&mut self.cqes);
-        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
-        self.on_ring = self
-            .on_ring
-            .checked_sub(cqes.len() as u64)
-            .expect("every completion is of an entry the engine put on the ring");
+        self.ring.completions(&mut cqes);
         let now = self.now();
         for &(user_data, result) in &cqes {
             let core = self.core.as_mut().expect("the core runs");
@@ -481,19 +443,15 @@ fn shutdown(fd: &OwnedFd, how: libc::c_int) {
     unsafe { libc::shutdown(fd.as_raw_fd(), how) };
 }
 
-/// Queues `e` on the ring, counting it in `on_ring` until its completion is taken.
-fn push(ring: &mut IoUring, on_ring: &mut u64, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
+/// Queues `e` on the ring, counted until its completion is taken.
+fn push(ring: &mut Ring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
     // SAFETY: every buffer an entry points to lives until its completion has been
-    // reaped: in the core (request data in its live requests; a connection's receive
+    // taken: in the core (request data in its live requests; a connection's receive
     // buffer and the replies being sent, which the core leaves in place while the
     // receive or send is out, and a connection is not closed before both returned), in
     // the socket's `Socket` (the send's message header) or in the loop (the wake
-    // buffer).
-    while unsafe { ring.submission().push(&e) }.is_err() {
-        ring.submit()?;
-    }
-    *on_ring += 1;
-    Ok(())
+    // buffer); a teardown settles the ring first (`Engine::settle`).
+    Ok(unsafe { ring.push(&e) }?)
 }
 
 /// How long a stopping engine waits for what the kernel still has of its I/O.
@@ -509,39 +467,19 @@ impl Engine {
     /// leaked rather than freed under the kernel (and `false` returned). Called once the
     /// loop has ended, before anything of the engine is dropped.
     fn settle(&mut self) -> bool {
-        if self.on_ring == 0 {
-            return true;
-        }
-        for s in self.sockets.iter().flatten() {
-            shutdown(&s.fd, libc::SHUT_RDWR);
-        }
-        poke(&self.wake);
-        let give_up = Instant::now() + TEARDOWN_WAIT;
-        let ts = types::Timespec::new().nsec(100_000_000);
-        while self.on_ring > 0 && Instant::now() < give_up {
-            let waited = self
-                .ring
-                .submitter()
-                .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
-            if let Err(e) = waited
-                && !matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                )
-            {
-                break;
+        let (sockets, wake) = (&self.sockets, &self.wake);
+        let settled = self.ring.settle(TEARDOWN_WAIT, || {
+            for s in sockets.iter().flatten() {
+                shutdown(&s.fd, libc::SHUT_RDWR);
             }
-            let taken = self.ring.completion().count() as u64;
-            // No panic here (this runs after a panic too): a count off is treated as
-            // everything returned, which the check while running rules out.
-            self.on_ring = self.on_ring.saturating_sub(taken);
-        }
-        if self.on_ring == 0 {
+            poke(wake);
+        });
+        if settled {
             return true;
         }
         eprintln!(
             "ioshare: {} I/O operations still in the kernel as the engine stops; their buffers are left allocated",
-            self.on_ring
+            self.ring.on_ring()
         );
         std::mem::forget(self.core.take());
         std::mem::forget(std::mem::take(&mut self.sockets));

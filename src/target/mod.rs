@@ -17,11 +17,11 @@
 
 use crate::buffer::IoBuf;
 use crate::device::{DeviceModel, Finished, Submitted, Wall};
+use crate::io::ring::Ring;
 use crate::io::transfer::{Cache, DIRECT_ALIGN, Next, Target as FileTarget, Transfer};
 use crate::nbd::CommandKind;
 use crate::types::{Nanos, Op, Request};
 use anyhow::{Context, bail};
-use io_uring::{IoUring, types};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -509,7 +509,7 @@ struct Slot {
 /// completions come back at the wall-clock time they were reaped.
 pub struct RingDevice {
     /// Dropped first: nothing is in flight by then (see `Drop`).
-    ring: IoUring,
+    ring: Ring,
     direct: Arc<File>,
     buffered: Arc<File>,
     capacity: u64,
@@ -530,8 +530,8 @@ static STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 
 impl RingDevice {
     fn new(t: &Target) -> anyhow::Result<RingDevice> {
-        let ring = IoUring::new(256).context("cannot set up io_uring")?;
-        if !ring.params().is_feature_ext_arg() {
+        let ring = Ring::new(256).context("cannot set up io_uring")?;
+        if !ring.waits_with_timeout() {
             bail!(
                 "this kernel's io_uring cannot wait with a timeout (Linux 5.11 or later is needed)"
             );
@@ -578,11 +578,10 @@ impl RingDevice {
         let target = self.target();
         let s = self.slots[slot].as_mut().expect("a live slot");
         let entry = s.transfer.entry(target).user_data(slot as u64);
-        // The queue holds 256 and a run keeps at most its queue depth in flight.
         // SAFETY: the buffers the entry points at live in the boxed slot, which stays
-        // until its completion is reaped.
-        while unsafe { self.ring.submission().push(&entry) }.is_err() {
-            let _ = self.ring.submit();
+        // until its completion is reaped, or the ring settled (`Drop`).
+        if let Err(e) = unsafe { self.ring.push(&entry) } {
+            self.fail(format!("io_uring: {e}"));
         }
     }
 
@@ -635,11 +634,8 @@ impl RingDevice {
     fn reap(&mut self) {
         let now = self.now();
         let mut again = Vec::new();
-        let cqes: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
+        let mut cqes = Vec::new();
+        self.ring.completions(&mut cqes);
         for (slot, result) in cqes {
             let slot = slot as usize;
             let s = self.slots[slot]
@@ -701,36 +697,23 @@ impl Wall for RingDevice {
     }
 
     fn wait(&mut self, until: Nanos) {
-        if !self.ready.is_empty() {
+        let result = if !self.ready.is_empty() {
             // Completions to hand out first; what was queued meanwhile goes now.
-            let _ = self.ring.submit();
+            self.ring.submit()
         } else {
-            let ns = until.saturating_sub(self.now());
-            let result = if self.in_flight == 0 {
+            // In slices of at most 0.1 s, so that an interruption is seen.
+            let ns = until.saturating_sub(self.now()).min(100_000_000);
+            if self.in_flight == 0 {
                 // Nothing to wait for but the time.
-                let _ = self.ring.submit();
-                // In slices, so that an interruption is seen.
-                std::thread::sleep(std::time::Duration::from_nanos(ns.min(100_000_000)));
-                Ok(0)
-            } else if ns == 0 {
-                self.ring.submit()
+                let submitted = self.ring.submit();
+                std::thread::sleep(std::time::Duration::from_nanos(ns));
+                submitted
             } else {
-                let ns = ns.min(100_000_000);
-                let ts = types::Timespec::new()
-                    .sec(ns / 1_000_000_000)
-                    .nsec((ns % 1_000_000_000) as u32);
-                self.ring
-                    .submitter()
-                    .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-            };
-            if let Err(e) = result
-                && !matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                )
-            {
-                self.fail(format!("io_uring: {e}"));
+                self.ring.wait(Some(std::time::Duration::from_nanos(ns)))
             }
+        };
+        if let Err(e) = result {
+            self.fail(format!("io_uring: {e}"));
         }
         self.reap();
     }
@@ -810,7 +793,7 @@ impl DeviceModel for RingDevice {
         // A fresh ring on the same target: a real device has one state, which the copy
         // shares.
         Box::new(RingDevice {
-            ring: IoUring::new(256).expect("a second io_uring"),
+            ring: Ring::new(256).expect("a second io_uring"),
             direct: self.direct.clone(),
             buffered: self.buffered.clone(),
             capacity: self.capacity,
@@ -832,25 +815,10 @@ impl DeviceModel for RingDevice {
 
 impl Drop for RingDevice {
     fn drop(&mut self) {
-        // The kernel may still write into buffers the slots own: wait for everything.
-        while self.in_flight > 0 {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => self.reap(),
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                    ) && interrupted().is_none() =>
-                {
-                    self.reap()
-                }
-                Err(_) => {
-                    // The ring is unusable and the kernel may still write into the
-                    // slots' buffers: leak them rather than free them under it.
-                    std::mem::forget(std::mem::take(&mut self.slots));
-                    break;
-                }
-            }
+        // The kernel may still write into buffers the slots own: wait for everything,
+        // or leak them rather than free them under it.
+        if !self.ring.settle(std::time::Duration::from_secs(10), || {}) {
+            std::mem::forget(std::mem::take(&mut self.slots));
         }
     }
 }
