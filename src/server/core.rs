@@ -33,6 +33,7 @@ use super::capture::Arrival;
 use super::conn::{Conn, Input, Output};
 use super::stats::LiveStats;
 use crate::buffer::IoBuf;
+use crate::device::driver::Driver;
 use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::host::{Host, Limits, Refuse, Status};
 use crate::io::transfer::{Cache, Next, Target, Transfer};
@@ -201,7 +202,8 @@ pub struct EngineCore {
     targets: Vec<Option<Target>>,
     /// Admission, dispatch, drain and recording: the same core the simulator drives.
     host: Host<LiveObserver>,
-    model: Option<Box<dyn DeviceModel>>,
+    /// Emulated backend: the device model, driven as the simulator drives it.
+    model: Option<Driver>,
     /// Every request the host holds or the backend serves, by id.
     live: HashMap<u64, Live>,
     next_id: u64,
@@ -255,7 +257,7 @@ impl EngineCore {
         EngineCore {
             targets,
             host: Host::new(policy, (stats, recorder), limits, n, cost),
-            model,
+            model: model.map(Driver::new),
             live: HashMap::new(),
             next_id: 0,
             conns: Vec::new(),
@@ -606,7 +608,7 @@ impl EngineCore {
             .iter()
             .map(|d| d.as_ref().map(|d| d.journal_groups().collect()))
             .collect();
-        let device = self.model.as_ref().map(|m| m.stats()).unwrap_or_default();
+        let device = self.model.as_ref().map(|m| m.model().stats()).unwrap_or_default();
         let ((_, recorder), policy) = self.host.finish();
         CoreOutcome {
             recorder,

@@ -5,6 +5,7 @@
 pub mod checker;
 
 use crate::config::PolicyChoice;
+use crate::device::driver::Driver;
 use crate::device::{DeviceModel, Finished, Submitted};
 use crate::host::{Host, Limits, Observer, Status};
 use crate::metrics::{Recorder, RunResult, ScenarioResult};
@@ -70,12 +71,11 @@ struct TenantRun {
 struct Run<'a, O: Observer> {
     scenario: &'a Scenario,
     host: Host<O>,
-    device: Box<dyn DeviceModel>,
+    device: Driver,
     events: BinaryHeap<Event>,
     seq: u64,
     next_id: u64,
     tenants: Vec<TenantRun>,
-    device_at: Option<Nanos>,
     /// When the pending `Alarm` event fires.
     alarm_at: Option<Nanos>,
     finished: Vec<Finished>,
@@ -183,12 +183,8 @@ impl<O: Observer> Run<'_, O> {
 
     /// Makes sure a `Device` event is due when the device model next wants one.
     fn arm_device(&mut self, now: Nanos) {
-        if let Some(at) = self.device.next_event() {
-            let at = at.max(now);
-            if self.device_at.is_none_or(|d| at < d || d < now) {
-                self.device_at = Some(at);
-                self.push(at, EventKind::Device);
-            }
+        if let Some(at) = self.device.arm(now) {
+            self.push(at, EventKind::Device);
         }
     }
 
@@ -220,9 +216,6 @@ impl<O: Observer> Run<'_, O> {
         match event.kind {
             EventKind::Complete { request, start } => self.complete(request, start, now),
             EventKind::Device => {
-                if self.device_at == Some(now) {
-                    self.device_at = None;
-                }
                 let mut finished = std::mem::take(&mut self.finished);
                 self.device.advance(now, &mut finished);
                 for f in finished.drain(..) {
@@ -262,7 +255,7 @@ impl<O: Observer> Run<'_, O> {
     fn run(&mut self, progress: Option<&ProgressBar>, mut after_event: impl FnMut(&Self, Nanos)) {
         let mut steps: u64 = 0;
         loop {
-            if let Some(wall) = self.device.wall() {
+            if let Some(wall) = self.device.model_mut().wall() {
                 // A real device: wait in wall time for the next event or a completion.
                 if wall.failure().is_some() {
                     break;
@@ -453,7 +446,7 @@ fn drive<O: Observer>(
     let mut run = Run {
         scenario,
         host: Host::new(policy, observer, limits, scenario.tenants.len(), cost),
-        device,
+        device: Driver::new(device),
         events: BinaryHeap::with_capacity(1024),
         seq: 0,
         next_id: 0,
@@ -468,21 +461,20 @@ fn drive<O: Observer>(
                 outstanding: 0,
             })
             .collect(),
-        device_at: None,
         alarm_at: None,
         finished: Vec::new(),
     };
-    run.device.reset_stats();
+    run.device.model_mut().reset_stats();
     for tenant in 0..scenario.tenants.len() as TenantId {
         run.push(0, EventKind::Phase { tenant, phase: 0 });
     }
     run.run(progress, |run, now| {
         if let Some(check) = check {
-            check(&run.host, run.device.as_ref(), now);
+            check(&run.host, run.device.model(), now);
         }
     });
     let (observer, observation) = run.host.finish();
-    (observer, observation, run.device)
+    (observer, observation, run.device.into_model())
 }
 
 /// Devices kept built (and aged) between the points of a sweep: points with the same
