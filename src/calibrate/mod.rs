@@ -210,64 +210,9 @@ pub fn measure(
     progress: bool,
 ) -> anyhow::Result<Measurements> {
     let device = runner.device();
-    let none = ["\"none\"".to_string()];
-    let bench = |seconds: f64, warmup: f64, interval: f64| Bench {
-        device: &device,
-        seed,
-        seconds,
-        warmup,
-        interval,
-        queue_depth: Some(DEEP),
-        policies: &none,
-    };
     let probes = probes();
-    let mut scenarios = Vec::with_capacity(probes.len() + 1);
     let dt = timing.burst_s / f64::from(timing.burst_intervals.max(1));
-    // The burst first, from idle; then the probes.
-    scenarios.push(
-        bench(timing.burst_s, 0.0, dt)
-            .scenario(&[("burst", workload(Pattern::SeqWrite, 1 << 20, DEEP))])?,
-    );
-    for p in &probes {
-        let warmup = if p.op == ProbeOp::Write && p.depth > 1 {
-            timing.burst_s
-        } else {
-            timing.probe_s / 5.0
-        };
-        scenarios.push(
-            bench(warmup + timing.probe_s, warmup, timing.probe_s / 5.0)
-                .scenario(&[("probe", workload(p.pattern(), p.size, p.depth))])?,
-        );
-    }
-    for &depth in &MIXED_DEPTHS {
-        scenarios.push(mixed_scenario(
-            &bench(
-                timing.burst_s + timing.probe_s,
-                timing.burst_s,
-                timing.probe_s / 5.0,
-            ),
-            depth,
-        )?);
-    }
-    // 64 KiB reads beside 4 KiB writes: how collisions grow with a read's size.
-    scenarios.push(large_read_scenario(&bench(
-        timing.burst_s + timing.probe_s,
-        timing.burst_s,
-        timing.probe_s / 5.0,
-    ))?);
-    // A sequential reader beside a random one: whether the other breaks its stream.
-    scenarios.push(seq_beside_random_scenario(&bench(
-        timing.probe_s,
-        timing.probe_s / 5.0,
-        timing.probe_s / 5.0,
-    ))?);
-    // Two readers one request each, on their own halves: one unit or more.
-    scenarios.push(
-        bench(timing.probe_s, timing.probe_s / 5.0, timing.probe_s / 5.0).scenario(&[
-            ("a", workload(Pattern::RandRead, 4096, 1)),
-            ("b", workload(Pattern::RandRead, 4096, 1)),
-        ])?,
-    );
+    let scenarios = measurement_scenarios(&device, timing, seed, &probes)?;
     let runs = runner.run(&scenarios, progress)?;
     anyhow::ensure!(
         runs.len() == scenarios.len(),
@@ -327,6 +272,75 @@ pub fn measure(
         seq_beside_random_iops,
         large_read_beside_writes_iops,
     })
+}
+
+/// Every measurement of [`measure`] as a scenario on `device`, in the order its
+/// results are read: the burst (from idle), the probes, the mixes, 64 KiB reads beside
+/// writes, a sequential reader beside a random one, and the pair of readers.
+fn measurement_scenarios(
+    device: &toml::Table,
+    timing: Timing,
+    seed: u64,
+    probes: &[Probe],
+) -> anyhow::Result<Vec<Scenario>> {
+    let none = ["\"none\"".to_string()];
+    let bench = |seconds: f64, warmup: f64, interval: f64| Bench {
+        device,
+        seed,
+        seconds,
+        warmup,
+        interval,
+        queue_depth: Some(DEEP),
+        policies: &none,
+    };
+    let mut scenarios = Vec::with_capacity(probes.len() + 1);
+    let dt = timing.burst_s / f64::from(timing.burst_intervals.max(1));
+    // The burst first, from idle; then the probes.
+    scenarios.push(
+        bench(timing.burst_s, 0.0, dt)
+            .scenario(&[("burst", workload(Pattern::SeqWrite, 1 << 20, DEEP))])?,
+    );
+    for p in probes {
+        let warmup = if p.op == ProbeOp::Write && p.depth > 1 {
+            timing.burst_s
+        } else {
+            timing.probe_s / 5.0
+        };
+        scenarios.push(
+            bench(warmup + timing.probe_s, warmup, timing.probe_s / 5.0)
+                .scenario(&[("probe", workload(p.pattern(), p.size, p.depth))])?,
+        );
+    }
+    for &depth in &MIXED_DEPTHS {
+        scenarios.push(mixed_scenario(
+            &bench(
+                timing.burst_s + timing.probe_s,
+                timing.burst_s,
+                timing.probe_s / 5.0,
+            ),
+            depth,
+        )?);
+    }
+    // 64 KiB reads beside 4 KiB writes: how collisions grow with a read's size.
+    scenarios.push(large_read_scenario(&bench(
+        timing.burst_s + timing.probe_s,
+        timing.burst_s,
+        timing.probe_s / 5.0,
+    ))?);
+    // A sequential reader beside a random one: whether the other breaks its stream.
+    scenarios.push(seq_beside_random_scenario(&bench(
+        timing.probe_s,
+        timing.probe_s / 5.0,
+        timing.probe_s / 5.0,
+    ))?);
+    // Two readers one request each, on their own halves: one unit or more.
+    scenarios.push(
+        bench(timing.probe_s, timing.probe_s / 5.0, timing.probe_s / 5.0).scenario(&[
+            ("a", workload(Pattern::RandRead, 4096, 1)),
+            ("b", workload(Pattern::RandRead, 4096, 1)),
+        ])?,
+    );
+    Ok(scenarios)
 }
 
 /// 64 KiB random reads beside 4 KiB random writes, one request each.
@@ -425,97 +439,9 @@ fn point(m: &Measurements, op: ProbeOp, random: bool, depth: u32) -> Vec<(f64, f
 /// The fitted model's parameters from measurements (µs and MB/s; sizes in bytes, so
 /// a slope in µs per byte is 1 / MB/s).
 pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
-    struct Side {
-        latency_us: f64,
-        transfer_mb_s: f64,
-        random_us: f64,
-        request_us: f64,
-        media_mb_s: f64,
-        t4k_us: f64,
-        points: Vec<[f64; 2]>,
-    }
-    let side = |op: ProbeOp| -> anyhow::Result<Side> {
-        let qd1 = point(m, op, true, 1);
-        let seq = point(m, op, false, 1);
-        let deep = point(m, op, true, DEEP);
-        anyhow::ensure!(
-            qd1.len() >= 2 && !seq.is_empty() && deep.len() >= 2,
-            "too few {op:?} measurements to fit"
-        );
-        let (r, mc) = fit_line(&deep);
-        // A QD1 stream within 10 % of the deep queue's rate is held by the media, not
-        // by its unit: the unit line is fitted to the other points, and put under the
-        // media line (by UNDER_MEDIA) where fewer than two are.
-        let media = |size: f64| r + mc * size;
-        let bound = |size: f64, t: f64| {
-            (UNDER_MEDIA * media(size)..=MEDIA_BOUND * media(size)).contains(&t)
-        };
-        let free: Vec<(f64, f64)> = qd1
-            .iter()
-            .copied()
-            .filter(|&(size, t)| !bound(size, t))
-            .collect();
-        let (a, c) = if free.len() >= 2 {
-            fit_line(&free)
-        } else {
-            (UNDER_MEDIA * r, UNDER_MEDIA * mc)
-        };
-        let t4k_rand = qd1[0].1;
-        let t4k_seq = seq[0].1;
-        let random_us = (t4k_rand - t4k_seq).max(0.0);
-        Ok(Side {
-            latency_us: (a - random_us).max(0.0),
-            transfer_mb_s: if c > 0.0 { 1.0 / c } else { 1.0e6 },
-            random_us,
-            request_us: (r - random_us).max(0.0),
-            media_mb_s: if mc > 0.0 {
-                (1.0 / mc).min(1.0e6)
-            } else {
-                1.0e6
-            },
-            t4k_us: t4k_rand,
-            // The measured times, media-bound ones under the media line.
-            points: qd1
-                .iter()
-                .map(|&(size, t)| {
-                    // Faster than the media (a write acknowledged from a cache) stays.
-                    if bound(size, t) {
-                        [size, UNDER_MEDIA * media(size)]
-                    } else {
-                        [size, t]
-                    }
-                })
-                .collect(),
-        })
-    };
-    let read = side(ProbeOp::Read)?;
-    let write = side(ProbeOp::Write)?;
-    let units = |s: &Side, op: ProbeOp| {
-        let deep4k = point(m, op, true, DEEP)[0].1;
-        // Up, but not for noise just past a whole number.
-        (s.t4k_us / deep4k - 0.1).ceil().clamp(1.0, f64::from(DEEP)) as u32
-    };
-    // Two readers that get no more than one (a disk arm, seeking between them) mean
-    // one unit, whatever the deep queue gains (a disk's reordering is not units).
-    let one_reader = point(m, ProbeOp::Read, true, 1)[0].1;
-    let pair = m.pair_read_iops * one_reader * 1e-6;
-    let units = if pair < PAIR_PARALLEL {
-        1
-    } else {
-        units(&read, ProbeOp::Read).max(units(&write, ProbeOp::Write))
-    };
-    // Two readers that get more than one but well under two, where the deep queue
-    // gains more (a virtual disk's host path, which carries a deep queue many requests
-    // at a time but two synchronous streams one at a time): the shared path's batch
-    // time. Two streams phase-locked on it take two batches a cycle, so the batch is
-    // half of what each stream's request took beside the other.
-    let shared_path_us = if (PAIR_PARALLEL..PAIR_SHARED).contains(&pair) && units > 1 {
-        // Never longer than a 4 KiB request takes alone: the path is part of it.
-        let write_4k = point(m, ProbeOp::Write, true, 1)[0].1;
-        (1e6 / m.pair_read_iops).min(one_reader).min(write_4k)
-    } else {
-        0.0
-    };
+    let read = fit_side(m, ProbeOp::Read)?;
+    let write = fit_side(m, ProbeOp::Write)?;
+    let (units, shared_path_us) = fit_units(m, &read, &write);
     // The burst's sustained rate is in 1 MiB writes; the cache is measured in them.
     let (cache_bytes, _) = cache_from_burst(&m.burst_bytes_per_s, m.burst_interval_s);
     let mut p = FittedParams {
@@ -541,9 +467,115 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         read_points: read.points,
         write_points: write.points,
     };
-    // What reads take from writes: at half the deep queue each the write clock is
-    // full, so the share of the reads' time writes lost is what the writes' own use
-    // leaves of it.
+    fit_reads_delay_writes(m, &mut p);
+    fit_writes_delay_reads(m, &mut p)?;
+    fit_collision_spread(m, &mut p)?;
+    fit_sequential_break(m, &mut p)?;
+    crate::device::fitted::check(&p)
+        .map_err(|e| anyhow::anyhow!("fitted {}: {}", e.field, e.problem))?;
+    Ok(p)
+}
+
+/// One direction's fit (reads or writes): its unit and media lines.
+struct Side {
+    latency_us: f64,
+    transfer_mb_s: f64,
+    random_us: f64,
+    request_us: f64,
+    media_mb_s: f64,
+    t4k_us: f64,
+    points: Vec<[f64; 2]>,
+}
+
+/// The unit and media lines of `op` from the queue-depth-1 and deep-queue points.
+fn fit_side(m: &Measurements, op: ProbeOp) -> anyhow::Result<Side> {
+    let qd1 = point(m, op, true, 1);
+    let seq = point(m, op, false, 1);
+    let deep = point(m, op, true, DEEP);
+    anyhow::ensure!(
+        qd1.len() >= 2 && !seq.is_empty() && deep.len() >= 2,
+        "too few {op:?} measurements to fit"
+    );
+    let (r, mc) = fit_line(&deep);
+    // A QD1 stream within 10 % of the deep queue's rate is held by the media, not
+    // by its unit: the unit line is fitted to the other points, and put under the
+    // media line (by UNDER_MEDIA) where fewer than two are.
+    let media = |size: f64| r + mc * size;
+    let bound =
+        |size: f64, t: f64| (UNDER_MEDIA * media(size)..=MEDIA_BOUND * media(size)).contains(&t);
+    let free: Vec<(f64, f64)> = qd1
+        .iter()
+        .copied()
+        .filter(|&(size, t)| !bound(size, t))
+        .collect();
+    let (a, c) = if free.len() >= 2 {
+        fit_line(&free)
+    } else {
+        (UNDER_MEDIA * r, UNDER_MEDIA * mc)
+    };
+    let t4k_rand = qd1[0].1;
+    let t4k_seq = seq[0].1;
+    let random_us = (t4k_rand - t4k_seq).max(0.0);
+    Ok(Side {
+        latency_us: (a - random_us).max(0.0),
+        transfer_mb_s: if c > 0.0 { 1.0 / c } else { 1.0e6 },
+        random_us,
+        request_us: (r - random_us).max(0.0),
+        media_mb_s: if mc > 0.0 {
+            (1.0 / mc).min(1.0e6)
+        } else {
+            1.0e6
+        },
+        t4k_us: t4k_rand,
+        // The measured times, media-bound ones under the media line.
+        points: qd1
+            .iter()
+            .map(|&(size, t)| {
+                // Faster than the media (a write acknowledged from a cache) stays.
+                if bound(size, t) {
+                    [size, UNDER_MEDIA * media(size)]
+                } else {
+                    [size, t]
+                }
+            })
+            .collect(),
+    })
+}
+
+/// How many requests the device serves at once, and a shared path's batch time.
+fn fit_units(m: &Measurements, read: &Side, write: &Side) -> (u32, f64) {
+    let units = |s: &Side, op: ProbeOp| {
+        let deep4k = point(m, op, true, DEEP)[0].1;
+        // Up, but not for noise just past a whole number.
+        (s.t4k_us / deep4k - 0.1).ceil().clamp(1.0, f64::from(DEEP)) as u32
+    };
+    // Two readers that get no more than one (a disk arm, seeking between them) mean
+    // one unit, whatever the deep queue gains (a disk's reordering is not units).
+    let one_reader = point(m, ProbeOp::Read, true, 1)[0].1;
+    let pair = m.pair_read_iops * one_reader * 1e-6;
+    let units = if pair < PAIR_PARALLEL {
+        1
+    } else {
+        units(read, ProbeOp::Read).max(units(write, ProbeOp::Write))
+    };
+    // Two readers that get more than one but well under two, where the deep queue
+    // gains more (a virtual disk's host path, which carries a deep queue many requests
+    // at a time but two synchronous streams one at a time): the shared path's batch
+    // time. Two streams phase-locked on it take two batches a cycle, so the batch is
+    // half of what each stream's request took beside the other.
+    let shared_path_us = if (PAIR_PARALLEL..PAIR_SHARED).contains(&pair) && units > 1 {
+        // Never longer than a 4 KiB request takes alone: the path is part of it.
+        let write_4k = point(m, ProbeOp::Write, true, 1)[0].1;
+        (1e6 / m.pair_read_iops).min(one_reader).min(write_4k)
+    } else {
+        0.0
+    };
+    (units, shared_path_us)
+}
+
+/// What reads take from writes: at half the deep queue each the write clock is full,
+/// so the share of the reads' time writes lost is what the writes' own use leaves of it.
+fn fit_reads_delay_writes(m: &Measurements, p: &mut FittedParams) {
     if let Some(mix) = m.mixed.iter().find(|x| x.depth > 1) {
         let cost = p.cost_model();
         let reads = mix.read_iops * cost.cost(Op::Read, 0, 4096, true) * 1e-9;
@@ -552,6 +584,10 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
             p.reads_delay_writes = ((1.0 - writes) / reads).clamp(0.0, 1.0);
         }
     }
+}
+
+/// What writes make reads wait (see the comment inside).
+fn fit_writes_delay_reads(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
     // What writes make reads wait: a reader beside a writer, one request each. With a
     // cache the burst saw, the share of the queued writes a read waits for; without,
     // the smallest cache whose backlog slows the model's reader as much (a cache too
@@ -589,7 +625,7 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                 Some(k) => p.writes_delay_reads = k,
                 None => {
                     p.writes_delay_reads = 1.0;
-                    p.read_collision_us = collision(&p)?;
+                    p.read_collision_us = collision(p)?;
                 }
             }
         } else {
@@ -608,11 +644,16 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
                     / (1u64 << 20) as f64;
                 match bisect(0.0, hi.max(1.0), |mib| Ok(reads_with(cache(mib))? > target))? {
                     Some(mib) => p.write_cache_mib = mib,
-                    None => p.read_collision_us = collision(&p)?,
+                    None => p.read_collision_us = collision(p)?,
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// How far a read's collisions spread with its size.
+fn fit_collision_spread(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
     // How far a read's collisions spread with its size: the spread (in 4 KiB units,
     // 0 for all of them) whose model comes nearest the 64 KiB reads beside the writer.
     if p.read_collision_us > 0.0 && m.large_read_beside_writes_iops > 0.0 {
@@ -633,6 +674,11 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         }
         p.collision_spread = best.1;
     }
+    Ok(())
+}
+
+/// Whether another tenant's reads break a sequential stream.
+fn fit_sequential_break(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
     // Whether another tenant's reads break a sequential stream (a disk arm moving away,
     // a flash die's register emptied): the share of the sequential saving lost that
     // slows the model's sequential reader beside a random one as much as the target's.
@@ -648,9 +694,7 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
         let target = m.seq_beside_random_iops;
         p.sequential_break = bisect(0.0, 1.0, |k| Ok(seq_with(k)? > target))?.unwrap_or(1.0);
     }
-    crate::device::fitted::check(&p)
-        .map_err(|e| anyhow::anyhow!("fitted {}: {}", e.field, e.problem))?;
-    Ok(p)
+    Ok(())
 }
 
 /// Runs one measurement's scenario (`seconds` long after `warmup`, as the target's

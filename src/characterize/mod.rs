@@ -370,26 +370,7 @@ impl Plan {
             }
         }
         let device = runner.describe();
-        // Each cell against its baseline: same pattern, size and policy, no background.
-        let baselines: Vec<f64> = cells
-            .iter()
-            .map(|c| {
-                cells
-                    .iter()
-                    .find(|b| {
-                        b.background == Background::None
-                            && b.pattern == c.pattern
-                            && b.size == c.size
-                            && b.policy == c.policy
-                    })
-                    .map_or(0.0, |b| b.foreground_bytes_per_s)
-            })
-            .collect();
-        for (c, base) in cells.iter_mut().zip(baselines) {
-            if c.background != Background::None && base > 0.0 {
-                c.of_baseline = Some(c.foreground_bytes_per_s / base);
-            }
-        }
+        against_baselines(&mut cells);
         Ok(Characterization {
             device,
             seed: self.seed,
@@ -397,6 +378,29 @@ impl Plan {
             sizes: self.sizes.clone(),
             cells,
         })
+    }
+}
+
+/// Each cell against its baseline: same pattern, size and policy, no background.
+fn against_baselines(cells: &mut [Cell]) {
+    let baselines: Vec<f64> = cells
+        .iter()
+        .map(|c| {
+            cells
+                .iter()
+                .find(|b| {
+                    b.background == Background::None
+                        && b.pattern == c.pattern
+                        && b.size == c.size
+                        && b.policy == c.policy
+                })
+                .map_or(0.0, |b| b.foreground_bytes_per_s)
+        })
+        .collect();
+    for (c, base) in cells.iter_mut().zip(baselines) {
+        if c.background != Background::None && base > 0.0 {
+            c.of_baseline = Some(c.foreground_bytes_per_s / base);
+        }
     }
 }
 

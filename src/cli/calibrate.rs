@@ -95,54 +95,8 @@ struct Calibrate<'a> {
 fn calibrate(a: Calibrate) -> Result<()> {
     use ioshare::calibrate::{Timing, check, device_file, device_table, fit, measure};
     use ioshare::characterize::Plan;
-    if !(a.probe_seconds.is_finite() && a.probe_seconds >= 0.05 && a.probe_seconds <= 600.0) {
-        bail!(
-            "--probe-seconds must be in [0.05, 600], got {}",
-            a.probe_seconds
-        );
-    }
-    let sizes = parse_sizes("--check-sizes", a.check_sizes)?.unwrap_or_default();
-    for path in [a.out, a.json].into_iter().flatten() {
-        if path.is_dir() {
-            bail!("{} is a directory; give a file name", path.display());
-        }
-    }
+    let sizes = check_args(&a)?;
     let progress = a.progress && std::io::stderr().is_terminal();
-    if a.real.cost_device.is_some() {
-        bail!("--cost-device is for characterize: calibrate writes the cost model (--out)");
-    }
-    if a.out.is_some() && a.out == a.json {
-        bail!("--out and --json name the same file");
-    }
-    for (flag, path) in [("--out", a.out), ("--json", a.json)] {
-        if let (Some(p), Some(d)) = (path, a.device)
-            && Path::new(d) == p
-        {
-            bail!(
-                "{flag} {} is the --device file calibrated against",
-                p.display()
-            );
-        }
-        // A name that cannot be written fails now, not after the measurements; an
-        // existing file is kept as it is until the new one replaces it.
-        if let Some(p) = path {
-            let exists = p.exists();
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(p)
-                .with_context(|| format!("{flag}: cannot write {}", p.display()))?;
-            if !exists {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-    }
-    if let Some(passes) = a.age
-        && !(passes.is_finite() && passes > 0.0 && passes <= 100.0)
-    {
-        bail!("--age must be in (0, 100] passes, got {passes}");
-    }
     let mut measured = Measured::open(
         a.target,
         a.device,
@@ -219,6 +173,59 @@ fn calibrate(a: Calibrate) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Refuses what `calibrate` cannot do before it measures anything: bad numbers, files
+/// it could not write, a file named twice. Returns the check's sizes.
+fn check_args(a: &Calibrate) -> Result<Vec<u64>> {
+    if !(a.probe_seconds.is_finite() && a.probe_seconds >= 0.05 && a.probe_seconds <= 600.0) {
+        bail!(
+            "--probe-seconds must be in [0.05, 600], got {}",
+            a.probe_seconds
+        );
+    }
+    let sizes = parse_sizes("--check-sizes", a.check_sizes)?.unwrap_or_default();
+    for path in [a.out, a.json].into_iter().flatten() {
+        if path.is_dir() {
+            bail!("{} is a directory; give a file name", path.display());
+        }
+    }
+    if a.real.cost_device.is_some() {
+        bail!("--cost-device is for characterize: calibrate writes the cost model (--out)");
+    }
+    if a.out.is_some() && a.out == a.json {
+        bail!("--out and --json name the same file");
+    }
+    for (flag, path) in [("--out", a.out), ("--json", a.json)] {
+        if let (Some(p), Some(d)) = (path, a.device)
+            && Path::new(d) == p
+        {
+            bail!(
+                "{flag} {} is the --device file calibrated against",
+                p.display()
+            );
+        }
+        // A name that cannot be written fails now, not after the measurements; an
+        // existing file is kept as it is until the new one replaces it.
+        if let Some(p) = path {
+            let exists = p.exists();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .with_context(|| format!("{flag}: cannot write {}", p.display()))?;
+            if !exists {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    if let Some(passes) = a.age
+        && !(passes.is_finite() && passes > 0.0 && passes <= 100.0)
+    {
+        bail!("--age must be in (0, 100] passes, got {passes}");
+    }
+    Ok(sizes)
 }
 
 /// Writes `bytes` to a file beside `path` and renames it over `path`: a reader (a

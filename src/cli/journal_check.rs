@@ -144,6 +144,16 @@ fn journal_check(a: JournalCheck) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    print_score(&file, &s, &journal);
+    Ok(())
+}
+
+/// The score as lines for a person.
+fn print_score(
+    file: &str,
+    s: &ioshare::journal::accuracy::Accuracy,
+    journal: &[std::ops::Range<u64>],
+) {
     let mib = |b: u64| b as f64 / 1048576.0;
     let secs =
         |us: Option<u64>| us.map_or("never".to_string(), |u| format!("{:.2} s", u as f64 / 1e6));
@@ -184,5 +194,4 @@ fn journal_check(a: JournalCheck) -> Result<()> {
         s.group_recall(),
         s.marked_groups
     );
-    Ok(())
 }

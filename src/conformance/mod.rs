@@ -287,11 +287,21 @@ pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
         let _ = writeln!(s, "warmup_s = 1.0");
     }
     let _ = writeln!(s, "[device]\n{}", device.toml());
-    let mut tenant = |name: String, weight: f64, workload: &str| {
+    for (name, weight, workload) in tenants(property, device) {
         let _ = writeln!(
             s,
             "[[tenant]]\nname = \"{name}\"\nweight = {weight}\nworkload = {workload}"
         );
+    }
+    Scenario::parse(&s, "conformance scenario", "conformance")
+        .expect("conformance scenarios are valid")
+}
+
+/// The tenants of `property`'s scenario on `device`: name, weight, workload (TOML).
+fn tenants(property: Property, device: Device) -> Vec<(String, f64, String)> {
+    let mut out = Vec::new();
+    let mut tenant = |name: String, weight: f64, workload: &str| {
+        out.push((name, weight, workload.to_string()));
     };
     match property {
         Property::WorkConservation | Property::WorkConservationSwapped => {
@@ -361,6 +371,14 @@ pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
                 "{ pattern = \"randrw\", read_mix = 0.5, size = \"16k\", iodepth = 16 }",
             );
         }
+        fixed => fixed_tenants(fixed, &mut tenant),
+    }
+    out
+}
+
+/// The tenants of the properties whose sets do not depend on the device.
+fn fixed_tenants(property: Property, tenant: &mut dyn FnMut(String, f64, &str)) {
+    match property {
         Property::DeepClosedLoops => {
             for (i, w) in [100.0, 50.0, 25.0, 10.0].into_iter().enumerate() {
                 tenant(
@@ -427,9 +445,8 @@ pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
                 );
             }
         }
+        other => unreachable!("{other:?} has tenants of its own"),
     }
-    Scenario::parse(&s, "conformance scenario", "conformance")
-        .expect("conformance scenarios are valid")
 }
 
 /// How a policy did on one property.
@@ -620,56 +637,7 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
                 figure("device work (× none)", vs_none, t.total, true),
                 figure("bytes (× none)", bytes_vs_none, bytes_target, true),
             ];
-            let series = shared(r);
-            match property {
-                Property::WorkConservation => {
-                    figures.push(figure(
-                        "light tenant served",
-                        light_served(r, device),
-                        t.total,
-                        true,
-                    ));
-                }
-                Property::WorkConservationSwapped => {}
-                Property::MixedCost | Property::SizeMix => {
-                    // Bytes cannot compare a 512 B request with a 1 MiB one: every
-                    // policy is read in device time here.
-                    let (whole, per_second) = share_errors(r, &r.timeseries.device_ns);
-                    figures.push(figure("device-time share error", whole, t.whole_run, false));
-                    figures.push(figure(
-                        "device-time share error per second",
-                        per_second,
-                        t.per_second,
-                        false,
-                    ));
-                }
-                Property::Weights(_)
-                | Property::Many(_)
-                | Property::DeepQueue
-                | Property::PoissonOverload
-                | Property::DeepClosedLoops
-                | Property::SequentialBesideRandom => {
-                    let (whole, per_second) = share_errors(r, series);
-                    figures.push(figure("share error", whole, t.whole_run, false));
-                    figures.push(figure(
-                        "share error per second",
-                        per_second,
-                        t.per_second,
-                        false,
-                    ));
-                }
-                Property::ReturnFromIdle => {
-                    let (time, overshoot) = return_figures(r, series);
-                    figures.push(figure("time to share (s)", time, t.time_to_share, false));
-                    figures.push(figure("overshoot (points)", overshoot, t.overshoot, false));
-                }
-                Property::Leaving => figures.push(figure(
-                    "share error after",
-                    after_leaving_error(r, series),
-                    t.per_second,
-                    false,
-                )),
-            }
+            figures.extend(property_figures(property, device, r, &t));
             figures.push(figure(
                 "longest wait (s)",
                 r.longest_wait_s,
@@ -684,6 +652,68 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
             }
         })
         .collect()
+}
+
+/// The figures `property` judges `r` on beyond its totals and its longest wait.
+fn property_figures(property: Property, device: Device, r: &RunResult, t: &Targets) -> Vec<Figure> {
+    let figure = |name, value, target, at_least| Figure {
+        name,
+        value,
+        target,
+        at_least,
+    };
+    let mut out = Vec::new();
+    let series = shared(r);
+    match property {
+        Property::WorkConservation => {
+            out.push(figure(
+                "light tenant served",
+                light_served(r, device),
+                t.total,
+                true,
+            ));
+        }
+        Property::WorkConservationSwapped => {}
+        Property::MixedCost | Property::SizeMix => {
+            // Bytes cannot compare a 512 B request with a 1 MiB one: every
+            // policy is read in device time here.
+            let (whole, per_second) = share_errors(r, &r.timeseries.device_ns);
+            out.push(figure("device-time share error", whole, t.whole_run, false));
+            out.push(figure(
+                "device-time share error per second",
+                per_second,
+                t.per_second,
+                false,
+            ));
+        }
+        Property::Weights(_)
+        | Property::Many(_)
+        | Property::DeepQueue
+        | Property::PoissonOverload
+        | Property::DeepClosedLoops
+        | Property::SequentialBesideRandom => {
+            let (whole, per_second) = share_errors(r, series);
+            out.push(figure("share error", whole, t.whole_run, false));
+            out.push(figure(
+                "share error per second",
+                per_second,
+                t.per_second,
+                false,
+            ));
+        }
+        Property::ReturnFromIdle => {
+            let (time, overshoot) = return_figures(r, series);
+            out.push(figure("time to share (s)", time, t.time_to_share, false));
+            out.push(figure("overshoot (points)", overshoot, t.overshoot, false));
+        }
+        Property::Leaving => out.push(figure(
+            "share error after",
+            after_leaving_error(r, series),
+            t.per_second,
+            false,
+        )),
+    }
+    out
 }
 
 /// The light tenant got what it asked for: IOPS ÷ offered rate.

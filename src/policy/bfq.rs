@@ -1,6 +1,7 @@
 //! `bfq`: budget fair queueing in the spirit of Linux BFQ — the baseline FeedBAC is
-//! measured against (P. Kwon, S. Ahn, "Dynamic Bandwidth Distribution Method for High Performance Non-volatile Memory in Cloud Computing Environment"; the
-//! problem statement: BFQ idles on an empty queue and costs NVMe throughput).
+//! measured against (P. Kwon, S. Ahn, "Dynamic Bandwidth Distribution Method for High
+//! Performance Non-volatile Memory in Cloud Computing Environment"; the problem
+//! statement: BFQ idles on an empty queue and costs NVMe throughput).
 //!
 //! One FIFO queue per tenant; one tenant at a time is *in service* and alone dispatches,
 //! until it has dispatched its budget or held the device for `timeout`. The next tenant
@@ -13,18 +14,18 @@
 //! its weight's share of a *round* (`round_ms`, 100 ms of device time: `round × w /
 //! Σw` over the backlogged tenants), so every backlogged tenant has its turn within
 //! about a round whatever their number — a second's share is then its weight's, also
-//! with 1,024 tenants (with budgets of `max_budget × w / w_max` a weight-1 tenant among
-//! a thousand heavier ones waited for the sum of their budgets, seconds). `cost =
+//! with 1,024 tenants, where budgets of `max_budget × w / w_max` left a light tenant
+//! waiting behind the heavier ones (measured: docs/readings.md, `bfq.rs`). `cost =
 //! "bytes"` is the paper's BFQ: budgets of `max_budget_kib × w / w_max` bytes.
 //!
 //! When the in-service tenant's queue empties, BFQ can *idle*: keep the device for that
 //! tenant up to `slice_idle` waiting for its next request rather than serving another
 //! queue. That protects the tenant's share on a disk and costs throughput on a device
 //! that serves many requests at once — the behaviour FeedBAC measures. **Reading: no
-//! idling by default** (`slice_idle_ms = 0`): with it one tenant at a time held a
-//! 32-deep device queue, and with 128 tenants of which dozens are between requests in
-//! any second BFQ ran at 0.21× `none`; Linux BFQ itself stops idling on queueing flash
-//! in symmetric cases. The paper's baseline is `slice_idle_ms = 8` with `cost =
+//! idling by default** (`slice_idle_ms = 0`): with it one tenant at a time held the
+//! whole device queue, which costs throughput when many tenants are between requests
+//! (measured: docs/readings.md, `bfq.rs`); Linux BFQ itself stops idling on queueing
+//! flash in symmetric cases. The paper's baseline is `slice_idle_ms = 8` with `cost =
 //! "bytes"`. Every decision is counted: `keep_queue` (dispatch from, or idle for, the
 //! tenant in service) and `new_queue` (select another tenant), as in the paper's
 //! Table 2.
@@ -38,10 +39,9 @@
 //! **Reading: BFQ keeps a dispatch depth** ([`super::depth::DispatchDepth`], `depth =
 //! "auto"` by default, as SFQ's). Without idling, a tenant in service sends what it has
 //! and yields; in a deep device queue everything sent is then served in the device's
-//! order, and budgets decide nothing (8 mixed tenants on an aged SATA drive: 43 % share
-//! error; four closed loops of 32 in a queue of 128: 126 %). A tenant counts as
-//! *behind* when its finish tag is below virtual time while its requests sit in the
-//! device.
+//! order, and budgets decide nothing (measured: docs/readings.md, `bfq.rs`). A tenant
+//! counts as *behind* when its finish tag is below virtual time while its requests sit
+//! in the device.
 //!
 //! A backlogged tenant is served at least once every `max_wait_ms` (500) by the service
 //! floor ([`super::floor`]), which charges it nothing. Selection keeps the backlogged

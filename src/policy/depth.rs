@@ -7,10 +7,10 @@
 //! device, the device serves them in its own order, and a tenant whose few requests all
 //! sit in a deep device queue behind another tenant's many loses its share. SFQ(D)'s §4
 //! trades fairness against `D` for that reason and advises the smallest `D` that keeps
-//! the device busy, but which `D` that is depends on the device and on the mix: with a
-//! closed-loop tenant of 32 beside others in a 128-deep queue, a fixed depth of 32–48
-//! restores weights but costs up to a quarter of a SATA SSD's throughput, and 96 costs
-//! nothing but keeps half the error (docs/conformance.md, "Adaptive depth").
+//! the device busy, but which `D` that is depends on the device and on the mix: a fixed
+//! depth small enough to restore the weights costs throughput, and one that costs none
+//! keeps much of the error (measured: docs/readings.md, `depth.rs`; docs/conformance.md,
+//! "Adaptive depth").
 //!
 //! `depth = "auto"` makes the paper's advice a feedback loop on the policy's own
 //! fairness, not on device latency or throughput (both of which garbage collection
@@ -35,24 +35,20 @@
 //!   requests in front of them;
 //! * otherwise, when the depth held back a request the policy had queued, it grows by a
 //!   sixteenth — but while a timed tenant is active (a request of its in the device, or
-//!   a judged completion in the last second), only once [`GROW_AFTER`] timed completions in
-//!   time have come since the depth last moved. Growth is earned by evidence, not by
+//!   a judged completion in the last second), only once [`GROW_AFTER`] timed completions
+//!   in time have come since the depth last moved. Growth is earned by evidence, not by
 //!   the passing of windows: a disk completes under one SLO request per 10 ms window,
-//!   and a window without one said nothing about latency, yet grew the depth. That
-//!   reading held a 10K RPM disk with 8 SLO tenants beside 2 violators and 2 flooders
-//!   (docs/conformance.md, SLO conformance) at 96.4 % within `rt` (the depth climbing
-//!   back to 16 within ~30 ms of each late completion); with growth earned by 8 timed
-//!   completions in time and late at 0.6 × `rt` (`mclock.rs`), 99.8 %. With `late` and
-//!   `GROW_AFTER` the controller keeps roughly one timed completion in `8 × 1.5`
-//!   (the eighth it shrinks by at a depth of ~12) above `late` × `rt`: a quantile, not
-//!   a mean.
+//!   and a window without one said nothing about latency, yet grew the depth (measured:
+//!   docs/readings.md, `depth.rs`). With `late` and `GROW_AFTER` the controller keeps
+//!   roughly one timed completion in `8 × 1.5` (the eighth it shrinks by at a depth of
+//!   ~12) above `late` × `rt`: a quantile, not a mean.
 //!
 //! **Reading: a window holds enough completions to judge by.** A window ends when its
 //! `window_ms` have passed *and* [`WINDOW_COMPLETIONS`] requests completed in it (or
 //! when a hundred times the time has passed, so an idle device still moves on). On an
 //! SSD 10 ms hold thousands; on a disk one or two, and a window without an arrival of
-//! the starved tenant grew the depth again: on the 10K RPM disk with 8 mixed tenants in
-//! a queue of 128 the depth swung between 60 and 106 and the shares were 94 % off.
+//! the starved tenant grew the depth again, so the depth swung and the shares were far
+//! off (measured: docs/readings.md, `depth.rs`).
 //!
 //! Shrinking fast and growing slowly keeps share error low; `min_depth` bounds what a
 //! tenant that looks starved but is not (a light tenant sending exactly as fast as it is

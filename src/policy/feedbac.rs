@@ -1,4 +1,6 @@
-//! `feedbac`: feedback-based allocation of credits — FeedBAC (P. Kwon, S. Ahn, "Dynamic Bandwidth Distribution Method for High Performance Non-volatile Memory in Cloud Computing Environment").
+//! `feedbac`: feedback-based allocation of credits — FeedBAC (P. Kwon, S. Ahn, "Dynamic
+//! Bandwidth Distribution Method for High Performance Non-volatile Memory in Cloud
+//! Computing Environment").
 //!
 //! * **Credit allocator.** Every allocation period (`period_ms`) each *active* tenant
 //!   (requests queued or in flight, or seen within the last period: see below) receives
@@ -23,33 +25,32 @@
 //!   drain; the predictor (below) bounds what it learns at the device's work rate and
 //!   does not chase the swings (FeedBAC Fig. 5 in `docs/reproduction.md`).
 //! * **Reading: credits are spent evenly through the period.** Among the tenants that
-//!   may dispatch, the one with the most credits left per unit of weight goes first (ties:
-//!   the oldest request). The source only says who may dispatch, not in what order.
-//!   Oldest-first serves every backlogged tenant at the same rate until the light ones
-//!   run dry, so the heaviest tenant gets its share only in each period's tail; when the
-//!   forecast is above what the device then does, the period ends before that tail is
-//!   over, the heavy tenant's unspent credits pass the carry-over bound, and the split
-//!   drifts towards equal (measured on an aged NVMe drive with the device queue at 32:
-//!   6.0 % share error on 50/50 random I/O, all of it credits the heaviest tenant lost at
-//!   the bound; 0.0 % with this order, at the same throughput). Spending in proportion
-//!   leaves every tenant the same fraction unspent, so a high forecast costs no one more
-//!   than its share. `spread = false` restores oldest-first.
+//!   may dispatch, the one with the most credits left per unit of weight goes first
+//!   (ties: the oldest request). The source only says who may dispatch, not in what
+//!   order. Oldest-first serves every backlogged tenant at the same rate until the light
+//!   ones run dry, so the heaviest tenant gets its share only in each period's tail;
+//!   when the forecast is above what the device then does, the period ends before that
+//!   tail is over, the heavy tenant's unspent credits pass the carry-over bound, and the
+//!   split drifts towards equal (measured: docs/readings.md, `feedbac.rs`). Spending in
+//!   proportion leaves every tenant the same fraction unspent, so a high forecast costs
+//!   no one more than its share. `spread = false` restores oldest-first.
 //! * **Reading: hand out a little less than the forecast** (`headroom`, 0.9). The two
 //!   ways to miss are not alike: a low allocation costs nothing (early refill starts the
 //!   next period the moment everyone has spent), a high one ends periods by the clock
 //!   with credits unspent, and whoever could not spend in time — the tenant whose share
 //!   needs the most turns of its closed loop — loses them. The forecast itself still
-//!   learns the full consumption. Measured: the FeedBAC trace replays went from 0.9–2.9 %
-//!   to 0.0–0.3 % share error for 0–1 % of throughput; on a real disk with live fio
-//!   clients the heaviest tenant stopped forfeiting credits at the bound.
+//!   learns the full consumption. Handing out less cut the share error of the FeedBAC
+//!   trace replays at little cost in throughput, and on a real disk with live fio
+//!   clients the heaviest tenant stopped forfeiting credits at the bound (measured:
+//!   docs/readings.md, `feedbac.rs`).
 //! * **Reading: a tenant seen within the last period is still active.** A closed-loop
 //!   client holds nothing on the server between a burst of replies and its next
 //!   requests. A period starting in that gap took the tenant out of the split (the others
 //!   got its share) and zeroed its credits, and an early refill did not wait for it. On a
 //!   real disk with four fio clients that was most of what the heaviest tenant lost
-//!   (share error 60–70 %). So allocation and early refill count a tenant whose last
-//!   arrival or completion is less than one period old; one gone longer gets nothing and
-//!   keeps nothing.
+//!   (measured: docs/readings.md, `feedbac.rs`). So allocation and early refill count a
+//!   tenant whose last arrival or completion is less than one period old; one gone
+//!   longer gets nothing and keeps nothing.
 //! * **Early refill.** When the tenants that could spend have exhausted their credits,
 //!   the next period starts at once, so a low forecast never leaves the device idle.
 //!   **Reading: who "could spend"** — two, and a choice between them (`backlog_refill`).
@@ -57,43 +58,44 @@
 //!   (`backlog_refill = false`), a tenant that asks for less than its share — a light
 //!   reader beside a backlogged writer — always has credits left, so no early refill
 //!   comes; the writer waits for every period's end, the device idles, and the forecast
-//!   learns the throttled rate: total throughput 0.04–0.20× `none` on aged SATA and NVMe
-//!   drives (the conformance suite's work-conservation property). So by default
+//!   learns the throttled rate, a small fraction of `none`'s throughput on aged SATA and
+//!   NVMe drives (the conformance suite's work-conservation property). So by default
 //!   (`backlog_refill = true`) a tenant's credits hold the refill back only while it is
 //!   not *satisfied* — it ended the last period with half its allocation or more unspent
 //!   — or has requests waiting, and a tenant gone quiet holds it back for at most
-//!   `period_ms`. That conserves work (0.97–1.00× `none`).
+//!   `period_ms`. That conserves work (measured: docs/readings.md, `feedbac.rs`).
 //! * **Reading: a satisfied tenant that never runs out of work is stuck in the device.**
 //!   With `backlog_refill` alone, a closed-loop tenant whose requests all sit in a deep
 //!   device queue looks satisfied too (it cannot spend while the others' requests are
-//!   ahead of its own), the others refill around it, and it never gets its share: the
-//!   FeedBAC paper's own setting (weights 100:50:25:10, iodepth 32 each, device queue 128,
-//!   random 50/50) went from 0.2 % to 35.8 % share error. Telling it from a tenant that
-//!   asks for little needs its requests to wait where the policy sees them, so FeedBAC
-//!   keeps its own dispatch depth ([`super::depth::DispatchDepth`], `depth = "auto"` by
-//!   default): a tenant that is satisfied and yet had requests in the device all through
-//!   the depth controller's window counts as behind, and the depth shrinks until its
-//!   requests wait in the host, where they hold back the early refill. That brings the
-//!   paper's setting back to 0.0 % at the literal rule's throughput (0.97×). The cost is
-//!   the light tenant that always has a request in flight (docs/conformance.md,
-//!   "Adaptive depth"). `backlog_refill = false, depth = 0` is the paper's literal
-//!   FeedBAC.
+//!   ahead of its own), the others refill around it, and it never gets its share, as in
+//!   the FeedBAC paper's own setting (weights 100:50:25:10, iodepth 32 each, device
+//!   queue 128, random 50/50). Telling it from a tenant that asks for little needs its
+//!   requests to wait where the policy sees them, so FeedBAC keeps its own dispatch
+//!   depth ([`super::depth::DispatchDepth`], `depth = "auto"` by default): a tenant that
+//!   is satisfied and yet had requests in the device all through the depth controller's
+//!   window counts as behind, and the depth shrinks until its requests wait in the host,
+//!   where they hold back the early refill. That brings the paper's setting back to its
+//!   weights at the literal rule's throughput (measured: docs/readings.md, `feedbac.rs`).
+//!   The cost is the light tenant that always has a request in flight
+//!   (docs/conformance.md, "Adaptive depth"). `backlog_refill = false, depth = 0` is the
+//!   paper's literal FeedBAC.
 //! * **Carry-over.** Credits left when a period ends are kept, up to `carry` × the
-//!   tenant's allocation (default 1: one period's worth), so a tenant that could not spend
-//!   in time keeps its share but cannot hoard a burst.
+//!   tenant's allocation (default 1: one period's worth), so a tenant that could not
+//!   spend in time keeps its share but cannot hoard a burst.
 //! * **Predictor.** Every prediction period (`prediction_periods` × `period_ms` of time;
 //!   early refills do not shorten it), the observation
 //!   `x` = credits consumed over the prediction period / its length feeds Holt's double
-//!   exponential smoothing: `S = αx + (1−α)(S + b)`, `b = β(S − S_prev) + (1−β)b`, forecast
-//!   `S + b`. **Reading for α:** it is re-chosen each prediction period from the relative
-//!   error e = |forecast − x| / x of the forecast just tested:
+//!   exponential smoothing: `S = αx + (1−α)(S + b)`, `b = β(S − S_prev) + (1−β)b`,
+//!   forecast `S + b`. **Reading for α:** it is re-chosen each prediction period from
+//!   the relative error e = |forecast − x| / x of the forecast just tested:
 //!   `α = α_min + (α_max − α_min) × min(1, e / e_full)`, with α ∈ [0.1, 0.9] and
 //!   e_full = 0.2 (a 20 % miss follows at full speed), scaled by how persistently the
 //!   misses keep their side: the tracking signal |E| / M, E and M the signed and the
 //!   absolute relative errors smoothed with weight 0.5 (Trigg and Leach's adaptive
 //!   response rate). Misses on one side (the level moved) follow at full speed; misses
 //!   that alternate (a write-back drive's drain swinging about its level) barely move
-//!   the forecast, which chasing them had doubled. β = 0.3 by default.
+//!   the forecast, which chasing them had thrown off (measured: docs/readings.md,
+//!   `feedbac.rs`). β = 0.3 by default.
 //!   **Reading: a trend the observation contradicts is dropped.** When the forecast
 //!   missed on the side opposite to its trend, the trend is set to zero before the
 //!   update: the falling trend a start-up burst leaves would otherwise hold the forecast
@@ -101,11 +103,10 @@
 //!   **Reading: with credits of device time, an observation is bounded by the device's
 //!   work rate** (`max_work_rate`, 1.5 seconds of device time a second; 0: no bound). A
 //!   device charged by its fitted cost model does about one second of work a second; a
-//!   write-back drive acknowledges faster while its buffer fills (3.4 seconds a second in
-//!   the first tenth of a second of FeedBAC's fio writes), and a forecast that learns
-//!   that hands out credits the device cannot honour. A low bound costs nothing (early
-//!   refill), a high one would. Credits of bytes or requests have no known capacity and
-//!   are not bounded.
+//!   write-back drive acknowledges faster while its buffer fills (measured:
+//!   docs/readings.md, `feedbac.rs`), and a forecast that learns that hands out credits
+//!   the device cannot honour. A low bound costs nothing (early refill), a high one
+//!   would. Credits of bytes or requests have no known capacity and are not bounded.
 //!   **Reading: a forecast below zero restarts.** When a burst ends, the trend can carry
 //!   `S + b` below zero; the smoother then restarts from the observation (`S = x`,
 //!   `b = 0`) instead of forecasting nothing for as long as the trend takes to decay.
@@ -117,11 +118,11 @@
 //!   an emulated aged NVMe drive). So such a refill's total is raised, in proportion
 //!   for everyone, until the tenant closest to paying its debt (relative to its weight)
 //!   has credit. An earlier reading floored every period at one request for the
-//!   lightest tenant; with weights 1–1000 among 256 tenants that floor was hundreds of
-//!   times the forecast and the allocation stopped meaning anything (111 % share error
-//!   per second). Now a tenant whose share is a fraction of a request a period carries
-//!   its credit (or its debt) exactly: it dispatches when its credit is positive and
-//!   pays the overdraft over the periods after.
+//!   lightest tenant; among many tenants of widely different weights that floor was far
+//!   above the forecast and the allocation stopped meaning anything (measured:
+//!   docs/readings.md, `feedbac.rs`). Now a tenant whose share is a fraction of a
+//!   request a period carries its credit (or its debt) exactly: it dispatches when its
+//!   credit is positive and pays the overdraft over the periods after.
 //!   **Reading: idle spells are not observations.** A prediction period in which nothing
 //!   was consumed is skipped: it measures demand, not the device, and feeding it drove
 //!   the forecast to zero on a live server left idle for a while, so the first burst
@@ -131,18 +132,16 @@
 //!   fast as its requests come back. When the allocation period is not long compared with
 //!   the time a request spends in the device, the heaviest tenant cannot spend its
 //!   allocation before the period ends, loses what exceeds the carry-over bound, and the
-//!   split drifts (measured: 5–7 % share error on an aged NVMe drive with 10 ms periods
-//!   and ~5 ms write latency, under 2 % with the stretch). So the allocation period is
+//!   split drifts (measured: docs/readings.md, `feedbac.rs`). So the allocation period is
 //!   `max(period_ms, latency_periods × mean device time)`, the mean taken over the last
 //!   prediction period and applied from the next one.
 //!
 //! **Reading: a returning tenant starts a period.** A tenant that becomes active (it was
 //! not present: no request queued, in flight or seen within a period) in the middle of
 //! a stretched period starts a new one at once, so it is served within the shortest
-//! period rather than waiting for the end of one that has stretched to most of a second
-//! on a slow device (a returning tenant's first request had waited over a second on an
-//! aged SATA drive, as the project's issue on proportional share reported). Within unstretched periods it waits for the next allocation (at most
-//! `period_ms`) unless an early refill comes first.
+//! period rather than waiting for the end of one that has stretched on a slow device
+//! (measured: docs/readings.md, `feedbac.rs`). Within unstretched periods it waits for
+//! the next allocation (at most `period_ms`) unless an early refill comes first.
 //!
 //! A backlogged tenant is served at least once every `max_wait_ms` (500) by the
 //! service floor ([`super::floor`]), which takes none of its credits.

@@ -1,20 +1,20 @@
 //! The service floor: a backlogged tenant is served at least once every `max_wait`
 //! (default 0.5 s), whatever its weight — a reservation of two requests a second for
-//! every tenant, in mClock's manner (Gulati, Merchant, Varman, OSDI 2010: a request dispatched
-//! for a reservation does not advance the tenant's proportional-share tag).
+//! every tenant, in mClock's manner (Gulati, Merchant, Varman, OSDI 2010: a request
+//! dispatched for a reservation does not advance the tenant's proportional-share tag).
 //!
 //! Exact proportional share starves light tenants in large populations for seconds at a
 //! time: beside 1,023 others with weights 1–1000 (Σw ≈ 512,000), a weight-1 tenant's
 //! share of an SSD serving 100,000 requests a second is one request every five seconds,
-//! and under CFQ-style rounds it waited minutes. The floor bounds the wait; the share it
-//! costs the others is at most one request per backlogged tenant per `max_wait`.
+//! and under CFQ-style rounds it waited far longer (measured: docs/readings.md,
+//! `floor.rs`). The floor bounds the wait; the share it costs the others is at most one
+//! request per backlogged tenant per `max_wait`.
 //!
 //! **Reading: half a second.** What is promised is that no backlogged tenant goes a
 //! whole second without a completion. A floor of one dispatch a second leaves gaps of a
 //! second plus the request's time in the device; half a second keeps every gap under a
-//! second. Measured with 1,024 tenants of weights 1–1000 on an aged NVMe drive (SFQ):
-//! per-second share error 0.6 % without a floor (longest wait 2.5 s), 0.8 % with a 1 s
-//! floor (1.0 s), 1.4 % with 0.5 s (0.50 s).
+//! second, at some cost in per-second share error (measured: docs/readings.md,
+//! `floor.rs`).
 //!
 //! **Reading: what a floor dispatch charges.** Nothing: the policy does not advance the
 //! tenant's tags or take its credits (the reservation reading), so a tenant served by
@@ -27,12 +27,13 @@
 //! device and the weights nothing. So the floor spends at most one [`FLOOR_EVERY`]th of
 //! what the policy dispatches, counted as the policy counts (device time by default):
 //! each dispatch by weight earns it an eighth of its cost, each floor dispatch spends
-//! its own. A first reading counted dispatches (one in eight); with 1,024 tenants on an
-//! aged SATA drive a sixth of them sent 128 KiB writes of 2 ms each, the floor's
-//! eighth of the dispatches was two thirds of the device's time, and the heaviest
-//! tenants got 27 % of their shares. Past the bound the wait stretches to what that
-//! eighth of the device serves — stated as: a backlogged tenant waits at most
-//! `max(max_wait, FLOOR_EVERY × Σ backlogged tenants' request cost / device work rate)`.
+//! its own. A first reading counted dispatches (one in eight): where the floor's
+//! requests were the expensive ones, its eighth of the dispatches took far more than an
+//! eighth of the device's time, and the heaviest tenants lost most of their shares
+//! (measured: docs/readings.md, `floor.rs`). Past the bound the wait stretches to what
+//! that eighth of the device serves — stated as: a backlogged tenant waits at most
+//! `max(max_wait, FLOOR_EVERY × Σ backlogged tenants' request cost / device work
+//! rate)`.
 //!
 //! Sans-I/O and O(log n) per event: a heap of (due time, tenant) with at most one entry
 //! per tenant, each a lower bound on its tenant's due time, put back at the real one

@@ -21,7 +21,8 @@
 //!   backlogged heads (the paper's adjustment when a VM becomes active), so a newcomer
 //!   neither starves nor is starved by tenants whose `P` ran ahead of real time.
 //! * A tenant without a reservation never enters the constraint phase; one without a
-//!   limit is never held by `L`. Costs are per request (reservations and limits are IOPS).
+//!   limit is never held by `L`. Costs are per request (reservations and limits are
+//!   IOPS).
 //! * The paper schedules into ESX's fixed-depth device queue and adapts that depth
 //!   separately (PARDA); tags order only what the host still holds, so in a deep device
 //!   queue a weight or a reservation arrives behind everyone's requests. The dispatch
@@ -40,15 +41,11 @@
 //!   window without a late completion. A violator's requests beyond its reservation
 //!   are owed no `rt`, yet its many completions judged the depth; a disk completes a
 //!   compliant tenant's request about once per 10 ms window, so the depth grew between
-//!   the evidence; and at 0.85 × `rt` the signal came only from the tail, one
-//!   completion in a hundred. On the 10K RPM disk with 8 SLO tenants beside 2
-//!   violators and 2 flooders the reserved readers were 96.4 % (even) and 98.1 %
-//!   (Poisson) within `rt`, on the RAID 0 array with 4 beside 2 + 2 98.8 % and 98.2 %;
-//!   now 99.8 %, 99.1 %, 99.2 % and 99.0 % at 0.80–0.97× `none` there (docs/conformance.md).
-//!   `late = 0.5` with growth after 4 reached 98.3 % Poisson on the disk; 0.85 with
-//!   growth after 16, 96.9 %. Live (`bench/qos-live.sh`, SLO setting, same machine,
-//!   two runs each) t1's p99 went from 5.3–6.6 ms to 4.6–4.7 ms for a 5 ms `rt`, at
-//!   0.93× the flooders' writes.
+//!   the evidence; and at 0.85 × `rt` the signal came only from the tail. Judging
+//!   earlier, and only the tenants that keep to their reservation, brought the reserved
+//!   readers on the disk and the RAID 0 array closer to their `rt`, and a live SLO
+//!   tenant's tail closer to its `rt` too (measured: docs/readings.md, `mclock.rs`;
+//!   docs/conformance.md).
 //! * **Reading: reservations go out past the dispatch depth, and lateness is judged in
 //!   the device.** The depth limits the weight phase only: a request due by its
 //!   reservation tag is dispatched whatever the depth (the device then holds at most
@@ -58,19 +55,19 @@
 //!   a request that waited in the host for its tag was held by the reservation or the
 //!   weights, which a shorter device queue does not cure. The first reading (depth over
 //!   both phases, lateness from arrival) collapsed the depth on a disk array, where a
-//!   shorter queue makes the array slower and completions stay late (the token-bucket
-//!   paper's WS_A: 2,600 IOPS instead of 6,000), and cost 0.78–0.86× `none`'s
+//!   shorter queue makes the array slower and completions stay late, and cost
 //!   throughput on NVMe beside flooders; now `"auto"` keeps a reserved reader within
 //!   its `rt` on the aged and clean NVMe drive in every mix of the SLO conformance
-//!   matrix at 0.90–1.00× `none` (docs/conformance.md, "SLO conformance"), where with
-//!   no depth of its own it missed every mix with a flooder or a violator (98.1–98.7
-//!   %). So `"auto"` is the default when some tenant has an SLO (decided when the policy
-//!   is built). Not otherwise: a tenant sending less than its share with a request
-//!   always in flight also looks behind, and shortening the queue for it costs
-//!   throughput (0.88–0.91× `none` in the proportional matrix, which has no SLOs).
-//!   Poisson arrivals at exactly the reservation rate on the RAID 0 array were met only
-//!   8–88 % within `rt` (the reservation queue is critically loaded and shrinking the
-//!   depth takes the surplus the weight phase served it with) until the reading below.
+//!   matrix at close to `none`'s throughput, where with no depth of its own it missed
+//!   every mix with a flooder or a violator (measured: docs/readings.md, `mclock.rs`;
+//!   docs/conformance.md, "SLO conformance"). So `"auto"` is the default when some
+//!   tenant has an SLO (decided when the policy is built). Not otherwise: a tenant
+//!   sending less than its share with a request always in flight also looks behind,
+//!   and shortening the queue for it costs throughput in the proportional matrix,
+//!   which has no SLOs. Poisson arrivals at exactly the reservation rate on the RAID 0
+//!   array were often late (the reservation queue is critically loaded and shrinking
+//!   the depth takes the surplus the weight phase served it with) until the reading
+//!   below.
 //! * **Reading: a reservation kept to is served with `reservation_slack` (default 25
 //!   %) to spare.** While a tenant's arrivals keep to its reservation (TA3's rate test:
 //!   a bucket refilled at `r` + 5 %, 100 requests deep, one token an arrival; see
@@ -78,30 +75,28 @@
 //!   reservation_slack))`; above it, by `1 / r`. Served at exactly `r`, a tenant
 //!   arriving Poisson at its reservation rate is a queue at full load: its waits grow
 //!   without bound between the bursts the weight phase happens to serve. On the RAID 0
-//!   array of the SLO conformance matrix the reserved reader was 8–88 % within `rt`
-//!   with the adaptive depth and no slack, 95–99.7 % with 10 %, 98–99.8 % with 25 %; on
-//!   the NVMe drive and the HDD the slack changed nothing that mattered. With the slack
-//!   for everyone, a backlogged tenant reserving 3,000 IOPS got 3,750 by reservation
-//!   and the tenants sharing by weight lost the difference; with the rate test a
-//!   backlogged tenant gets its reservation plus the test's 5 % (3,150;
-//!   `scenarios/mclock-reservations.toml`). So the slack costs others only what a
-//!   compliant tenant's bursts need.
+//!   array of the SLO conformance matrix the slack is what brought the reserved reader
+//!   within `rt`; on the NVMe drive and the HDD it changed nothing that mattered. With
+//!   the slack for everyone, a backlogged tenant got its reservation plus the whole
+//!   slack and the tenants sharing by weight lost the difference; with the rate test a
+//!   backlogged tenant gets its reservation plus the test's 5 % (measured:
+//!   docs/readings.md, `mclock.rs`; `scenarios/mclock-reservations.toml`). So the slack
+//!   costs others only what a compliant tenant's bursts need.
 //!   `reservation_slack = 0` is the paper's tag.
 //! * **Reading: a reservation is a floor, not a pace** (`reservation_burst_ms`, default
 //!   16 ms). A tenant within its reservation may have its `R` tag up to that much time
 //!   behind its arrival: `R = max(R' + 1/r, t − burst)`, so reservation it did not use
 //!   in the last moments (`r × burst` requests' worth: 32 at 2,000 IOPS, 2 at 125) lets
-//!   a burst go at once instead of one request per `1 / r`. Paced, an SLO tenant (2 ms
-//!   `rt`, reservation at its rate, Poisson arrivals) beside weighted best-effort
-//!   tenants that kept the device queue full left only by reservation and queued behind
-//!   its own pacing: 91 % within `rt`, worse than `none` (98.5 %). The bound is in time,
-//!   not requests, so that what all tenants together may bank is the sum of their
-//!   reservations over 16 ms whatever their number: banked as 32 requests each, 64 SLO
-//!   tenants at 125 IOPS beside two flooders on the aged NVMe drive (reservations go out
-//!   past the depth) fell to 98.7 % within `rt` (99.0 % with no burst, 99.1 % now), and
-//!   on the disk a reader's banked requests cost 0.83× `none` where 16 ms, less than
-//!   one request at 60 IOPS, costs nothing (1.00×; `docs/conformance.md`). Over any
-//!   window a tenant's reserved service stays within `r × (window + burst)`.
+//!   a burst go at once instead of one request per `1 / r`. Paced, an SLO tenant beside
+//!   weighted best-effort tenants that kept the device queue full left only by
+//!   reservation and queued behind its own pacing, worse off than under `none`. The
+//!   bound is in time, not requests, so that what all tenants together may bank is the
+//!   sum of their reservations over 16 ms whatever their number: banked as requests,
+//!   many small SLO tenants beside flooders fell further from their `rt`, and on the
+//!   disk a reader's banked requests cost throughput where 16 ms, less than one request
+//!   at 60 IOPS, costs nothing (measured: docs/readings.md, `mclock.rs`;
+//!   `docs/conformance.md`). Over any window a tenant's reserved service stays within
+//!   `r × (window + burst)`.
 //!   `reservation_burst_ms = 0` is the paper's tag.
 //! * The tenants' heads are kept in heaps by `R`, by `L` (those held by their limit) and
 //!   by `P` (those that may go by weight, and all of them for a newcomer's start), with

@@ -1,17 +1,18 @@
-//! `mots`: the MoTS feedback controller (J. K. Park, "MCFQ: Manager of Time Slice on CFQ", Journal of the Korea Society of Computer and Information, 2015) correcting the weights of a
-//! proportional-share scheduler by what each tenant measurably gets.
+//! `mots`: the MoTS feedback controller (J. K. Park, "MCFQ: Manager of Time Slice on
+//! CFQ", Journal of the Korea Society of Computer and Information, 2015) correcting the
+//! weights of a proportional-share scheduler by what each tenant measurably gets.
 //!
 //! **Reading: on a work-conserving base** (`base = "sfq"`, the default). The paper's
 //! MCFQ corrects CFQ's time slices; its idea — measure what each tenant got against
 //! what it was promised, and correct every second — does not need CFQ's slices and
-//! idling, which keep the device for one tenant while it has nothing to send: beside a
-//! light tenant MCFQ ran at 0.28–0.43× `none`. By default MoTS scales the weights of
-//! SFQ ([`super::Sfq`], device time, its adaptive depth), so the device is never held
-//! for anyone, and the feedback corrects whatever SFQ's order still leaves (requests
-//! that cost the device more or less than its model says). What it measures is the
-//! currency (`cost = "device"`: each completion's device time by the model; `"bytes"`:
-//! the paper's bandwidth). `base = "cfq", cost = "bytes"` is the paper's MCFQ, kept
-//! for its reproduction.
+//! idling, which keep the device for one tenant while it has nothing to send, and so
+//! cost throughput beside a light tenant (measured: docs/readings.md, `mots.rs`). By
+//! default MoTS scales the weights of SFQ ([`super::Sfq`], device time, its adaptive
+//! depth), so the device is never held for anyone, and the feedback corrects whatever
+//! SFQ's order still leaves (requests that cost the device more or less than its model
+//! says). What it measures is the currency (`cost = "device"`: each completion's device
+//! time by the model; `"bytes"`: the paper's bandwidth). `base = "cfq", cost = "bytes"`
+//! is the paper's MCFQ, kept for its reproduction.
 //!
 //! Once per tick (1 s) MoTS compares each tenant's measured rate with the tenant of
 //! smallest weight, the TVM, whose weight (or slice) it never changes. For every other
@@ -19,8 +20,8 @@
 //! the TVM over the last `bw_s` ticks (fewer at the start):
 //!
 //! * raw correction `f_i = IP_i / (BWR_i / BWT)`;
-//! * cumulative factor `F_i(t) = f_i(t) × mean(F_i over the last bw_s ticks)` (the reading
-//!   chosen: the measured error acts on the factor already applied), clamped to
+//! * cumulative factor `F_i(t) = f_i(t) × mean(F_i over the last bw_s ticks)` (the
+//!   reading chosen: the measured error acts on the factor already applied), clamped to
 //!   `[1 / clamp, clamp]`;
 //! * slice (or weight) `TSO_i × mean(F_i over the last bw_s ticks, including t)`:
 //!   averaging stops abrupt changes.
@@ -33,26 +34,25 @@
 //! * **Bandwidth while busy.** A tick enters a tenant's window only if the tenant had
 //!   requests outstanding in it, and the window's bandwidth is its bytes over the time it
 //!   was busy. Idle seconds entered as zeros dragged a returning tenant's measured
-//!   bandwidth down and its factor up: it took the whole device for whole intervals
-//!   (conformance, "return from idle": 50 points above its share). With this reading
-//!   and the next, its share over any half second after its return stays within 10–15
-//!   points of ideal (CFQ itself: 9–28 points, the slices' granularity).
+//!   bandwidth down and its factor up: it took the whole device for whole intervals.
+//!   With this reading and the next, its share over any half second after its return
+//!   stays close to ideal (measured: docs/readings.md, `mots.rs`).
 //! * **A new set of competitors restarts the windows.** When a tenant becomes active or
 //!   goes idle, every bandwidth window starts again: bandwidths measured against other
-//!   competitors do not describe these (the TVM's window from before a weight-4 tenant
-//!   returned said it ran twice as fast as it now can). The factors already applied stay.
+//!   competitors do not describe these (measured: docs/readings.md, `mots.rs`). The
+//!   factors already applied stay.
 //! * **Bounded rounds** (with `base = "cfq"`: `max_round_ms`, 500; 0: unbounded).
 //!   Slices are scaled down, in proportion, so that one round over the tenants with
-//!   requests waiting lasts at most this; with 64 tenants CFQ's rounds (and MoTS's,
-//!   after correction) grew to seconds, and a second's share was decided by whose slice
-//!   fell in it. The MCFQ settings (4 tenants, rounds ≈ 220 ms before correction)
-//!   reach it only on the aged fileserver, where the corrected slices add up to more
-//!   than 300 ms: at CFQ's own 300 ms MCFQ's error there was 5.4 % instead of 2.9 %.
-//! * `bounded_idle` (false): when true, an owner whose queue is empty is idled for at most
-//!   `slice_idle` even with requests in flight. CFQ keeps the slice while they are in
-//!   flight, and the MCFQ fileserver setting needs that: with the bound its share error
-//!   went from 0.1 % to 31–37 % (closed loops on an aged SATA drive wait ~10 ms for their
-//!   requests and lost every slice); so it stays off.
+//!   requests waiting lasts at most this; with many tenants CFQ's rounds (and MoTS's,
+//!   after correction) grew so long that a second's share was decided by whose slice
+//!   fell in it. The MCFQ settings reach the bound only on the aged fileserver, whose
+//!   corrected slices add up to more than a CFQ round; a bound at CFQ's own round
+//!   length raised MCFQ's error there (measured: docs/readings.md, `mots.rs`).
+//! * `bounded_idle` (false): when true, an owner whose queue is empty is idled for at
+//!   most `slice_idle` even with requests in flight. CFQ keeps the slice while they are
+//!   in flight, and the MCFQ fileserver setting needs that: with the bound, closed loops
+//!   on an aged SATA drive, waiting for their requests, lost every slice (measured:
+//!   docs/readings.md, `mots.rs`); so it stays off.
 //!
 //! Parameters: `base` (`"sfq"`, the default, or `"cfq"`), `cost` (`"device"`, the
 //! default, or `"bytes"`), `bw_s` (window in ticks, default 10), `tick_ms` (default

@@ -1,4 +1,6 @@
-//! `ta2`: TA1's buckets behind one bypass switch for all tenants — TA2 of Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005.
+//! `ta2`: TA1's buckets behind one bypass switch for all tenants — TA2 of Y. J. Nam,
+//! C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared
+//! Storage Systems", 2005.
 //!
 //! The switch starts off: requests go straight to storage. When a completion's storage
 //! response time exceeds its tenant's high water mark (`hwm × rt`, default 85 %) every

@@ -1,14 +1,16 @@
-//! `ta3`: TA2 with a switch per tenant — TA3 of Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005.
+//! `ta3`: TA2 with a switch per tenant — TA3 of Y. J. Nam, C. Park, "Token-Bucket-based
+//! Performance Control Techniques for Large-Scale Shared Storage Systems", 2005.
 //!
 //! When a completion's storage response time exceeds its tenant's high water mark, the
 //! buckets of only those tenants that send above their agreed `iops` (by more than
 //! `rate_slack`, default 5 %) are switched in — judged by a conformance bucket per
 //! tenant, `rate_window_requests` (100) deep, or `rate_window_ms` of the agreed rate
-//! when that is more (default 0: requests only): compliant tenants are never held by a bucket, and a violator runs
-//! free while nobody is hurt. A breach is also an arriving request whose predicted
-//! storage response time is above `predict × rt` (default 0.4). When the largest of the
-//! last `rt_window` completions is below the low water mark every bucket is switched
-//! out. The shared machinery and the readings it chose are in [`super::token_bucket`].
+//! when that is more (default 0: requests only): compliant tenants are never held by a
+//! bucket, and a violator runs free while nobody is hurt. A breach is also an arriving
+//! request whose predicted storage response time is above `predict × rt` (default 0.4).
+//! When the largest of the last `rt_window` completions is below the low water mark
+//! every bucket is switched out. The shared machinery and the readings it chose are in
+//! [`super::token_bucket`].
 
 use super::token_bucket::SwitchedBuckets;
 use super::{Policy, PolicyError, PolicyParams};

@@ -1,5 +1,7 @@
-//! The machinery TA1, TA2 and TA3 share (Y. J. Nam, C. Park, "Token-Bucket-based Performance Control Techniques for Large-Scale Shared Storage Systems", 2005): a token bucket and a
-//! queue per tenant in front of one storage queue, with a bypass switch per tenant.
+//! The machinery TA1, TA2 and TA3 share (Y. J. Nam, C. Park, "Token-Bucket-based
+//! Performance Control Techniques for Large-Scale Shared Storage Systems", 2005): a
+//! token bucket and a queue per tenant in front of one storage queue, with a bypass
+//! switch per tenant.
 //!
 //! A request of a tenant whose switch is on waits in the tenant's queue until its
 //! bucket holds a request's worth of tokens; with the switch off it goes straight to
@@ -19,19 +21,18 @@
 //!   the window's length is the shared storage's pace). Single completions on a
 //!   disk vary by many milliseconds: compared one by one they flip the switch thousands
 //!   of times a second and the hysteresis does nothing; a mean lets the tail run past
-//!   `rt` while it climbs. The window's maximum reacts to the tail at once; with a short
-//!   window (16) it fell below the low mark between bursts and a violator flooded the
-//!   storage every few milliseconds (compliant users at 91–98 % within `rt`); 2048 (about
-//!   0.4 s at 5,000 IOPS) switches off only when the tail has been inside the low mark
-//!   for a while.
+//!   `rt` while it climbs. The window's maximum reacts to the tail at once; a short
+//!   window fell below the low mark between bursts and let a violator flood the storage
+//!   (measured: docs/readings.md, `token_bucket.rs`); 2048 (about 0.4 s at 5,000 IOPS)
+//!   switches off only when the tail has been inside the low mark for a while.
 //! * A bucket's queue holds what passes within `max_wait × rt` (default half of `rt`): a
 //!   request arriving to a longer queue could not meet its response time and is
 //!   refused instead of queued: the host either answers it with an error (`refuse =
 //!   "error"`, the simulator's default) or holds it back and offers it again (`"hold"`,
 //!   the live server's: slow I/O, not failed I/O; see [`crate::host::Refuse`]). The
 //!   spec's "when that queue is full the host is told explicitly" with "full" read from
-//!   the SLO. Without it a violator's backlog (hundreds of requests) made its own
-//!   compliant requests of the next phase late for a third of a second.
+//!   the SLO. Without it a violator's backlog made its own compliant requests of the
+//!   next phase late (measured: docs/readings.md, `token_bucket.rs`).
 //! * TA3 also treats a *predicted* response time above `predict × rt` (default 0.4) as a
 //!   breach, checked when a request arrives: requests between passing the bucket and
 //!   completing, plus the arriving one, times the storage's recent busy time per
@@ -46,14 +47,9 @@
 //!   breach; TA3 switches in the tenants above their rate while any is, and all out when
 //!   none is. The first reading (the window's largest response time of *any* tenant,
 //!   compared at each completion with the completing tenant's marks) flipped the switch
-//!   at every completion when SLOs differ: a reader (rt 5 ms) beside writers (rt 50 ms)
-//!   turned it on against 4.25 ms, the next writer completion off against 40 ms —
-//!   216,582 (TA2) and 291,131 (TA3) transitions in 20 s as the project's issue on SLO
-//!   policies measured it, the reader worse off than with no control. In a setting like
-//!   it (docs/conformance.md, "SLO policies") now 183 and 300 (4.6 and 7.5 a second per
-//!   switch), the reader at 98.4 % and 99.9 % within `rt` against 95.5 % with none. The
-//!   minimum length bounds switching where predicted breaches came and went: TA3 in
-//!   WS_A went from 11,618 transitions in 90 s (85/80) to 202. A breach also lasts at
+//!   at every completion when SLOs differ, and left a reader worse off than with no
+//!   control; the minimum length bounds switching where predicted breaches came and
+//!   went (measured: docs/readings.md, `token_bucket.rs`). A breach also lasts at
 //!   least `min_breach_ms` (default 100 ms): on a drive completing 50,000 requests a
 //!   second, `rt_window / 4` completions are 10 ms, and a burst of late completions
 //!   switched the buckets in and out many times a second.
@@ -66,58 +62,47 @@
 //!   a windowed average): refilled at `iops × (1 + rate_slack)`, as deep as the agreed
 //!   rate delivers in `rate_window_ms` (or in the time `rate_window_requests` (100) take
 //!   at that rate, when longer), one token per arrival; a tenant exceeds its rate while
-//!   that bucket is nearly empty (under a tenth of its depth and under two tokens). A windowed count judged a paced client by its jitter (fio at
-//!   exactly its 500 IOPS with iodepth 4 catches up in small bursts after a slow
-//!   completion, and had its bucket switched on and 43–123 requests refused per 6,000
-//!   with a 100 ms window) and a Poisson client by ordinary bunching: at 2,000 IOPS a
-//!   100 ms count is above 105 % of the mean about a quarter of the time, so beside a
-//!   flooder the compliant reader had 155 requests refused in 20 s. The bucket forgives
-//!   bunching that the rate makes up for (a drift of 5 % against Poisson's spread keeps
-//!   it from emptying), and a violator at twice its rate still empties it within a
-//!   fraction of the window.
+//!   that bucket is nearly empty (under a tenth of its depth and under two tokens). A
+//!   windowed count judged a paced client by its jitter and a Poisson client by
+//!   ordinary bunching, and refused compliant requests (measured: docs/readings.md,
+//!   `token_bucket.rs`). The bucket forgives bunching that the rate makes up for (a
+//!   drift of 5 % against Poisson's spread keeps it from emptying), and a violator at
+//!   twice its rate still empties it within a fraction of the window.
 //! * **Reading: buckets that a compliant bursty tenant passes.** The paper's bucket
 //!   (`σ = 1.5 ρ`: three requests at 2,000 IOPS) refilled at exactly the agreed rate
 //!   makes a tenant arriving Poisson at that rate a queue at full load: alone on an
-//!   idle drive, 6.0 % of its requests were refused under TA1 (its queue beyond
-//!   `max_wait`). Two readings: a bucket is at least `depth_rt` (default 1) response
-//!   times of the agreed rate deep (a burst of `iops × rt` requests is what the SLO can
-//!   absorb if the storage serves the tenant at its rate): 3.2 % refused; and while the
-//!   tenant keeps to its rate (the conformance test below, for every TA policy) its
-//!   bucket refills `refill_slack` (default 25 %) faster: at 5 %, 1.5 % refused, and
-//!   beside a flooder TA2 went from 98.9 % to 99.5 % within `rt`. A violator refills at
-//!   exactly its rate: with the slack for everyone, violators loaded the token-bucket
-//!   paper's array 5 % beyond the sum of the SLOs it is calibrated to meet, and
-//!   compliant users fell to 95 % within `rt` in WS_A. 25 % rather than 5 % for paced
-//!   clients that catch up: fio at 500 IOPS (Poisson, iodepth 4) on the live server
-//!   fell behind after a slow completion, caught up through an empty bucket refilled
-//!   5 % faster than its rate, and stayed token-bound with its four requests queued for
-//!   seconds (p99 8–9.6 ms against an `rt` of 5 ms in 3 of 10 TA1/TA2 runs; with 25 %,
-//!   2.1–2.2 ms in 10 of 10, docs/benchmarks.md); in the simulator 25 % changed no
-//!   verdict of the SLO conformance matrix and WS_A by at most 0.9 points.
+//!   idle drive, TA1 refused some of its requests (its queue beyond `max_wait`). Two
+//!   readings: a bucket is at least `depth_rt` (default 1) response times of the agreed
+//!   rate deep (a burst of `iops × rt` requests is what the SLO can absorb if the
+//!   storage serves the tenant at its rate); and while the tenant keeps to its rate (the
+//!   conformance test below, for every TA policy) its bucket refills `refill_slack`
+//!   (default 25 %) faster. A violator refills at exactly its rate: with the slack for
+//!   everyone, violators loaded the token-bucket paper's array beyond the sum of the
+//!   SLOs it is calibrated to meet. 25 % rather than 5 % for paced clients that catch
+//!   up: a client that fell behind after a slow completion and caught up through an
+//!   empty bucket refilled at the smaller slack stayed token-bound, its requests
+//!   queued for seconds (measured: docs/readings.md, `token_bucket.rs`).
 //! * A request the host holds back after a refusal (`refuse = "hold"`) and offers again
 //!   is not a new arrival: the rate test and the refusal count take each request once
 //!   (request ids grow in arrival order). Counting every offer (one a millisecond)
-//!   marked a held-back tenant over its rate, so its bucket lost its slack. A bucket is also at least `depth_requests`
-//!   (default 32) requests deep: with several SLO tenants at their rate the storage
-//!   serves each in bursts, and a bucket of `iops × rt` tokens (10 at 2,000 IOPS and
-//!   5 ms) refuses the bunching that follows. Eight Poisson SLO tenants on the aged
-//!   NVMe drive under TA1 were 93.6 % within `rt` with no such floor, 98.6 % with 16,
-//!   99.7 % with 32, 100 % with 100; on the HDD 58 %, 97 %, 100 %, 100 % (the SLO part
-//!   of docs/conformance.md). `depth_rt = 0, refill_slack = 0, depth_requests = 0` is
-//!   the paper's bucket.
+//!   marked a held-back tenant over its rate, so its bucket lost its slack. A bucket is
+//!   also at least `depth_requests` (default 32) requests deep: with several SLO tenants
+//!   at their rate the storage serves each in bursts, and a bucket of `iops × rt` tokens
+//!   (10 at 2,000 IOPS and 5 ms) refuses the bunching that follows (measured:
+//!   docs/readings.md, `token_bucket.rs`).
+//!   `depth_rt = 0, refill_slack = 0, depth_requests = 0` is the paper's bucket.
 //! * **Reading: a bucket switched in starts no fuller than the paper's depth.** A
 //!   tenant whose switch was off saved tokens up to its (deep) bucket; released at the
-//!   moment the storage is late, they were a burst of `iops × rt` requests onto it (in
-//!   WS_A, 143 of W1's), and compliant users fell from 99.9 % to 95.6 % within `rt` in
-//!   the next phase. So switching a bucket in clamps it to `depth_factor × ρ`, or to
-//!   `depth_requests` when that is more (a burst that small the storage absorbs).
+//!   moment the storage is late, they were a burst of `iops × rt` requests onto it, and
+//!   compliant users fell behind their `rt` in the next phase (measured:
+//!   docs/readings.md, `token_bucket.rs`). So switching a bucket in clamps it to
+//!   `depth_factor × ρ`, or to `depth_requests` when that is more (a burst that small
+//!   the storage absorbs).
 //! * **Reading: tenants without an SLO are best effort, held to a few requests in the
 //!   storage while the SLOs are at risk.** The paper gives every tenant an SLO; a
 //!   tenant without one has no bucket and no rate to throttle it to. Letting it bypass
-//!   always (the first reading) left a compliant reader beside one closed-loop writer
-//!   without an SLO at 98.5 % within `rt` under all three policies, and beside two
-//!   such writers and two violators at 90–96 %, no better than `none` would be with
-//!   the violators alone (the SLO part of docs/conformance.md). Now such a tenant has
+//!   always (the first reading) did not protect compliant readers beside such tenants
+//!   (measured: docs/readings.md, `token_bucket.rs`). Now such a tenant has
 //!   at most `best_effort_depth` (default 1) requests in the storage queue and on the
 //!   device while its switch would be on if it had one (TA1: always; TA2 and TA3:
 //!   while any tenant is in breach; it is above any rate it could have agreed), the
@@ -127,16 +112,17 @@
 //! * **Reading: "at risk" is a breach, for TA1 as for the others.** TA1's buckets are
 //!   always on, and the first reading held best-effort tenants to `best_effort_depth`
 //!   always too: with no SLO tenant anywhere near its `rt`, best-effort tenants on a
-//!   64-unit drive got one request at a time each and the drive ran at 0.06× `none`. Now
-//!   every TA policy judges breaches by the water marks above (TA1 only to decide this:
-//!   its buckets stay on), and best-effort tenants are held only while some SLO tenant
-//!   is in a breach seen in its completions, or close to one: the largest response
-//!   time of its window above `best_effort_mark` (0.5) × its `rt`. TA3's *predicted*
-//!   breaches switch its buckets in but do not hold best-effort tenants: a flooder's 32
-//!   requests ahead predicted a breach all the time, and TA3 held it to 0.05× `none`
-//!   while the compliant tenant's 99th percentile was a sixth of its `rt`. Holding them
-//!   only from the high water mark on (0.85 `rt`) left a Poisson reader on the RAID 0
-//!   array beside two flooders at 98.8 % within `rt`.
+//!   64-unit drive got one request at a time each and the drive's throughput collapsed
+//!   (measured: docs/readings.md, `token_bucket.rs`). Now every TA policy judges
+//!   breaches by the water marks above (TA1 only to decide this: its buckets stay on),
+//!   and best-effort tenants are held only while some SLO tenant is in a breach seen in
+//!   its completions, or close to one: the largest response time of its window above
+//!   `best_effort_mark` (0.5) × its `rt`. TA3's *predicted* breaches switch its buckets
+//!   in but do not hold best-effort tenants: a flooder's requests ahead predicted a
+//!   breach all the time, and holding the flooder then cost throughput while the
+//!   compliant tenant was well within its `rt`. Holding them only from the high water
+//!   mark on (0.85 `rt`) was too late for a Poisson reader beside flooders (measured:
+//!   docs/readings.md, `token_bucket.rs`).
 //! * Requests waiting behind a bucket are looked at when their bucket has a token
 //!   again (a heap by that time), best-effort ones when one of theirs completes or the
 //!   breach ends: O(log n) per request at any tenant count.

@@ -162,49 +162,7 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
         .collect();
     let is_none: Vec<bool> = rows.iter().map(|r| r.is_none).collect();
     let label_px = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 8 + 14;
-    let panels = [
-        Panel {
-            title: "share error per interval (lower is better)",
-            axis: "share error (%)",
-            values: rows
-                .iter()
-                .map(|r| r.share_error.map(|x| x * 100.0))
-                .collect(),
-            floor_max: 1.0,
-            reference: None,
-            text: |x| format!("{x:.1}%"),
-        },
-        Panel {
-            title: "total throughput vs none (higher is better)",
-            axis: "throughput / none's (×)",
-            values: rows.iter().map(|r| r.vs_none).collect(),
-            floor_max: 1.0,
-            reference: Some(1.0),
-            text: |x| format!("{x:.2}×"),
-        },
-        Panel {
-            title: "worst tenant p99 latency (lower is better)",
-            axis: "p99 (ms)",
-            values: rows
-                .iter()
-                .map(|r| r.worst_p99_us.map(|x| x / 1e3))
-                .collect(),
-            floor_max: 0.01,
-            reference: None,
-            text: |x| super::latency(x * 1e3),
-        },
-        Panel {
-            title: "worst SLO satisfaction (higher is better)",
-            axis: "requests within rt (%)",
-            values: rows
-                .iter()
-                .map(|r| r.worst_slo.map(|x| x * 100.0))
-                .collect(),
-            floor_max: 100.0,
-            reference: None,
-            text: |x| format!("{x:.1}%"),
-        },
-    ];
+    let panels = panels(rows);
     let panel_h = 100 + 24 * n as u32;
     let mut svg = String::new();
     {
@@ -272,6 +230,54 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The chart's four panels: share error, throughput against `none`, the worst p99, the
+/// worst SLO satisfaction.
+fn panels(rows: &[PolicyFigures]) -> [Panel<'static>; 4] {
+    [
+        Panel {
+            title: "share error per interval (lower is better)",
+            axis: "share error (%)",
+            values: rows
+                .iter()
+                .map(|r| r.share_error.map(|x| x * 100.0))
+                .collect(),
+            floor_max: 1.0,
+            reference: None,
+            text: |x| format!("{x:.1}%"),
+        },
+        Panel {
+            title: "total throughput vs none (higher is better)",
+            axis: "throughput / none's (×)",
+            values: rows.iter().map(|r| r.vs_none).collect(),
+            floor_max: 1.0,
+            reference: Some(1.0),
+            text: |x| format!("{x:.2}×"),
+        },
+        Panel {
+            title: "worst tenant p99 latency (lower is better)",
+            axis: "p99 (ms)",
+            values: rows
+                .iter()
+                .map(|r| r.worst_p99_us.map(|x| x / 1e3))
+                .collect(),
+            floor_max: 0.01,
+            reference: None,
+            text: |x| super::latency(x * 1e3),
+        },
+        Panel {
+            title: "worst SLO satisfaction (higher is better)",
+            axis: "requests within rt (%)",
+            values: rows
+                .iter()
+                .map(|r| r.worst_slo.map(|x| x * 100.0))
+                .collect(),
+            floor_max: 100.0,
+            reference: None,
+            text: |x| format!("{x:.1}%"),
+        },
+    ]
 }
 
 #[cfg(test)]

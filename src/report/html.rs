@@ -197,37 +197,7 @@ fn share_plot(
                 TextStyle::from(("sans-serif", 12).into_font())
                     .pos(Pos::new(HPos::Center, VPos::Top)),
             )))?;
-            // (share, ideal share if every tenant in the bar is backlogged, legend, colour)
-            let mut cells: Vec<(f64, Option<f64>, String, RGBColor)> = named
-                .iter()
-                .enumerate()
-                .filter_map(|(k, &i)| run.tenants.get(i).map(|t| (k, t)))
-                .map(|(k, t)| {
-                    (
-                        t.share,
-                        t.backlogged.then_some(t.ideal_share),
-                        format!("{} (w={})", t.name, t.weight),
-                        color(k),
-                    )
-                })
-                .collect();
-            let rest: Vec<_> = run
-                .tenants
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !named.contains(i))
-                .map(|(_, t)| t)
-                .collect();
-            if !rest.is_empty() {
-                cells.push((
-                    rest.iter().map(|t| t.share).sum(),
-                    rest.iter()
-                        .all(|t| t.backlogged)
-                        .then(|| rest.iter().map(|t| t.ideal_share).sum()),
-                    others_label(rest.len()),
-                    OTHERS_COLOR,
-                ));
-            }
+            let cells = share_cells(run, &named);
             for (k, (share, ideal, legend, c)) in cells.into_iter().enumerate() {
                 let x0 = g as f64 * width + 0.5 + k as f64;
                 let bar = chart.draw_series(std::iter::once(Rectangle::new(
@@ -264,6 +234,45 @@ fn share_plot(
             .join(" · ")
     });
     Ok((svg, key))
+}
+
+/// One bar of the share plot: the share, the ideal share if every tenant in the bar is
+/// backlogged, the legend, the colour.
+type ShareCell = (f64, Option<f64>, String, RGBColor);
+
+/// A run's bars: one per named tenant, and one for the others together.
+fn share_cells(run: &RunResult, named: &[usize]) -> Vec<ShareCell> {
+    let mut cells: Vec<ShareCell> = named
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &i)| run.tenants.get(i).map(|t| (k, t)))
+        .map(|(k, t)| {
+            (
+                t.share,
+                t.backlogged.then_some(t.ideal_share),
+                format!("{} (w={})", t.name, t.weight),
+                color(k),
+            )
+        })
+        .collect();
+    let rest: Vec<_> = run
+        .tenants
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !named.contains(i))
+        .map(|(_, t)| t)
+        .collect();
+    if !rest.is_empty() {
+        cells.push((
+            rest.iter().map(|t| t.share).sum(),
+            rest.iter()
+                .all(|t| t.backlogged)
+                .then(|| rest.iter().map(|t| t.ideal_share).sum()),
+            others_label(rest.len()),
+            OTHERS_COLOR,
+        ));
+    }
+    cells
 }
 
 fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResult {

@@ -103,38 +103,7 @@ pub fn table(result: &ScenarioResult) -> String {
             .runs
             .iter()
             .find(|r| r.policy_name == "none" && r.variant == run.variant);
-        for t in &run.tenants {
-            let mut extra = match t.slo_satisfaction {
-                Some(s) => format!("SLO {} | {}", pct(s), t.workload),
-                None => t.workload.clone(),
-            };
-            if t.refused > 0 {
-                let full = if t.queue_full > 0 {
-                    format!(" ({} with its queue full)", t.queue_full)
-                } else {
-                    String::new()
-                };
-                extra = format!("{} refused{full} | {extra}", t.refused);
-            }
-            let _ = writeln!(
-                out,
-                "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9} {:>9}  {}",
-                run.policy,
-                t.name,
-                t.weight,
-                mb(t.bandwidth_bytes_per_s),
-                t.iops,
-                pct(t.device_share),
-                if t.backlogged {
-                    pct(t.ideal_share)
-                } else {
-                    "-".into()
-                },
-                latency(t.latency_us.p50),
-                latency(t.latency_us.p99),
-                extra
-            );
-        }
+        tenant_rows(&mut out, run);
         let versus = |x: f64, of_none: fn(&crate::metrics::RunResult) -> f64| {
             none.map(of_none)
                 .filter(|&n| n > 0.0)
@@ -161,30 +130,71 @@ pub fn table(result: &ScenarioResult) -> String {
             run.sim.requests,
             run.sim.wall_seconds,
         );
-        if run.phases.len() > 1 {
-            for p in &run.phases {
-                let _ = write!(
-                    out,
-                    "{:<12}   phase {:<2} {:>5.0}-{:<5.0}s {:>7.0} IOPS:",
-                    run.policy, p.phase, p.start_s, p.end_s, p.iops
-                );
-                for t in &p.tenants {
-                    let _ = write!(out, "  {} {:.0}", t.name, t.iops);
-                    if let Some(s) = t.slo_satisfaction {
-                        let _ = write!(out, " SLO {}", pct(s));
-                    }
-                    if let Some(on) = t.switch_on {
-                        let _ = write!(out, " on {:.0}%", on * 100.0);
-                    }
-                    if t.refused > 0 {
-                        let _ = write!(out, " refused {}", t.refused);
-                    }
-                }
-                let _ = writeln!(out);
-            }
-        }
+        phase_rows(&mut out, run);
     }
     out
+}
+
+/// One line per tenant of `run`.
+fn tenant_rows(out: &mut String, run: &crate::metrics::RunResult) {
+    for t in &run.tenants {
+        let mut extra = match t.slo_satisfaction {
+            Some(s) => format!("SLO {} | {}", pct(s), t.workload),
+            None => t.workload.clone(),
+        };
+        if t.refused > 0 {
+            let full = if t.queue_full > 0 {
+                format!(" ({} with its queue full)", t.queue_full)
+            } else {
+                String::new()
+            };
+            extra = format!("{} refused{full} | {extra}", t.refused);
+        }
+        let _ = writeln!(
+            out,
+            "{:<12} {:<10} {:>6} {:>9.1} {:>9.0} {:>7} {:>7} {:>9} {:>9}  {}",
+            run.policy,
+            t.name,
+            t.weight,
+            mb(t.bandwidth_bytes_per_s),
+            t.iops,
+            pct(t.device_share),
+            if t.backlogged {
+                pct(t.ideal_share)
+            } else {
+                "-".into()
+            },
+            latency(t.latency_us.p50),
+            latency(t.latency_us.p99),
+            extra
+        );
+    }
+}
+
+/// With more than one phase, a line per phase of `run`.
+fn phase_rows(out: &mut String, run: &crate::metrics::RunResult) {
+    if run.phases.len() > 1 {
+        for p in &run.phases {
+            let _ = write!(
+                out,
+                "{:<12}   phase {:<2} {:>5.0}-{:<5.0}s {:>7.0} IOPS:",
+                run.policy, p.phase, p.start_s, p.end_s, p.iops
+            );
+            for t in &p.tenants {
+                let _ = write!(out, "  {} {:.0}", t.name, t.iops);
+                if let Some(s) = t.slo_satisfaction {
+                    let _ = write!(out, " SLO {}", pct(s));
+                }
+                if let Some(on) = t.switch_on {
+                    let _ = write!(out, " on {:.0}%", on * 100.0);
+                }
+                if t.refused > 0 {
+                    let _ = write!(out, " refused {}", t.refused);
+                }
+            }
+            let _ = writeln!(out);
+        }
+    }
 }
 
 /// Writes `results.json`, `timeseries.csv` and `report.html` into `dir`.

@@ -241,7 +241,7 @@ impl Conn {
     }
 
     /// When no send is on the ring and replies wait: makes them the next send and
-    /// returns true (then [`Self::send_entry`] puts it on the ring).
+    /// returns true (then the shell sends [`Self::send_iov`]).
     pub fn next_send(&mut self) -> bool {
         if self.send_armed || self.output == Output::Broken || self.out.is_empty() {
             return false;

@@ -9,7 +9,7 @@
 //! simulated network and disk with faults, seed by seed.
 //!
 //! Contract and invariants (asserted where named):
-//! * a request is answered once: its [`Live`] entry is removed when it completes or is
+//! * a request is answered once: its `Live` entry is removed when it completes or is
 //!   withdrawn (`expect("… is live")`), and a connection's `outstanding` count never
 //!   goes below zero (`Conn::reply` runs after `outstanding -= 1`, which panics on
 //!   underflow in debug and is checked by the swarm's accounting in release);
@@ -608,7 +608,11 @@ impl EngineCore {
             .iter()
             .map(|d| d.as_ref().map(|d| d.journal_groups().collect()))
             .collect();
-        let device = self.model.as_ref().map(|m| m.model().stats()).unwrap_or_default();
+        let device = self
+            .model
+            .as_ref()
+            .map(|m| m.model().stats())
+            .unwrap_or_default();
         let ((_, recorder), policy) = self.host.finish();
         CoreOutcome {
             recorder,

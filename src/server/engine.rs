@@ -7,7 +7,7 @@
 //! [`Intent`]s on the ring and hands it what the ring returns, with the wall-clock time;
 //! rare messages (a new connection, a reload, the drain) come on a channel with an
 //! eventfd read kept on the ring to wake the loop. Its own rule: teardown waits for
-//! every entry it put on the ring before a buffer is freed ([`Engine::settle`]).
+//! every entry it put on the ring before a buffer is freed (`Engine::settle`).
 
 // io_uring submissions (buffers outlive their entries) and the eventfd.
 #![allow(unsafe_code)]
