@@ -15,24 +15,46 @@ impl fmt::Display for ByteSize {
 }
 
 impl std::str::FromStr for ByteSize {
-    type Err = String;
+    type Err = SizeError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, SizeError> {
         parse_bytes(text).map(ByteSize)
     }
 }
 
+/// Why a text is not a size; each names the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No number where one was expected.
+    #[error("'{0}' is not a size (examples: 4096, \"4k\", \"30g\")")]
+    NotASize(String),
+    /// A suffix other than b, k, m, g, t (and their -b, -ib forms).
+    #[error("'{text}': unknown size suffix '{suffix}' (use k, m, g or t)")]
+    UnknownSuffix {
+        /// The text as given.
+        text: String,
+        /// The suffix found.
+        suffix: String,
+    },
+    /// 2^64 bytes or more.
+    #[error("'{0}' is too large (sizes end below 16 EiB)")]
+    TooLarge(String),
+    /// A fraction of a byte.
+    #[error("'{0}' is not a whole number of bytes")]
+    NotWhole(String),
+}
+
 /// Parses `"4k"`, `"4KiB"`, `"1.5g"`, `"512"`. Binary multiples.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
+    let not_a_size = || SizeError::NotASize(text.to_string());
+    let too_large = || SizeError::TooLarge(text.to_string());
     if num.is_empty() {
-        return Err(format!(
-            "'{text}' is not a size (examples: 4096, \"4k\", \"30g\")"
-        ));
+        return Err(not_a_size());
     }
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -41,13 +63,12 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
         other => {
-            return Err(format!(
-                "'{text}': unknown size suffix '{other}' (use k, m, g or t)"
-            ));
+            return Err(SizeError::UnknownSuffix {
+                text: text.to_string(),
+                suffix: other.to_string(),
+            });
         }
     };
-    let not_a_size = || format!("'{text}' is not a size (examples: 4096, \"4k\", \"30g\")");
-    let too_large = || format!("'{text}' is too large (sizes end below 16 EiB)");
     // Whole numbers exactly (a region's offset near 2^64 must not be rounded).
     if !num.contains('.') {
         let n: u64 = num.parse().map_err(|e: std::num::ParseIntError| {
@@ -66,7 +87,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         return Err(too_large());
     }
     if bytes.fract() != 0.0 {
-        return Err(format!("'{text}' is not a whole number of bytes"));
+        return Err(SizeError::NotWhole(text.to_string()));
     }
     Ok(bytes as u64)
 }
@@ -120,26 +141,58 @@ mod tests {
         assert!(
             parse_bytes("4q")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown size suffix")
         );
-        assert!(parse_bytes("big").unwrap_err().contains("not a size"));
-        assert!(parse_bytes("0.3k").unwrap_err().contains("whole number"));
+        assert!(
+            parse_bytes("big")
+                .unwrap_err()
+                .to_string()
+                .contains("not a size")
+        );
+        assert!(
+            parse_bytes("0.3k")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
         // Exact near 2^64, and 2^64 itself refused, not saturated.
         assert_eq!(parse_bytes("18446744073709547520"), Ok(u64::MAX - 4095));
         assert_eq!(parse_bytes("9223372036854775809"), Ok((1 << 63) + 1));
         assert_eq!(parse_bytes("16777215t"), Ok(u64::MAX - (1 << 40) + 1));
-        assert!(parse_bytes("16777216t").unwrap_err().contains("too large"));
+        assert!(
+            parse_bytes("16777216t")
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
         assert!(
             parse_bytes("18446744073709551616")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
         assert!(
             parse_bytes("16777216.0t")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
-        assert!(parse_bytes("").unwrap_err().contains("not a size"));
+        assert!(
+            parse_bytes("")
+                .unwrap_err()
+                .to_string()
+                .contains("not a size")
+        );
+        // The error names its kind, for a caller to act on.
+        assert_eq!(
+            parse_bytes("4q"),
+            Err(SizeError::UnknownSuffix {
+                text: "4q".into(),
+                suffix: "q".into()
+            })
+        );
+        assert_eq!(parse_bytes("0.3k"), Err(SizeError::NotWhole("0.3k".into())));
     }
 
     #[test]

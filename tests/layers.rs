@@ -10,6 +10,10 @@
 //!
 //! A reference is any `crate::<module>` on a line that is not a comment, outside test
 //! code (`tests.rs` files and what follows `#[cfg(test)]` in a file).
+//!
+//! Beside the layers, two rules of the code's shape are checked here too:
+//! `docs/architecture.md` names every module, and no function outside test code is
+//! longer than 100 lines.
 
 use std::path::{Path, PathBuf};
 
@@ -168,5 +172,70 @@ fn the_architecture_names_every_module() {
         missing.is_empty(),
         "docs/architecture.md does not name: {}",
         missing.join(", ")
+    );
+}
+
+/// No function outside test code is longer than 100 lines (from its `fn` line to the
+/// closing brace at its indentation); `tests.rs` files and what follows `#[cfg(test)]`
+/// followed by `mod tests` are test code.
+#[test]
+fn no_function_is_longer_than_a_hundred_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut long = Vec::new();
+    for f in files {
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            if t.starts_with("#[cfg(test)]")
+                && lines.get(i + 1).is_some_and(|l| l.contains("mod tests"))
+            {
+                break;
+            }
+            let is_fn = [
+                "fn ",
+                "pub fn ",
+                "pub(crate) fn ",
+                "pub(super) fn ",
+                "const fn ",
+                "pub const fn ",
+                "unsafe fn ",
+                "pub unsafe fn ",
+            ]
+            .iter()
+            .any(|p| t.starts_with(p));
+            if !is_fn || line.trim_end().ends_with(';') {
+                continue;
+            }
+            let indent = &line[..line.len() - t.len()];
+            let close = format!("{indent}}}");
+            if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+                let n = end + 2;
+                if n > 100 {
+                    let name: String = t
+                        .split("fn ")
+                        .nth(1)
+                        .unwrap_or("")
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    long.push(format!(
+                        "{}:{} {name} ({n} lines)",
+                        f.strip_prefix(root).unwrap().display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 100 lines: {}",
+        long.join(", ")
     );
 }

@@ -80,15 +80,16 @@ pub fn preset(name: &str) -> Option<&'static HddPreset> {
     presets().iter().find(|p| p.name == name)
 }
 
-/// Checks parameters a scenario may have set by hand.
-pub fn check(p: &HddParams) -> Result<(), String> {
+/// Checks parameters a scenario may have set by hand; the error names the field.
+pub fn check(p: &HddParams) -> Result<(), crate::config::Invalid> {
+    use crate::config::Invalid;
     for (name, v) in [
         ("capacity_gib", p.capacity_gib),
         ("rpm", p.rpm),
         ("media_mb_s", p.media_mb_s),
     ] {
         if !(v.is_finite() && v > 0.0) {
-            return Err(format!("{name} must be > 0, got {v}"));
+            return Err(Invalid::new(name, format!("must be > 0, got {v}")));
         }
     }
     for (name, v) in [
@@ -98,17 +99,26 @@ pub fn check(p: &HddParams) -> Result<(), String> {
         ("age_weight", p.age_weight),
     ] {
         if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("{name} must be ≥ 0, got {v}"));
+            return Err(Invalid::new(name, format!("must be ≥ 0, got {v}")));
         }
     }
     if p.full_stroke_ms < p.track_to_track_ms {
-        return Err("full_stroke_ms must be ≥ track_to_track_ms".into());
+        return Err(Invalid::new(
+            "full_stroke_ms",
+            "must be ≥ track_to_track_ms",
+        ));
     }
-    if p.heads == 0 || p.queue_depth == 0 {
-        return Err("heads and queue_depth must be ≥ 1".into());
+    if p.heads == 0 {
+        return Err(Invalid::new("heads", "must be ≥ 1"));
+    }
+    if p.queue_depth == 0 {
+        return Err(Invalid::new("queue_depth", "must be ≥ 1"));
     }
     if p.capacity_gib > 1024.0 * 1024.0 {
-        return Err(format!("capacity_gib {} is too large", p.capacity_gib));
+        return Err(Invalid::new(
+            "capacity_gib",
+            format!("{} is too large", p.capacity_gib),
+        ));
     }
     Ok(())
 }

@@ -70,21 +70,28 @@ pub fn preset(name: &str) -> Option<&'static Raid0Preset> {
     presets().iter().find(|p| p.name == name)
 }
 
-/// Checks parameters a scenario may have set by hand.
-pub fn check(p: &Raid0Params) -> Result<(), String> {
-    if p.members == 0 || p.buses == 0 || p.host_links == 0 {
-        return Err("members, buses and host_links must be ≥ 1".into());
+/// Checks parameters a scenario may have set by hand; the error names the field.
+pub fn check(p: &Raid0Params) -> Result<(), crate::config::Invalid> {
+    use crate::config::Invalid;
+    for (name, v) in [
+        ("members", p.members),
+        ("buses", p.buses),
+        ("host_links", p.host_links),
+    ] {
+        if v == 0 {
+            return Err(Invalid::new(name, "must be ≥ 1"));
+        }
     }
     if p.buses > p.members {
-        return Err(format!(
-            "buses ({}) must not exceed members ({})",
-            p.buses, p.members
+        return Err(Invalid::new(
+            "buses",
+            format!("{} must not exceed members ({})", p.buses, p.members),
         ));
     }
     if p.stripe_kib == 0 || !p.stripe_kib.is_multiple_of(4) {
-        return Err(format!(
-            "stripe_kib must be a positive multiple of 4, got {}",
-            p.stripe_kib
+        return Err(Invalid::new(
+            "stripe_kib",
+            format!("must be a positive multiple of 4, got {}", p.stripe_kib),
         ));
     }
     for (name, v) in [
@@ -92,10 +99,10 @@ pub fn check(p: &Raid0Params) -> Result<(), String> {
         ("host_link_mb_s", p.host_link_mb_s),
     ] {
         if !(v.is_finite() && v > 0.0) {
-            return Err(format!("{name} must be > 0, got {v}"));
+            return Err(Invalid::new(name, format!("must be > 0, got {v}")));
         }
     }
-    hdd::check(&p.member).map_err(|e| format!("member: {e}"))
+    hdd::check(&p.member).map_err(|e| e.within("member"))
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -151,14 +151,19 @@ pub enum Refuse {
 
 impl Refuse {
     /// `"error"` or `"hold"`.
-    pub fn parse(text: &str) -> Result<Refuse, String> {
+    pub fn parse(text: &str) -> Result<Refuse, UnknownRefuse> {
         match text {
             "error" => Ok(Refuse::Error),
             "hold" => Ok(Refuse::Hold),
-            other => Err(format!("expected \"hold\" or \"error\", got \"{other}\"")),
+            other => Err(UnknownRefuse(other.to_string())),
         }
     }
 }
+
+/// A `refuse` setting that is neither `"hold"` nor `"error"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected \"hold\" or \"error\", got \"{0}\"")]
+pub struct UnknownRefuse(pub String);
 
 /// How often the host offers held-back requests again when nothing else wakes it.
 const RETRY_NS: Nanos = 1_000_000;

@@ -298,7 +298,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         q => q,
     };
     let refuse = Refuse::parse(file.refuse.as_deref().unwrap_or("error"))
-        .map_err(|e| Invalid::new("refuse", e))?;
+        .map_err(|e| Invalid::new("refuse", e.to_string()))?;
     if refuse == Refuse::Hold && queue_limit.is_none() {
         return Err(Invalid::new(
             "refuse",
@@ -532,7 +532,7 @@ mod tests {
         );
         expect_err(
             &raid.replace("stripe_kib = 64", "stripe_kib = 6"),
-            "stripe_kib must be a positive multiple of 4",
+            "device.stripe_kib: must be a positive multiple of 4, got 6",
         );
         let hdd = BASE.replace(
             "model = \"ssd\"\n        preset = \"sata-840pro\"\n        capacity_gib = 1",

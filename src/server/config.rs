@@ -534,8 +534,8 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
     if queue_limit == 0 {
         return Err(field("queue_limit", "must be > 0".into()));
     }
-    let refuse =
-        Refuse::parse(s.refuse.as_deref().unwrap_or("hold")).map_err(|e| field("refuse", e))?;
+    let refuse = Refuse::parse(s.refuse.as_deref().unwrap_or("hold"))
+        .map_err(|e| field("refuse", e.to_string()))?;
     let interval_s = s.interval_s.unwrap_or(1.0);
     if !(interval_s >= 0.0 && interval_s.is_finite()) {
         return Err(field(
