@@ -5,9 +5,9 @@
 pub mod driver;
 pub mod fitted;
 pub mod fixed;
-pub mod ftl;
+pub(crate) mod ftl;
 pub mod hdd;
-pub mod probe;
+pub(crate) mod probe;
 pub mod raid0;
 pub mod spec;
 pub mod ssd;

@@ -115,7 +115,7 @@ impl DeviceSpec {
 
     /// What requests cost this device where it runs as a model (the simulator, the
     /// emulated backend): the cost model fitted to the built `device` at full load
-    /// ([`super::probe`]), exact for each request type run alone; for a `fitted`
+    /// (`device::probe`), exact for each request type run alone; for a `fitted`
     /// device, its own (measured) model.
     pub fn fitted_cost(&self, device: &dyn DeviceModel) -> CostModel {
         match self {

@@ -1,4 +1,4 @@
-//! `ssd`: a NAND SSD with a page-mapped FTL ([`super::ftl`]), channels × dies, read /
+//! `ssd`: a NAND SSD with a page-mapped FTL (`device::ftl`), channels × dies, read /
 //! program / erase latencies, channel transfer time, a host link, over-provisioning and
 //! greedy GC. GC relocations and erases occupy the same dies as host I/O, which is how
 //! one tenant's random writes slow every other tenant on an aged drive.

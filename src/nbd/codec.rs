@@ -148,7 +148,7 @@ pub enum ProtocolError {
     #[error("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS where TLS is required")]
     TlsRequired,
     /// `NBD_OPT_EXPORT_NAME` named an export not in the table (the name as
-    /// [`printable`] shows it); that option has no error reply.
+    /// `printable` shows it); that option has no error reply.
     #[error("NBD_OPT_EXPORT_NAME for unknown export '{0}'")]
     UnknownExport(String),
     /// A transmission request did not start with the request magic (the magic received

@@ -3,7 +3,7 @@
 //! out. The server owns the sockets; tests and the fuzz target drive the codec with
 //! byte slices.
 
-pub mod codec;
+pub(crate) mod codec;
 pub mod fuzzing;
 pub mod proto;
 

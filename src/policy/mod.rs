@@ -7,7 +7,7 @@
 mod bfq;
 mod cfq;
 pub mod cost;
-pub mod depth;
+pub(crate) mod depth;
 mod feedbac;
 pub mod floor;
 mod mclock;
@@ -18,7 +18,7 @@ mod sfq;
 mod ta1;
 mod ta2;
 mod ta3;
-pub mod token_bucket;
+pub(crate) mod token_bucket;
 
 pub use bfq::Bfq;
 pub use cfq::Cfq;

@@ -24,7 +24,7 @@
 //! the file, which covers both descriptors, and FUA is `RWF_DSYNC` on the write.
 
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
-pub use crate::io::transfer::{DIRECT_ALIGN, Next, Target, Transfer};
+use crate::io::transfer::Target;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
@@ -37,12 +37,7 @@ pub struct Files {
 }
 
 impl Files {
-    /// Where tenant `t`'s requests go (`None`: the null backend).
-    pub fn target(&self, t: usize) -> Option<Target> {
-        self.targets[t]
-    }
-
-    /// Every tenant's target, in order.
+    /// Where each tenant's requests go (`None`: the null backend), in order.
     pub fn targets(&self) -> Vec<Option<Target>> {
         self.targets.clone()
     }
@@ -259,9 +254,9 @@ mod tests {
             5 << 20,
             "the shared file holds every region"
         );
-        assert_eq!(files.target(2).unwrap().base, 4 << 20);
+        assert_eq!(files.targets()[2].unwrap().base, 4 << 20);
         assert!(
-            files.target(0).unwrap().direct.is_none(),
+            files.targets()[0].unwrap().direct.is_none(),
             "writeback: no O_DIRECT"
         );
         files.sync_all().unwrap();

@@ -220,6 +220,7 @@ impl Capture {
     }
 
     /// Requests recorded so far and requests lost to the limits.
+    #[cfg(test)]
     pub fn counts(&self) -> (u64, u64) {
         (self.lines, self.lost)
     }

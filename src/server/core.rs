@@ -591,11 +591,6 @@ impl EngineCore {
         self.conns.iter().flatten().count()
     }
 
-    /// Requests of `tenant` the host holds or the device serves.
-    pub fn tenant_requests(&self, tenant: TenantId) -> u32 {
-        self.host.held(tenant) + self.host.tenant_in_flight(tenant)
-    }
-
     /// The drain's deadline, once draining.
     pub fn deadline(&self) -> Option<Nanos> {
         self.host.deadline()

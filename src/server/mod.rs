@@ -1,6 +1,6 @@
 //! The live server (`ioshare serve`): every tenant is an NBD export. A thread per new
 //! connection runs the handshake (the [`crate::nbd`] codec), then hands the socket to
-//! the [`engine`] thread, which reads requests, runs the same [`crate::policy::Policy`]
+//! the `engine` thread, which reads requests, runs the same [`crate::policy::Policy`]
 //! objects as the simulator in wall-clock time, does the I/O and writes replies, all on
 //! one io_uring ring.
 //!
@@ -14,18 +14,18 @@
 // Signal handlers that only store to atomics, and poll on the listeners.
 #![allow(unsafe_code)]
 
-pub mod backend;
-pub mod budget;
-pub mod capture;
+pub(crate) mod backend;
+pub(crate) mod budget;
+pub(crate) mod capture;
 pub mod config;
-pub mod conn;
-pub mod core;
-pub mod engine;
-pub mod logs;
-pub mod prometheus;
-pub mod stats;
+pub(crate) mod conn;
+pub(crate) mod core;
+pub(crate) mod engine;
+pub(crate) mod logs;
+pub(crate) mod prometheus;
+pub(crate) mod stats;
 pub mod swarm;
-pub mod tls;
+pub(crate) mod tls;
 
 use crate::metrics::Recorder;
 use crate::metrics::ScenarioResult;
@@ -214,7 +214,7 @@ type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
 /// reloads (`None`: SIGHUP is ignored). With `out` (a folder, created now), the run is
 /// recorded and its result returned at shutdown, in the simulator's form, for the
 /// caller to write there (`report::write_all`). With `capture` (a file and its size
-/// limit), every request is recorded there as it arrives ([`capture`]).
+/// limit), every request is recorded there as it arrives (`server::capture`).
 pub fn serve(
     mut config: ServerConfig,
     source: Option<PathBuf>,

@@ -1,4 +1,4 @@
-//! The live engine's core ([`super::core`]) run on a simulated network and disk with
+//! The live engine's core (`server::core`) run on a simulated network and disk with
 //! faults, one seed at a time: a deterministic simulation in virtual time in which every
 //! byte a client sends, every socket return and every file operation comes from a seeded
 //! generator, so a failing seed replays exactly (`ioshare engine-swarm --seed N`).
@@ -15,7 +15,7 @@
 //!
 //! Properties, checked after every event:
 //! * **memory**: the bytes connections hold stay within `max_inflight_bytes` plus the one
-//!   small request each connection holding nothing may take ([`EngineCore::memory_bound`]);
+//!   small request each connection holding nothing may take (`EngineCore::memory_bound`);
 //! * **replies**: every reply names a request its connection has outstanding; no error
 //!   but what a fault explains (`EIO`/`ENOSPC` at most as often as the disk failed that
 //!   tenant's operations, `ESHUTDOWN` only once draining); read data is what some write

@@ -2,7 +2,7 @@
 //! time, under one policy, with a device queue depth. Deterministic: the only inputs
 //! are the scenario and its seed.
 
-pub mod checker;
+pub(crate) mod checker;
 
 use crate::config::PolicyChoice;
 use crate::device::driver::Driver;
@@ -307,7 +307,7 @@ impl<O: Observer> Run<'_, O> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunOptions {
     /// Check the host's, the policy's and the device model's invariants after every
-    /// event (see [`checker`]); always on in debug builds.
+    /// event (see `sim::checker`); always on in debug builds.
     pub check: bool,
 }
 
