@@ -463,16 +463,19 @@ impl EngineCore {
         self.check_deadlines(now);
         self.emulate(now);
         // Requests answered made room under `queue_limit` or the budget: read what
-        // waited.
-        for slot in 0..self.conns.len() {
-            if self.conns[slot]
-                .as_ref()
-                .is_some_and(|c| c.input != Input::Parsed && !c.receiving)
-            {
-                self.pump(slot, now);
+        // waited; what dispatching then takes from the host makes room again, read
+        // once more (not a turn later, after the next completion).
+        for _ in 0..2 {
+            for slot in 0..self.conns.len() {
+                if self.conns[slot]
+                    .as_ref()
+                    .is_some_and(|c| c.input != Input::Parsed && !c.receiving)
+                {
+                    self.pump(slot, now);
+                }
             }
+            self.dispatch(now);
         }
-        self.dispatch(now);
         self.flush_replies();
         self.close_finished();
         if self.last_publish.is_none_or(|at| now >= at + PUBLISH_EVERY) {
@@ -1030,5 +1033,251 @@ impl EngineCore {
             .expect("a request is answered once");
         c.reply(sub.handle, error, data, sub.bytes);
         self.inflight_bytes -= c.take_released();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::transfer::FileOp;
+    use crate::server::swarm::{handshaken, request_header};
+
+    const MS: Nanos = 1_000_000;
+
+    /// One tenant on a file target, policy `none`, no device model.
+    fn core(queue_depth: u32, queue_limit: u32, max_inflight_bytes: u64) -> EngineCore {
+        let cfg = CoreConfig {
+            queue_depth,
+            queue_limit,
+            refuse: Refuse::Hold,
+            drain_timeout: 100 * MS,
+            max_inflight_bytes,
+            pdc: JournalParams::default(),
+            tenants: vec![CoreTenant {
+                name: "a".into(),
+                size: 1 << 20,
+                cache: Cache::Writeback,
+            }],
+        };
+        let target = Target {
+            buffered: 3,
+            direct: None,
+            base: 0,
+            cache: Cache::Writeback,
+        };
+        let policy = crate::policy::build(
+            "none",
+            Default::default(),
+            &[TenantSpec::weighted("a", 1.0)],
+        )
+        .expect("none builds");
+        let stats = Arc::new(LiveStats::new(&[("a".into(), 1.0)]));
+        EngineCore::new(
+            cfg,
+            vec![Some(target)],
+            policy,
+            crate::policy::cost::CostModel::generic_ssd(),
+            None,
+            stats,
+            None,
+            false,
+        )
+    }
+
+    fn attach(core: &mut EngineCore) -> usize {
+        let codec = handshaken(&core.cfg.clone(), 0);
+        core.attach(1, "test".into(), 0, codec, 0)
+            .expect("not stopping")
+    }
+
+    fn intents(core: &mut EngineCore) -> Vec<Intent> {
+        let mut v = Vec::new();
+        core.take_intents(&mut v);
+        v
+    }
+
+    /// Hands `bytes` to the receive the core asked for.
+    fn receive(core: &mut EngineCore, slot: usize, bytes: &[u8], now: Nanos) {
+        let buf = core.receive_buffer(slot);
+        assert!(buf.len() >= bytes.len());
+        buf[..bytes.len()].copy_from_slice(bytes);
+        core.received(slot, bytes.len() as i32, now);
+    }
+
+    /// Completes every file operation asked for, whole.
+    fn complete_io(core: &mut EngineCore, asked: &[Intent], now: Nanos) {
+        for i in asked {
+            if let Intent::Io(id) = *i {
+                let (io, target) = core.transfer(id);
+                let n = match io.next_op(target) {
+                    FileOp::Read { buf, .. } => buf.len() as i32,
+                    FileOp::Write { data, .. } => data.len() as i32,
+                    _ => 0,
+                };
+                core.io_done(id, n, now);
+            }
+        }
+    }
+
+    fn reads(n: u64, len: u32) -> Vec<u8> {
+        (1..=n)
+            .flat_map(|h| request_header(proto::CMD_READ, 0, h, 0, len))
+            .collect()
+    }
+
+    #[test]
+    fn a_tenant_at_its_queue_limit_is_not_read_until_room_is_made() {
+        // One on the device, one held: the third request waits in the socket.
+        let mut c = core(1, 1, 64 << 20);
+        let slot = attach(&mut c);
+        assert_eq!(intents(&mut c), vec![Intent::Receive(slot)]);
+        // Three requests arrive at once: the codec holds them all.
+        receive(&mut c, slot, &reads(3, 4096), 0);
+        c.turn(0);
+        let asked = intents(&mut c);
+        assert_eq!(
+            asked,
+            vec![Intent::Io(1)],
+            "one dispatched, no receive asked"
+        );
+        assert_eq!(
+            c.live_requests(),
+            2,
+            "one on the device, one held: the limit"
+        );
+        complete_io(&mut c, &asked, MS);
+        c.turn(MS);
+        let asked = intents(&mut c);
+        // The reply goes out, the held one is dispatched, the third is admitted.
+        assert!(asked.contains(&Intent::Send(slot)), "{asked:?}");
+        assert!(asked.contains(&Intent::Io(2)), "{asked:?}");
+        assert_eq!(c.live_requests(), 2);
+        assert!(
+            !asked.contains(&Intent::Receive(slot)),
+            "still at its limit"
+        );
+    }
+
+    #[test]
+    fn the_memory_budget_holds_at_its_exact_bound() {
+        let held = budget::held_by(4096);
+        // Room for exactly two 4 KiB reads and their replies.
+        let mut c = core(8, 64, 2 * held);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &reads(3, 4096), 0);
+        c.turn(0);
+        assert_eq!(
+            c.inflight_bytes(),
+            2 * held,
+            "two taken, exactly the budget"
+        );
+        assert_eq!(c.live_requests(), 2, "the third waits");
+        let asked = intents(&mut c);
+        complete_io(&mut c, &asked, MS);
+        c.turn(MS);
+        // Replies queued but not sent still hold their bytes.
+        assert_eq!(c.inflight_bytes(), 2 * held);
+        assert_eq!(c.live_requests(), 0);
+        let asked = intents(&mut c);
+        assert!(asked.contains(&Intent::Send(slot)));
+        let all = c.send_bytes(slot, usize::MAX).len();
+        c.sent(slot, all as i32, 2 * MS);
+        assert_eq!(c.inflight_bytes(), 0, "sent: released");
+        c.turn(2 * MS);
+        assert_eq!(c.inflight_bytes(), held, "the third taken now");
+        assert!(c.inflight_bytes() <= c.memory_bound());
+    }
+
+    #[test]
+    fn a_request_one_byte_over_the_budget_waits_and_the_planted_bug_does_not() {
+        let held = budget::held_by(4096);
+        for (plant, taken) in [(None, 2), (Some(Plant::BudgetOffByOne), 3)] {
+            let mut c = core(8, 64, 3 * held - 1);
+            if let Some(bug) = plant {
+                c.plant(bug);
+            }
+            let slot = attach(&mut c);
+            let _ = intents(&mut c);
+            receive(&mut c, slot, &reads(3, 4096), 0);
+            c.turn(0);
+            assert_eq!(c.live_requests(), taken, "{plant:?}");
+            assert_eq!(c.inflight_bytes() <= c.memory_bound(), plant.is_none());
+        }
+    }
+
+    #[test]
+    fn a_core_that_ignores_has_room_answers_eio_for_what_it_should_have_left_unread() {
+        let mut c = core(1, 1, 64 << 20);
+        c.plant(Plant::IgnoreHasRoom);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &reads(3, 4096), 0);
+        c.turn(0);
+        // The third was read past the limit: refused, an EIO reply on its way.
+        assert!(intents(&mut c).contains(&Intent::Send(slot)));
+        let reply = c.send_bytes(slot, 16);
+        assert_eq!(
+            u32::from_be_bytes(reply[4..8].try_into().unwrap()),
+            proto::EIO
+        );
+    }
+
+    #[test]
+    fn a_client_that_does_not_take_its_replies_is_cut_after_the_send_grace() {
+        let mut c = core(8, 64, 64 << 20);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &reads(1, 4096), 0);
+        c.turn(0);
+        let asked = intents(&mut c);
+        complete_io(&mut c, &asked, MS);
+        c.turn(MS);
+        assert_eq!(intents(&mut c), vec![Intent::Send(slot)]);
+        // The client never takes it. The drain starts; its deadline passes.
+        c.drain(2 * MS);
+        assert_eq!(intents(&mut c), vec![Intent::ShutRead(slot)]);
+        let deadline = c.deadline().expect("draining");
+        c.received(slot, 0, 3 * MS);
+        c.turn(deadline + SEND_GRACE - 1);
+        assert!(
+            !intents(&mut c).contains(&Intent::Cut(slot)),
+            "not before the grace ends"
+        );
+        assert!(!c.is_done());
+        assert_eq!(c.next_wake(), Some(deadline + SEND_GRACE));
+        c.turn(deadline + SEND_GRACE);
+        assert_eq!(intents(&mut c), vec![Intent::Cut(slot)]);
+        // The stuck send fails; the connection closes and the core is done.
+        c.sent(slot, -libc::EPIPE, deadline + SEND_GRACE);
+        c.turn(deadline + SEND_GRACE);
+        assert_eq!(intents(&mut c), vec![Intent::Close(slot)]);
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn a_disconnect_closes_once_everything_is_answered() {
+        let mut c = core(8, 64, 64 << 20);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        let mut bytes = reads(1, 4096);
+        bytes.extend(request_header(proto::CMD_DISC, 0, 9, 0, 0));
+        receive(&mut c, slot, &bytes, 0);
+        c.turn(0);
+        let asked = intents(&mut c);
+        assert_eq!(
+            asked,
+            vec![Intent::Io(1)],
+            "no receive after the disconnect"
+        );
+        assert_eq!(c.connections(), 1, "open while a request is outstanding");
+        complete_io(&mut c, &asked, MS);
+        c.turn(MS);
+        assert_eq!(intents(&mut c), vec![Intent::Send(slot)]);
+        let all = c.send_bytes(slot, usize::MAX).len();
+        c.sent(slot, all as i32, 2 * MS);
+        c.turn(2 * MS);
+        assert_eq!(intents(&mut c), vec![Intent::Close(slot)]);
+        assert_eq!((c.connections(), c.inflight_bytes()), (0, 0));
     }
 }

@@ -1312,7 +1312,7 @@ fn identify(bytes: &[u8], s: u64) -> Result<Vec<Kind>, String> {
     Ok(found)
 }
 
-fn request_header(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> Vec<u8> {
+pub(crate) fn request_header(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> Vec<u8> {
     let mut b = proto::REQUEST_MAGIC.to_be_bytes().to_vec();
     b.extend(flags.to_be_bytes());
     b.extend(kind.to_be_bytes());
@@ -1325,8 +1325,13 @@ fn request_header(kind: u16, flags: u16, handle: u64, offset: u64, len: u32) -> 
 /// A codec past the handshake, with `tenant`'s export selected, as the accepting side
 /// hands it over.
 fn handshake(sc: &Scenario, tenant: usize) -> ServerCodec {
+    handshaken(&sc.config, tenant)
+}
+
+/// A codec past the handshake on `config`'s exports, with `tenant`'s selected.
+pub(crate) fn handshaken(config: &CoreConfig, tenant: usize) -> ServerCodec {
     let exports = Arc::new(
-        sc.config
+        config
             .tenants
             .iter()
             .map(|t| ExportInfo {
@@ -1339,7 +1344,7 @@ fn handshake(sc: &Scenario, tenant: usize) -> ServerCodec {
     let mut codec = ServerCodec::new(exports);
     let _ = codec.take_output();
     codec.receive(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes());
-    let name = &sc.config.tenants[tenant].name;
+    let name = &config.tenants[tenant].name;
     let mut data = (name.len() as u32).to_be_bytes().to_vec();
     data.extend(name.as_bytes());
     data.extend(0u16.to_be_bytes());
