@@ -490,6 +490,18 @@ pub struct Figure {
 }
 
 impl Figure {
+    /// `name` at `value`, held to `target` from below (`at_least`) or above.
+    pub fn new(name: &'static str, value: f64, target: Option<f64>, at_least: bool) -> Self {
+        Figure {
+            name,
+            value,
+            target,
+            at_least,
+        }
+    }
+}
+
+impl Figure {
     /// Whether the value is on the right side of the target (always, without one).
     pub fn met(&self) -> bool {
         match self.target {
@@ -618,12 +630,6 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
                 r.total_bandwidth_bytes_per_s,
                 none.total_bandwidth_bytes_per_s,
             );
-            let figure = |name, value, target, at_least| Figure {
-                name,
-                value,
-                target,
-                at_least,
-            };
             // Bytes matter on their own where a disk streams: the issue's ≥ 0.8× none
             // on the disk mixes.
             let bytes_target = (device.is_disk()
@@ -634,11 +640,11 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
                 && t.total.is_some())
             .then_some(0.8);
             let mut figures = vec![
-                figure("device work (× none)", vs_none, t.total, true),
-                figure("bytes (× none)", bytes_vs_none, bytes_target, true),
+                Figure::new("device work (× none)", vs_none, t.total, true),
+                Figure::new("bytes (× none)", bytes_vs_none, bytes_target, true),
             ];
             figures.extend(property_figures(property, device, r, &t));
-            figures.push(figure(
+            figures.push(Figure::new(
                 "longest wait (s)",
                 r.longest_wait_s,
                 t.waits.then_some(bound),
@@ -656,17 +662,11 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
 
 /// The figures `property` judges `r` on beyond its totals and its longest wait.
 fn property_figures(property: Property, device: Device, r: &RunResult, t: &Targets) -> Vec<Figure> {
-    let figure = |name, value, target, at_least| Figure {
-        name,
-        value,
-        target,
-        at_least,
-    };
     let mut out = Vec::new();
     let series = shared(r);
     match property {
         Property::WorkConservation => {
-            out.push(figure(
+            out.push(Figure::new(
                 "light tenant served",
                 light_served(r, device),
                 t.total,
@@ -678,8 +678,13 @@ fn property_figures(property: Property, device: Device, r: &RunResult, t: &Targe
             // Bytes cannot compare a 512 B request with a 1 MiB one: every
             // policy is read in device time here.
             let (whole, per_second) = share_errors(r, &r.timeseries.device_ns);
-            out.push(figure("device-time share error", whole, t.whole_run, false));
-            out.push(figure(
+            out.push(Figure::new(
+                "device-time share error",
+                whole,
+                t.whole_run,
+                false,
+            ));
+            out.push(Figure::new(
                 "device-time share error per second",
                 per_second,
                 t.per_second,
@@ -693,8 +698,8 @@ fn property_figures(property: Property, device: Device, r: &RunResult, t: &Targe
         | Property::DeepClosedLoops
         | Property::SequentialBesideRandom => {
             let (whole, per_second) = share_errors(r, series);
-            out.push(figure("share error", whole, t.whole_run, false));
-            out.push(figure(
+            out.push(Figure::new("share error", whole, t.whole_run, false));
+            out.push(Figure::new(
                 "share error per second",
                 per_second,
                 t.per_second,
@@ -703,10 +708,20 @@ fn property_figures(property: Property, device: Device, r: &RunResult, t: &Targe
         }
         Property::ReturnFromIdle => {
             let (time, overshoot) = return_figures(r, series);
-            out.push(figure("time to share (s)", time, t.time_to_share, false));
-            out.push(figure("overshoot (points)", overshoot, t.overshoot, false));
+            out.push(Figure::new(
+                "time to share (s)",
+                time,
+                t.time_to_share,
+                false,
+            ));
+            out.push(Figure::new(
+                "overshoot (points)",
+                overshoot,
+                t.overshoot,
+                false,
+            ));
         }
-        Property::Leaving => out.push(figure(
+        Property::Leaving => out.push(Figure::new(
             "share error after",
             after_leaving_error(r, series),
             t.per_second,

@@ -497,19 +497,13 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
         .map(|r| {
             let (within, p99) = compliant(r, &rts);
             let target = |t: f64| feasible.then_some(t);
-            let figure = |name, value, target, at_least| Figure {
-                name,
-                value,
-                target,
-                at_least,
-            };
             let mut figures = Vec::new();
             if case.mix.compliant > 0 {
-                figures.push(figure("within rt", within, target(WITHIN), true));
-                figures.push(figure("p99 (× rt)", p99, None, false));
+                figures.push(Figure::new("within rt", within, target(WITHIN), true));
+                figures.push(Figure::new("p99 (× rt)", p99, None, false));
                 // Never below the baseline, where the baseline is below the target: a
                 // policy keeping 99.8 % beside a `none` at 100 % has lost nothing.
-                figures.push(figure(
+                figures.push(Figure::new(
                     "over none",
                     within - none_within.min(WITHIN),
                     target(0.0),
@@ -518,7 +512,7 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
             }
             if case.mix.flooders + case.mix.limited > 0 {
                 let held = case.mix.compliant == 0 && case.mix.violators == 0;
-                figures.push(figure(
+                figures.push(Figure::new(
                     "best effort (× none)",
                     if none_best_effort > 0.0 {
                         best_effort(r) / none_best_effort
@@ -556,15 +550,9 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
 /// (`over_ta1`), a total within reach of TA1's, few switch transitions (`per`: the
 /// run's seconds times the tenants that can switch).
 fn switched_figures(r: &RunResult, ta1: &RunResult, over_ta1: f64, per: f64) -> Vec<Figure> {
-    let figure = |name, value, target, at_least| Figure {
-        name,
-        value,
-        target,
-        at_least,
-    };
     let mut figures = Vec::new();
-    figures.push(figure("over ta1", over_ta1, Some(0.0), true));
-    figures.push(figure(
+    figures.push(Figure::new("over ta1", over_ta1, Some(0.0), true));
+    figures.push(Figure::new(
         "total vs ta1",
         r.total_bandwidth_bytes_per_s / ta1.total_bandwidth_bytes_per_s,
         Some(TOTAL_VS_TA1),
@@ -573,7 +561,7 @@ fn switched_figures(r: &RunResult, ta1: &RunResult, over_ta1: f64, per: f64) -> 
     let transitions = r.policy_stats["transitions"]
         .as_u64()
         .expect("the token buckets count transitions");
-    figures.push(figure(
+    figures.push(Figure::new(
         "switches (/s)",
         transitions as f64 / per,
         Some(SWITCHES_PER_S),

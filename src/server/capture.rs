@@ -119,15 +119,6 @@ impl Capture {
 
     /// Records a request's arrival.
     pub fn record(&mut self, a: &Arrival) {
-        let Arrival {
-            at: now,
-            tenant,
-            action,
-            fua,
-            zero,
-            offset,
-            len,
-        } = *a;
         let full = self.bytes + self.pending.len() as u64 >= self.limit
             || self.pending.len() >= PENDING_LIMIT;
         if full {
@@ -145,13 +136,13 @@ impl Capture {
         iolog::push(
             &mut self.pending,
             &Entry {
-                time_us: now / 1000,
-                file: self.files[tenant].clone(),
-                action,
-                offset,
-                len: u64::from(len),
-                fua,
-                zero,
+                time_us: a.at / 1000,
+                file: self.files[a.tenant].clone(),
+                action: a.action,
+                offset: a.offset,
+                len: u64::from(a.len),
+                fua: a.fua,
+                zero: a.zero,
             },
         );
         self.lines += 1;
