@@ -22,6 +22,33 @@ pub const PENDING_LIMIT: usize = 16 << 20;
 /// Lines are handed to the writer in chunks of about this many bytes.
 const CHUNK: usize = 256 << 10;
 
+/// Why the capture could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The file could not be created.
+    #[error("--capture: cannot create {}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Writing it failed.
+    #[error("--capture: writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its writer thread could not be started.
+    #[error("--capture: cannot start its writer: {0}")]
+    Thread(std::io::Error),
+    /// The writer thread panicked.
+    #[error("--capture: the writer thread panicked")]
+    WriterPanicked,
+}
+
 /// A request as it arrived, what the capture writes of it.
 #[derive(Debug, Clone, Copy)]
 pub struct Arrival {
@@ -81,9 +108,11 @@ pub struct Capture {
 impl Capture {
     /// Creates (or truncates) `path` and starts its writer; `names` are the exports in
     /// tenant order. The file holds at most `limit` bytes.
-    pub fn open(path: &Path, names: &[String], limit: u64) -> anyhow::Result<Capture> {
-        let file = std::fs::File::create(path)
-            .map_err(|e| anyhow::anyhow!("--capture: cannot create {}: {e}", path.display()))?;
+    pub fn open(path: &Path, names: &[String], limit: u64) -> Result<Capture, CaptureError> {
+        let file = std::fs::File::create(path).map_err(|source| CaptureError::Create {
+            path: path.into(),
+            source,
+        })?;
         let mut files: Vec<String> = Vec::new();
         for (i, n) in names.iter().enumerate() {
             let mut f = iolog::file_name(n, i);
@@ -101,7 +130,8 @@ impl Capture {
         let (tx, rx) = sync_channel::<String>(8);
         let writer = std::thread::Builder::new()
             .name("capture".into())
-            .spawn(move || write_all(file, rx))?;
+            .spawn(move || write_all(file, rx))
+            .map_err(CaptureError::Thread)?;
         let mut c = Capture {
             path: path.to_path_buf(),
             pending: iolog::start(&files),
@@ -184,7 +214,7 @@ impl Capture {
 
     /// Writes what is pending and the `close` lines at `now`, waits for the writer and
     /// says what the file holds.
-    pub fn finish(mut self, now: Nanos) -> anyhow::Result<()> {
+    pub fn finish(mut self, now: Nanos) -> Result<(), CaptureError> {
         let close = iolog::finish(&self.files, now / 1000);
         self.pending.push_str(&close);
         self.hand_over(true);
@@ -194,8 +224,11 @@ impl Capture {
             .take()
             .expect("joined once")
             .join()
-            .map_err(|_| anyhow::anyhow!("--capture: the writer thread panicked"))?;
-        written.map_err(|e| anyhow::anyhow!("--capture: writing {}: {e}", self.path.display()))?;
+            .map_err(|_| CaptureError::WriterPanicked)?;
+        written.map_err(|source| CaptureError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
         eprintln!(
             "ioshare: --capture: {} requests in {} ({}){}",
             self.lines,

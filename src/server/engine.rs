@@ -86,6 +86,20 @@ impl EngineHandle {
     }
 }
 
+/// Why the engine could not start or stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The eventfd that wakes the loop could not be made.
+    #[error("eventfd: {0}")]
+    Eventfd(std::io::Error),
+    /// The ring failed (set-up, submission or a wait).
+    #[error("io_uring: {0}")]
+    Ring(std::io::Error),
+    /// The loop ended with I/O the kernel still had; its buffers were leaked.
+    #[error("the engine stopped with I/O still in the kernel")]
+    Unsettled,
+}
+
 /// The receiving side of the engine's channel.
 pub struct Inbox {
     rx: Receiver<Message>,
@@ -93,12 +107,12 @@ pub struct Inbox {
 }
 
 /// Creates the engine's channel; [`run`] consumes the receiving side.
-pub fn channel() -> anyhow::Result<(EngineHandle, Inbox)> {
+pub fn channel() -> Result<(EngineHandle, Inbox), EngineError> {
     let (tx, rx) = std::sync::mpsc::channel();
     // SAFETY: plain syscall; the descriptor is owned by the File from here on.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if fd < 0 {
-        anyhow::bail!("eventfd: {}", std::io::Error::last_os_error());
+        return Err(EngineError::Eventfd(std::io::Error::last_os_error()));
     }
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let wake = Arc::new(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
@@ -139,7 +153,7 @@ pub fn run(
     clock: Instant,
     recorder: Option<Recorder>,
     capture: Option<Capture>,
-) -> anyhow::Result<Outcome> {
+) -> Result<Outcome, EngineError> {
     let Inbox { rx, wake } = inbox;
     let mut core = EngineCore::new(
         CoreConfig::of(config),
@@ -182,7 +196,7 @@ pub fn run(
     }
     ran?;
     if !settled {
-        anyhow::bail!("the engine stopped with I/O still in the kernel");
+        return Err(EngineError::Unsettled);
     }
     if let Err(e) = engine.files.sync_all() {
         eprintln!("ioshare: final sync failed: {e}");
@@ -200,10 +214,8 @@ pub fn run(
 
 /// A ring with room for the device queue plus a receive and a send per connection
 /// (made on the engine's thread, the only one that submits).
-fn new_ring(queue_depth: u32) -> anyhow::Result<Ring> {
-    Ok(Ring::for_this_thread(
-        (queue_depth * 2 + 64).next_power_of_two(),
-    )?)
+fn new_ring(queue_depth: u32) -> Result<Ring, EngineError> {
+    Ring::for_this_thread((queue_depth * 2 + 64).next_power_of_two()).map_err(EngineError::Ring)
 }
 
 /// A connection's socket, with what its sends need and its places under the
@@ -250,7 +262,7 @@ impl Engine {
         self.core.as_mut().expect("the core runs")
     }
 
-    fn run(&mut self, rx: &Receiver<Message>) -> anyhow::Result<()> {
+    fn run(&mut self, rx: &Receiver<Message>) -> Result<(), EngineError> {
         let mut last_flush: Option<Nanos> = None;
         loop {
             self.take_messages(rx)?;
@@ -273,7 +285,7 @@ impl Engine {
     }
 
     /// Handles every message waiting on the channel; a closed channel drains.
-    fn take_messages(&mut self, rx: &Receiver<Message>) -> anyhow::Result<()> {
+    fn take_messages(&mut self, rx: &Receiver<Message>) -> Result<(), EngineError> {
         loop {
             let now = self.now();
             match rx.try_recv() {
@@ -310,7 +322,7 @@ impl Engine {
 
     /// Carries out what the core asked for, writes its log lines and hands its
     /// arrivals to the capture.
-    fn apply(&mut self) -> anyhow::Result<()> {
+    fn apply(&mut self) -> Result<(), EngineError> {
         let mut intents = std::mem::take(&mut self.intents);
         let core = self.core.as_mut().expect("the core runs");
         core.take_intents(&mut intents);
@@ -339,7 +351,7 @@ impl Engine {
     }
 
     /// One intent on the ring (or on the socket).
-    fn carry_out(&mut self, intent: Intent) -> anyhow::Result<()> {
+    fn carry_out(&mut self, intent: Intent) -> Result<(), EngineError> {
         let core = self.core.as_mut().expect("the core runs");
         let e = match intent {
             Intent::Receive(slot) => {
@@ -393,7 +405,7 @@ impl Engine {
 
     /// Submits what is queued on the ring and waits for a completion, a message (the
     /// eventfd) or `until`.
-    fn wait(&mut self, until: Option<Nanos>) -> anyhow::Result<()> {
+    fn wait(&mut self, until: Option<Nanos>) -> Result<(), EngineError> {
         if !self.wake_armed {
             let e = opcode::Read::new(
                 types::Fd(self.wake.as_raw_fd()),
@@ -407,11 +419,11 @@ impl Engine {
         }
         let timeout =
             until.map(|at| std::time::Duration::from_nanos(at.saturating_sub(self.now())));
-        Ok(self.ring.wait(timeout)?)
+        self.ring.wait(timeout).map_err(EngineError::Ring)
     }
 
     /// Hands the ring's completions to the core.
-    fn take_completions(&mut self) -> anyhow::Result<()> {
+    fn take_completions(&mut self) -> Result<(), EngineError> {
         // Copied out first: handling one may push to the ring.
         let mut cqes = std::mem::take(&mut self.cqes);
         self.ring.completions(&mut cqes);
@@ -444,14 +456,14 @@ fn shutdown(fd: &OwnedFd, how: libc::c_int) {
 }
 
 /// Queues `e` on the ring, counted until its completion is taken.
-fn push(ring: &mut Ring, e: io_uring::squeue::Entry) -> anyhow::Result<()> {
+fn push(ring: &mut Ring, e: io_uring::squeue::Entry) -> Result<(), EngineError> {
     // SAFETY: every buffer an entry points to lives until its completion has been
     // taken: in the core (request data in its live requests; a connection's receive
     // buffer and the replies being sent, which the core leaves in place while the
     // receive or send is out, and a connection is not closed before both returned), in
     // the socket's `Socket` (the send's message header) or in the loop (the wake
     // buffer); a teardown settles the ring first (`Engine::settle`).
-    Ok(unsafe { ring.push(&e) }?)
+    unsafe { ring.push(&e) }.map_err(EngineError::Ring)
 }
 
 /// How long a stopping engine waits for what the kernel still has of its I/O.

@@ -335,7 +335,7 @@ fn stop(
     listeners: Listeners,
     registry: &Registry,
     handle: EngineHandle,
-    engine_thread: std::thread::JoinHandle<anyhow::Result<engine::Outcome>>,
+    engine_thread: std::thread::JoinHandle<Result<engine::Outcome, engine::EngineError>>,
 ) -> anyhow::Result<engine::Outcome> {
     let engine_died = engine_thread.is_finished();
     if engine_died {
@@ -384,12 +384,12 @@ fn check_policy(config: &ServerConfig) -> anyhow::Result<()> {
 /// The engine's end: its outcome, or why there is none (an error, a panic, or it
 /// stopped without being asked: `died`).
 fn joined(
-    engine: std::thread::JoinHandle<anyhow::Result<engine::Outcome>>,
+    engine: std::thread::JoinHandle<Result<engine::Outcome, engine::EngineError>>,
     died: bool,
 ) -> anyhow::Result<engine::Outcome> {
     match engine.join() {
         Ok(Ok(_)) if died => anyhow::bail!("the engine stopped without being asked to"),
-        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e:#}")),
+        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e}")),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()

@@ -29,11 +29,22 @@ pub struct MetricsSource {
     pub policy: String,
 }
 
+/// Why the metrics endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The address could not be listened on.
+    #[error("server.metrics: cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+    /// Its thread could not be started.
+    #[error("server.metrics: cannot start its thread: {0}")]
+    Thread(std::io::Error),
+}
+
 /// Starts the endpoint; returns the address it listens on.
-pub fn spawn(addr: &str, source: MetricsSource) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .map_err(|e| anyhow::anyhow!("server.metrics: cannot listen on {addr}: {e}"))?;
-    let local = listener.local_addr()?;
+pub fn spawn(addr: &str, source: MetricsSource) -> Result<SocketAddr, MetricsError> {
+    let listen = |e| MetricsError::Listen(addr.to_string(), e);
+    let listener = TcpListener::bind(addr).map_err(listen)?;
+    let local = listener.local_addr().map_err(listen)?;
     let source = Arc::new(source);
     let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
@@ -53,7 +64,8 @@ pub fn spawn(addr: &str, source: MetricsSource) -> anyhow::Result<SocketAddr> {
                         drop(slot);
                     });
             }
-        })?;
+        })
+        .map_err(MetricsError::Thread)?;
     Ok(local)
 }
 
