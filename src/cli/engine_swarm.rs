@@ -38,6 +38,7 @@ pub(crate) fn run(a: Args) -> Result<()> {
                 total.faults += r.faults;
                 total.sectors_checked += r.sectors_checked;
                 total.events += r.events;
+                total.refused += r.refused;
                 crashed += u64::from(r.crashed);
             }
             Err(f) => {
@@ -47,7 +48,7 @@ pub(crate) fn run(a: Args) -> Result<()> {
         }
     }
     println!(
-        "{} seed(s) from {}: {} failed; {} requests, {} replies ({} errors), {} disk faults, {} crashes with {} sectors checked, {} events",
+        "{} seed(s) from {}: {} failed; {} requests, {} replies ({} errors), {} disk faults, {} crashes with {} sectors checked, {} connections refused by the limits, {} events",
         a.seeds,
         a.from,
         failed.len(),
@@ -57,6 +58,7 @@ pub(crate) fn run(a: Args) -> Result<()> {
         total.faults,
         crashed,
         total.sectors_checked,
+        total.refused,
         total.events
     );
     if !failed.is_empty() {

@@ -157,6 +157,16 @@ pub enum Storage {
     Nothing,
 }
 
+/// `server.max_connections_per_tenant` when not given: an even share of
+/// `max_connections` (at least 4, at most all of them), so that no tenant's connections
+/// take the places of the others'.
+pub fn default_per_tenant(max_connections: u32, tenants: usize) -> u32 {
+    max_connections
+        .div_ceil(tenants.max(1) as u32)
+        .max(4)
+        .min(max_connections)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 /// One export, checked.
 pub struct TenantConfig {
@@ -291,13 +301,9 @@ impl ServerConfig {
             max_inflight_bytes: server.max_inflight_bytes,
             handshake_timeout: server.handshake_timeout,
             max_connections: server.max_connections,
-            max_connections_per_tenant: server.max_connections_per_tenant.unwrap_or_else(|| {
-                server
-                    .max_connections
-                    .div_ceil(tenants.len() as u32)
-                    .max(4)
-                    .min(server.max_connections)
-            }),
+            max_connections_per_tenant: server
+                .max_connections_per_tenant
+                .unwrap_or_else(|| default_per_tenant(server.max_connections, tenants.len())),
             max_connections_per_peer: server.max_connections_per_peer,
             tls: server.tls,
             backend: backend.kind,

@@ -21,7 +21,11 @@
 //!   tenant's operations, `ESHUTDOWN` only once draining); read data is what some write
 //!   not yet superseded put there;
 //! * **isolation**: every well-behaved client finishes its requests before the time
-//!   limit, whatever the hostile clients of its own or other tenants do;
+//!   limit, whatever the hostile clients of its own or other tenants do; and is given a
+//!   connection: a flood of idle connections from one peer for one export (twice that
+//!   export's share of `max_connections` and more) is held to its export's share and
+//!   its peer's limit, as the accepting side holds it, and never takes another export's
+//!   place; every place is given back once its connection closes;
 //! * **liveness**: after the drain starts, the core is done (every admitted request
 //!   answered or its connection closed) by the drain deadline plus the send grace;
 //! * **durability**: after a crash, every sector holds a write at least as new as the
@@ -41,6 +45,7 @@ use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bytes a sector: the unit in which crashes tear.
 const SECTOR: u64 = 512;
@@ -67,6 +72,9 @@ pub enum Behaviour {
     Vanisher,
     /// Sends a request with a bad magic after its requests.
     Garbage,
+    /// Connects and sends nothing, ever (one of a flood of connections from one peer
+    /// for one export).
+    Idle,
 }
 
 /// One client of a scenario.
@@ -82,6 +90,8 @@ pub struct ClientPlan {
     pub depth: u32,
     /// When it connects.
     pub start: Nanos,
+    /// Where it connects from (the per-peer limit counts by it).
+    pub peer: String,
 }
 
 /// The device model an emulated backend runs.
@@ -134,6 +144,10 @@ pub struct Scenario {
     /// The emulated backend's device model, if any: replies wait for its finish times
     /// as well as for the file I/O.
     pub model: Option<Model>,
+    /// `server.max_connections`.
+    pub max_connections: u32,
+    /// `server.max_connections_per_peer`.
+    pub per_peer: Option<u32>,
     /// Sectors of every read and write, when they are all of one size (the memory
     /// budget is then drawn just under a whole number of them, where an off-by-one
     /// shows).
@@ -186,11 +200,12 @@ impl Scenario {
                     requests: rng.random_range(10..=120),
                     depth: rng.random_range(1..=16),
                     start: rng.random_range(0..50) * MS,
+                    peer: format!("peer{}", clients.len()),
                 });
             }
         }
         let faulty = rng.random_bool(0.7);
-        Scenario {
+        let mut sc = Scenario {
             seed,
             policy,
             image,
@@ -234,6 +249,34 @@ impl Scenario {
                 1 => Some(Model::Disk),
                 _ => None,
             },
+            max_connections: 0,
+            per_peer: None,
+        };
+        sc.add_flood(&mut rng);
+        sc
+    }
+
+    /// The connection limits, and in some seeds a flood of idle connections from one
+    /// peer for one export: twice that export's share of `max_connections` and more.
+    /// `max_connections` leaves the other clients room beside one export's share (the
+    /// default `max_connections_per_tenant`), which is what the limit promises them.
+    fn add_flood(&mut self, rng: &mut ChaCha8Rng) {
+        let tenants = self.config.tenants.len();
+        self.max_connections = 2 * self.clients.len() as u32 + 8;
+        self.per_peer = rng.random_bool(0.5).then(|| rng.random_range(2..=6));
+        if tenants >= 2 && rng.random_bool(0.5) {
+            let tenant = rng.random_range(0..tenants);
+            let share = super::config::default_per_tenant(self.max_connections, tenants);
+            for _ in 0..2 * share + 2 {
+                self.clients.push(ClientPlan {
+                    tenant,
+                    behaviour: Behaviour::Idle,
+                    requests: 0,
+                    depth: 1,
+                    start: 0,
+                    peer: "flood".into(),
+                });
+            }
         }
     }
 }
@@ -253,6 +296,8 @@ pub struct Report {
     pub sectors_checked: u64,
     /// The disk crashed.
     pub crashed: bool,
+    /// Connections the limits refused.
+    pub refused: u64,
     /// Events handled.
     pub events: u64,
 }
@@ -378,6 +423,8 @@ struct Client {
     done: bool,
     /// The next time it may read (slow readers).
     read_at: Nanos,
+    /// Its places under the connection limits, given back when the server closes it.
+    places: Vec<super::conn::Slot>,
 }
 
 impl Client {
@@ -400,6 +447,7 @@ impl Client {
             inbox: Vec::new(),
             done: false,
             read_at: 0,
+            places: Vec::new(),
         }
     }
 }
@@ -437,6 +485,10 @@ struct World {
     crashed: bool,
     report: Report,
     intents: Vec<Intent>,
+    /// Connections open under `max_connections`, per export, per peer.
+    open: Arc<AtomicUsize>,
+    per_tenant_open: Vec<Arc<AtomicUsize>>,
+    per_peer_open: HashMap<String, Arc<AtomicUsize>>,
 }
 
 impl World {
@@ -526,13 +578,16 @@ impl World {
             crashed: false,
             report: Report::default(),
             intents: Vec::new(),
+            open: Arc::default(),
+            per_tenant_open: (0..tenants).map(|_| Arc::default()).collect(),
+            per_peer_open: HashMap::new(),
         }
     }
 
     fn run(&mut self) -> Result<(), String> {
         loop {
             self.report.events += 1;
-            self.connect();
+            self.connect()?;
             for c in 0..self.clients.len() {
                 self.client_step(c)?;
             }
@@ -581,6 +636,10 @@ impl World {
                 }
             }
             if self.core.is_done() {
+                let open = self.open.load(Ordering::SeqCst);
+                if open != 0 {
+                    return Err(format!("limits: {open} connection place(s) not given back"));
+                }
                 return Ok(());
             }
             if let Some(deadline) = self.core.deadline()
@@ -674,24 +733,81 @@ impl World {
         self.last_reload = self.now;
     }
 
-    fn connect(&mut self) {
+    fn connect(&mut self) -> Result<(), String> {
         for i in 0..self.clients.len() {
             let c = &self.clients[i];
             if c.slot.is_some() || c.server_closed || self.now < c.plan.start {
                 continue;
             }
-            let codec = handshake(&self.sc, c.plan.tenant);
-            match self.core.attach(
-                i as u64,
-                "sim".into(),
-                c.plan.tenant as u32,
-                codec,
-                self.now,
-            ) {
+            let (tenant, peer) = (c.plan.tenant, c.plan.peer.clone());
+            match self.places(tenant, &peer) {
+                Ok(places) => self.clients[i].places = places,
+                Err(limit) => {
+                    // Refused a place: what a flood of its own export's connections
+                    // may cost a client, never another export's.
+                    let flooded = self
+                        .clients
+                        .iter()
+                        .any(|o| o.plan.behaviour == Behaviour::Idle && o.plan.tenant == tenant);
+                    let c = &mut self.clients[i];
+                    if well_behaved(c.plan.behaviour) && !flooded {
+                        return Err(format!(
+                            "isolation: client {i} of tenant {tenant} refused by {limit} ({} open)",
+                            self.open.load(Ordering::SeqCst)
+                        ));
+                    }
+                    c.server_closed = true;
+                    c.gone = true;
+                    c.closed = true;
+                    self.report.refused += 1;
+                    continue;
+                }
+            }
+            let codec = handshake(&self.sc, tenant);
+            match self
+                .core
+                .attach(i as u64, peer.into(), tenant as u32, codec, self.now)
+            {
                 Some(slot) => self.clients[i].slot = Some(slot),
-                None => self.clients[i].server_closed = true,
+                None => {
+                    let c = &mut self.clients[i];
+                    c.server_closed = true;
+                    c.places.clear();
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The places a new connection takes, as the accepting side takes them: under
+    /// `max_connections`, its peer's limit, its export's; or the limit that refused it.
+    fn places(
+        &mut self,
+        tenant: usize,
+        peer: &str,
+    ) -> Result<Vec<super::conn::Slot>, &'static str> {
+        use super::conn::Slot;
+        let mut places = Vec::new();
+        places.push(
+            Slot::take(&self.open, self.sc.max_connections as usize).ok_or("max_connections")?,
+        );
+        if let Some(limit) = self.sc.per_peer {
+            let count = self
+                .per_peer_open
+                .entry(peer.to_string())
+                .or_default()
+                .clone();
+            places.push(Slot::take(&count, limit as usize).ok_or("max_connections_per_peer")?);
+        }
+        let share = super::config::default_per_tenant(
+            self.sc.max_connections,
+            self.sc.config.tenants.len(),
+        );
+        places.push(
+            Slot::take(&self.per_tenant_open[tenant], share as usize)
+                .ok_or("max_connections_per_tenant")?,
+        );
+        Ok(places)
     }
 
     fn client_of(&self, slot: usize) -> usize {
@@ -748,6 +864,7 @@ impl World {
                     }
                     cl.slot = None;
                     cl.server_closed = true;
+                    cl.places.clear();
                 }
             }
         }
@@ -933,6 +1050,9 @@ impl World {
 
     fn send_requests(&mut self, i: usize) {
         let plan = self.clients[i].plan.clone();
+        if plan.behaviour == Behaviour::Idle {
+            return;
+        }
         let depth = match plan.behaviour {
             Behaviour::NeverReader => u32::MAX,
             _ => plan.depth,
@@ -1063,7 +1183,7 @@ impl World {
     fn read_replies(&mut self, i: usize) -> Result<(), String> {
         let c = &mut self.clients[i];
         let reads = match c.plan.behaviour {
-            Behaviour::NeverReader => false,
+            Behaviour::NeverReader | Behaviour::Idle => false,
             Behaviour::Vanisher => !c.gone,
             Behaviour::SlowReader => self.now >= c.read_at,
             _ => true,
@@ -1398,6 +1518,7 @@ mod tests {
                     total.faults += r.faults;
                     total.sectors_checked += r.sectors_checked;
                     total.crashed |= r.crashed;
+                    total.refused += r.refused;
                 }
                 Err(f) => panic!("{f}"),
             }
@@ -1407,6 +1528,10 @@ mod tests {
         assert!(
             total.faults > 0 && total.crashed && total.sectors_checked > 0,
             "{total:?}"
+        );
+        assert!(
+            total.refused > 0,
+            "floods met the connection limits: {total:?}"
         );
     }
 
