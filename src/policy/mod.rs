@@ -391,6 +391,21 @@ impl PolicyParams {
         }
     }
 
+    /// A number in `range`, or `default` when absent; outside it, refused with `why`.
+    pub fn f64_in(
+        &mut self,
+        key: &str,
+        default: f64,
+        range: std::ops::RangeInclusive<f64>,
+        why: &str,
+    ) -> Result<f64, PolicyError> {
+        let v = self.f64_or(key, default)?;
+        if !range.contains(&v) {
+            return Err(self.invalid(key, why));
+        }
+        Ok(v)
+    }
+
     /// A non-negative integer, or `default` when absent.
     pub fn u64_or(&mut self, key: &str, default: u64) -> Result<u64, PolicyError> {
         self.used.insert(key.to_string());

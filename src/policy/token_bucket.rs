@@ -1218,45 +1218,30 @@ impl Settings {
         if refill_hz <= 0.0 || refill_hz > 1e9 {
             return Err(params.invalid("refill_hz", "must be in (0, 1e9]"));
         }
-        let depth_factor = bounded(
-            params,
-            "depth_factor",
-            1.5,
-            0.0..=1e6,
-            "must be in [0, 1e6]",
-        )?;
-        let depth_rt = bounded(
-            params,
+        let depth_factor = params.f64_in("depth_factor", 1.5, 0.0..=1e6, "must be in [0, 1e6]")?;
+        let depth_rt = params.f64_in(
             "depth_rt",
             1.0,
             0.0..=100.0,
             "must be in [0, 100] (0: the paper's depth)",
         )?;
-        let depth_requests = bounded(
-            params,
+        let depth_requests = params.f64_in(
             "depth_requests",
             32.0,
             0.0..=1e6,
             "must be in [0, 1e6] (0: none)",
         )?;
-        let rate_slack = bounded(params, "rate_slack", 0.05, 0.0..=1.0, "must be in [0, 1]")?;
-        let refill_slack = bounded(params, "refill_slack", 0.25, 0.0..=1.0, "must be in [0, 1]")?;
+        let rate_slack = params.f64_in("rate_slack", 0.05, 0.0..=1.0, "must be in [0, 1]")?;
+        let refill_slack = params.f64_in("refill_slack", 0.25, 0.0..=1.0, "must be in [0, 1]")?;
         let best_effort_depth = params.u64_or("best_effort_depth", 1)?;
-        let near_mark = bounded(
-            params,
-            "best_effort_mark",
-            0.5,
-            0.0..=10.0,
-            "must be in [0, 10]",
-        )?;
+        let near_mark = params.f64_in("best_effort_mark", 0.5, 0.0..=10.0, "must be in [0, 10]")?;
         if best_effort_depth > 1 << 20 {
             return Err(params.invalid(
                 "best_effort_depth",
                 "must be ≤ 1048576 (0: tenants without an SLO always bypass)",
             ));
         }
-        let max_wait = bounded(
-            params,
+        let max_wait = params.f64_in(
             "max_wait",
             0.5,
             0.0..=1000.0,
@@ -1266,14 +1251,16 @@ impl Settings {
         if switched {
             // Only TA3 can act on a prediction without hurting anyone: it throttles
             // violators alone, and a prediction is rough when the storage is idle.
-            predict = params.f64_or("predict", if per_tenant { 0.4 } else { 0.0 })?;
-            if !(0.0..=10.0).contains(&predict) {
-                return Err(params.invalid("predict", "must be in [0, 10] (0: off)"));
-            }
+            let default = if per_tenant { 0.4 } else { 0.0 };
+            predict = params.f64_in(
+                "predict",
+                default,
+                0.0..=10.0,
+                "must be in [0, 10] (0: off)",
+            )?;
         }
         // Every TA policy judges breaches (TA1 only to hold best-effort tenants).
-        let min_breach_ms = bounded(
-            params,
+        let min_breach_ms = params.f64_in(
             "min_breach_ms",
             100.0,
             0.0..=60_000.0,
@@ -1310,21 +1297,6 @@ impl Settings {
     }
 }
 
-/// A parameter's value, or its default, refused outside `range` with `why`.
-fn bounded(
-    params: &mut PolicyParams,
-    key: &str,
-    default: f64,
-    range: std::ops::RangeInclusive<f64>,
-    why: &str,
-) -> Result<f64, PolicyError> {
-    let v = params.f64_or(key, default)?;
-    if !range.contains(&v) {
-        return Err(params.invalid(key, why));
-    }
-    Ok(v)
-}
-
 /// When the buckets hold requests back: always (TA1), on the storage's response time
 /// (TA2), per tenant on its own arrival rate (TA3, with the window it is measured over).
 fn switch_rule(
@@ -1336,15 +1308,13 @@ fn switch_rule(
         (false, _) => SwitchRule::AlwaysOn,
         (true, false) => SwitchRule::Global,
         (true, true) => {
-            let window_ms = bounded(
-                params,
+            let window_ms = params.f64_in(
                 "rate_window_ms",
                 0.0,
                 0.0..=60_000.0,
                 "must be in [0, 60000]",
             )?;
-            let min_requests = bounded(
-                params,
+            let min_requests = params.f64_in(
                 "rate_window_requests",
                 RATE_WINDOW_REQUESTS,
                 0.0..=1e6,

@@ -370,18 +370,13 @@ impl EngineCore {
             }
             e if e == -libc::EINTR || e == -libc::EAGAIN => {}
             e => {
+                let _ = c.stop_receiving();
                 // A client that hangs up mid-conversation is not news.
                 if e != -libc::ECONNRESET {
-                    let text = format!(
-                        "ioshare: connection {}: receive: {}",
-                        c.id,
-                        std::io::Error::from_raw_os_error(-e)
-                    );
+                    let error = std::io::Error::from_raw_os_error(-e);
+                    let text = format!("ioshare: connection {}: receive: {error}", c.id);
                     let peer = c.peer.clone();
-                    let _ = c.stop_receiving();
                     self.log(Some(peer), text);
-                } else {
-                    let _ = c.stop_receiving();
                 }
             }
         }
