@@ -25,6 +25,7 @@ pub mod iolog;
 pub mod journal;
 pub mod metrics;
 pub mod nbd;
+pub mod output;
 pub mod policy;
 pub mod report;
 pub mod scenario;

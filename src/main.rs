@@ -168,9 +168,24 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", explain(&e));
         std::process::exit(2);
     }
+}
+
+/// The error and its causes, `: `-joined, each cause said once: a typed error's message
+/// already carries its cause (`cannot write X: permission denied`), a context added here
+/// does not.
+fn explain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !out.contains(&cause) {
+            out.push_str(": ");
+            out.push_str(&cause);
+        }
+    }
+    out
 }
 
 fn run(cli: Cli) -> Result<()> {

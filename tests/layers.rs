@@ -25,7 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "workload", "metrics", "nbd", "journal", "iolog",
         ],
     ),
-    ("io", &["io", "target"]),
+    ("io", &["io", "target", "output"]),
     ("server", &["server"]),
     (
         "tools",

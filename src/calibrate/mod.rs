@@ -27,7 +27,7 @@
 //! per request than its slope says) is clamped to zero and the slope refitted.
 
 pub use crate::characterize::runner::{ModelRunner, Runner};
-use crate::characterize::{Bench, Characterization, Pattern};
+use crate::characterize::{Bench, Characterization, MeasureError, Pattern, ensure};
 use crate::device::fitted::FittedParams;
 use crate::scenario::Scenario;
 use crate::types::Op;
@@ -208,13 +208,13 @@ pub fn measure(
     timing: Timing,
     seed: u64,
     progress: bool,
-) -> anyhow::Result<Measurements> {
+) -> Result<Measurements, MeasureError> {
     let device = runner.device();
     let probes = probes();
     let dt = timing.burst_s / f64::from(timing.burst_intervals.max(1));
     let scenarios = measurement_scenarios(&device, timing, seed, &probes)?;
     let runs = runner.run(&scenarios, progress)?;
-    anyhow::ensure!(
+    ensure!(
         runs.len() == scenarios.len(),
         "{} results for {} measurements",
         runs.len(),
@@ -243,7 +243,7 @@ pub fn measure(
         .zip(&runs[1..])
         .map(|(p, r)| {
             let t = &r.tenants[0];
-            anyhow::ensure!(
+            ensure!(
                 t.ios > 0,
                 "no {} request of {} completed at depth {}: the target is too slow for a \
                  {} s probe",
@@ -258,7 +258,7 @@ pub fn measure(
                 bytes_per_s: t.bandwidth_bytes_per_s,
             })
         })
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, MeasureError>>()?;
     Ok(Measurements {
         target: runner.describe(),
         capacity_gib: runner.capacity_bytes() as f64 / (1u64 << 30) as f64,
@@ -282,7 +282,7 @@ fn measurement_scenarios(
     timing: Timing,
     seed: u64,
     probes: &[Probe],
-) -> anyhow::Result<Vec<Scenario>> {
+) -> Result<Vec<Scenario>, MeasureError> {
     let none = ["\"none\"".to_string()];
     let bench = |seconds: f64, warmup: f64, interval: f64| Bench {
         device,
@@ -344,7 +344,7 @@ fn measurement_scenarios(
 }
 
 /// 64 KiB random reads beside 4 KiB random writes, one request each.
-fn large_read_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
+fn large_read_scenario(bench: &Bench) -> Result<Scenario, MeasureError> {
     Ok(bench.scenario(&[
         ("reads", workload(Pattern::RandRead, 64 << 10, 1)),
         ("writes", workload(Pattern::RandWrite, 4096, 1)),
@@ -352,7 +352,7 @@ fn large_read_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
 }
 
 /// A 4 KiB sequential reader beside a 4 KiB random reader, one request each.
-fn seq_beside_random_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
+fn seq_beside_random_scenario(bench: &Bench) -> Result<Scenario, MeasureError> {
     Ok(bench.scenario(&[
         ("seq", workload(Pattern::SeqRead, 4096, 1)),
         ("rand", workload(Pattern::RandRead, 4096, 1)),
@@ -360,7 +360,7 @@ fn seq_beside_random_scenario(bench: &Bench) -> anyhow::Result<Scenario> {
 }
 
 /// 4 KiB random reads beside 4 KiB random writes, `depth` each.
-fn mixed_scenario(bench: &Bench, depth: u32) -> anyhow::Result<Scenario> {
+fn mixed_scenario(bench: &Bench, depth: u32) -> Result<Scenario, MeasureError> {
     Ok(bench.scenario(&[
         ("reads", workload(Pattern::RandRead, 4096, depth)),
         ("writes", workload(Pattern::RandWrite, 4096, depth)),
@@ -438,7 +438,7 @@ fn point(m: &Measurements, op: ProbeOp, random: bool, depth: u32) -> Vec<(f64, f
 
 /// The fitted model's parameters from measurements (µs and MB/s; sizes in bytes, so
 /// a slope in µs per byte is 1 / MB/s).
-pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
+pub fn fit(m: &Measurements) -> Result<FittedParams, MeasureError> {
     let read = fit_side(m, ProbeOp::Read)?;
     let write = fit_side(m, ProbeOp::Write)?;
     let (units, shared_path_us) = fit_units(m, &read, &write);
@@ -471,8 +471,10 @@ pub fn fit(m: &Measurements) -> anyhow::Result<FittedParams> {
     fit_writes_delay_reads(m, &mut p)?;
     fit_collision_spread(m, &mut p)?;
     fit_sequential_break(m, &mut p)?;
-    crate::device::fitted::check(&p)
-        .map_err(|e| anyhow::anyhow!("fitted {}: {}", e.field, e.problem))?;
+    crate::device::fitted::check(&p).map_err(|invalid| MeasureError::Device {
+        table: "fitted",
+        invalid,
+    })?;
     Ok(p)
 }
 
@@ -488,11 +490,11 @@ struct Side {
 }
 
 /// The unit and media lines of `op` from the queue-depth-1 and deep-queue points.
-fn fit_side(m: &Measurements, op: ProbeOp) -> anyhow::Result<Side> {
+fn fit_side(m: &Measurements, op: ProbeOp) -> Result<Side, MeasureError> {
     let qd1 = point(m, op, true, 1);
     let seq = point(m, op, false, 1);
     let deep = point(m, op, true, DEEP);
-    anyhow::ensure!(
+    ensure!(
         qd1.len() >= 2 && !seq.is_empty() && deep.len() >= 2,
         "too few {op:?} measurements to fit"
     );
@@ -587,7 +589,7 @@ fn fit_reads_delay_writes(m: &Measurements, p: &mut FittedParams) {
 }
 
 /// What writes make reads wait (see the comment inside).
-fn fit_writes_delay_reads(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
+fn fit_writes_delay_reads(m: &Measurements, p: &mut FittedParams) -> Result<(), MeasureError> {
     // What writes make reads wait: a reader beside a writer, one request each. With a
     // cache the burst saw, the share of the queued writes a read waits for; without,
     // the smallest cache whose backlog slows the model's reader as much (a cache too
@@ -604,7 +606,7 @@ fn fit_writes_delay_reads(m: &Measurements, p: &mut FittedParams) -> anyhow::Res
         // The write in progress a read finds (a program on its die, when a cache or a
         // shallow queue keeps the backlog short): the collision time that slows the
         // model's reader as much, up to 100 ms.
-        let collision = |p: &FittedParams| -> anyhow::Result<f64> {
+        let collision = |p: &FittedParams| -> Result<f64, MeasureError> {
             let collide = |us: f64| FittedParams {
                 read_collision_us: us,
                 ..p.clone()
@@ -653,7 +655,7 @@ fn fit_writes_delay_reads(m: &Measurements, p: &mut FittedParams) -> anyhow::Res
 }
 
 /// How far a read's collisions spread with its size.
-fn fit_collision_spread(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
+fn fit_collision_spread(m: &Measurements, p: &mut FittedParams) -> Result<(), MeasureError> {
     // How far a read's collisions spread with its size: the spread (in 4 KiB units,
     // 0 for all of them) whose model comes nearest the 64 KiB reads beside the writer.
     if p.read_collision_us > 0.0 && m.large_read_beside_writes_iops > 0.0 {
@@ -678,7 +680,7 @@ fn fit_collision_spread(m: &Measurements, p: &mut FittedParams) -> anyhow::Resul
 }
 
 /// Whether another tenant's reads break a sequential stream.
-fn fit_sequential_break(m: &Measurements, p: &mut FittedParams) -> anyhow::Result<()> {
+fn fit_sequential_break(m: &Measurements, p: &mut FittedParams) -> Result<(), MeasureError> {
     // Whether another tenant's reads break a sequential stream (a disk arm moving away,
     // a flash die's register emptied): the share of the sequential saving lost that
     // slows the model's sequential reader beside a random one as much as the target's.
@@ -703,8 +705,8 @@ fn first_tenant_iops(
     p: &FittedParams,
     seconds: f64,
     warmup: f64,
-    scenario: impl Fn(&Bench) -> anyhow::Result<Scenario>,
-) -> anyhow::Result<f64> {
+    scenario: impl Fn(&Bench) -> Result<Scenario, MeasureError>,
+) -> Result<f64, MeasureError> {
     let table = device_table(p);
     let none = ["\"none\"".to_string()];
     let bench = Bench {
@@ -729,8 +731,8 @@ fn first_tenant_iops(
 fn bisect(
     mut lo: f64,
     mut hi: f64,
-    mut above: impl FnMut(f64) -> anyhow::Result<bool>,
-) -> anyhow::Result<Option<f64>> {
+    mut above: impl FnMut(f64) -> Result<bool, MeasureError>,
+) -> Result<Option<f64>, MeasureError> {
     if !above(lo)? {
         return Ok(Some(lo));
     }

@@ -27,6 +27,44 @@ use runner::Runner;
 use serde::Serialize;
 use std::fmt::Write as _;
 
+/// Why a measurement (`characterize`, `calibrate`) could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// What was asked cannot be measured, or what was measured cannot be fitted.
+    #[error("{0}")]
+    Invalid(String),
+    /// A scenario of the matrix does not load.
+    #[error(transparent)]
+    Scenario(#[from] crate::config::ConfigError),
+    /// A policy does not build.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    /// A `[device]` table is wrong (`table` says which).
+    #[error("{table} {}: {}", invalid.field, invalid.problem)]
+    Device {
+        /// Which table (`[device]`, `fitted`).
+        table: &'static str,
+        /// What is wrong.
+        invalid: crate::config::Invalid,
+    },
+    /// The real target could not be opened or failed.
+    #[error(transparent)]
+    Target(#[from] crate::target::TargetError),
+    /// The results could not be written.
+    #[error(transparent)]
+    Write(#[from] crate::output::WriteError),
+}
+
+/// Refuses a measurement unless `cond` holds, saying why.
+macro_rules! ensure {
+    ($cond:expr, $($t:tt)*) => {
+        if !$cond {
+            return Err($crate::characterize::MeasureError::Invalid(format!($($t)*)));
+        }
+    };
+}
+pub(crate) use ensure;
+
 /// The foreground's access patterns, as a workload's `pattern` names them.
 pub const PATTERNS: [Pattern; 4] = [
     Pattern::SeqRead,
@@ -285,7 +323,7 @@ impl Plan {
 
     /// Runs the matrix on the simulator (every scenario on a copy of one device, built
     /// and preconditioned once), with progress bars when `progress`.
-    pub fn run(&self, progress: bool) -> anyhow::Result<Characterization> {
+    pub fn run(&self, progress: bool) -> Result<Characterization, MeasureError> {
         self.run_on(
             &mut runner::ModelRunner {
                 device: self.device.clone(),
@@ -302,13 +340,13 @@ impl Plan {
         runner: &mut dyn Runner,
         disk: Option<&str>,
         progress: bool,
-    ) -> anyhow::Result<Characterization> {
-        anyhow::ensure!(!self.sizes.is_empty(), "no request sizes to characterize");
-        anyhow::ensure!(
+    ) -> Result<Characterization, MeasureError> {
+        ensure!(!self.sizes.is_empty(), "no request sizes to characterize");
+        ensure!(
             !self.policies.is_empty() || !self.kernel.is_empty(),
             "no policies or schedulers to characterize"
         );
-        anyhow::ensure!(
+        ensure!(
             self.kernel.is_empty() || disk.is_some(),
             "kernel schedulers are a block device's: this target has none"
         );
@@ -342,7 +380,7 @@ impl Plan {
             };
             let runs = runner.run(&scenarios, progress)?;
             let per = list.len();
-            anyhow::ensure!(
+            ensure!(
                 runs.len() == scenarios.len() * per,
                 "{} runs for {} scenarios of {per} policies",
                 runs.len(),
@@ -480,40 +518,34 @@ impl Characterization {
 
     /// Writes `characterize.json` and `characterize.csv` into `dir` (the report that
     /// draws them is `report::characterize`'s).
-    pub fn write_data(&self, dir: &std::path::Path) -> anyhow::Result<()> {
-        use anyhow::Context;
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let json = dir.join("characterize.json");
-        std::fs::write(&json, serde_json::to_string_pretty(self)? + "\n")
-            .with_context(|| format!("cannot write {}", json.display()))?;
-        let csv_path = dir.join("characterize.csv");
-        let file = std::fs::File::create(&csv_path)
-            .with_context(|| format!("cannot write {}", csv_path.display()))?;
-        let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
-        w.write_record([
-            "pattern",
-            "size_bytes",
-            "background",
-            "policy",
-            "foreground_bytes_per_s",
-            "background_bytes_per_s",
-            "foreground_p99_us",
-            "of_baseline",
-        ])?;
-        for c in &self.cells {
+    pub fn write_data(&self, dir: &std::path::Path) -> Result<(), crate::output::WriteError> {
+        crate::output::folder(dir)?;
+        crate::output::write_json(&dir.join("characterize.json"), self)?;
+        crate::output::write_csv(&dir.join("characterize.csv"), |w| {
             w.write_record([
-                c.pattern.name().to_string(),
-                c.size.to_string(),
-                c.background.name().to_string(),
-                c.policy.clone(),
-                format!("{:.1}", c.foreground_bytes_per_s),
-                format!("{:.1}", c.background_bytes_per_s),
-                format!("{:.1}", c.foreground_p99_us),
-                c.of_baseline.map_or(String::new(), |x| format!("{x:.4}")),
+                "pattern",
+                "size_bytes",
+                "background",
+                "policy",
+                "foreground_bytes_per_s",
+                "background_bytes_per_s",
+                "foreground_p99_us",
+                "of_baseline",
             ])?;
-        }
-        w.flush()?;
-        Ok(())
+            for c in &self.cells {
+                w.write_record([
+                    c.pattern.name().to_string(),
+                    c.size.to_string(),
+                    c.background.name().to_string(),
+                    c.policy.clone(),
+                    format!("{:.1}", c.foreground_bytes_per_s),
+                    format!("{:.1}", c.background_bytes_per_s),
+                    format!("{:.1}", c.foreground_p99_us),
+                    c.of_baseline.map_or(String::new(), |x| format!("{x:.4}")),
+                ])?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 //! (a file or block device on io_uring, [`crate::target`]) in wall time — the same
 //! driver, host core and policies either way ([`crate::sim`]).
 
+use super::MeasureError;
 use crate::metrics::RunResult;
 use crate::scenario::Scenario;
 use crate::target::Target;
@@ -17,7 +18,11 @@ pub trait Runner {
     /// policy charges there).
     fn device(&self) -> toml::Table;
     /// Runs every policy of every scenario, in order; the results in the same order.
-    fn run(&mut self, scenarios: &[Scenario], progress: bool) -> anyhow::Result<Vec<RunResult>>;
+    fn run(
+        &mut self,
+        scenarios: &[Scenario],
+        progress: bool,
+    ) -> Result<Vec<RunResult>, MeasureError>;
 }
 
 /// The simulator on a device model.
@@ -27,11 +32,15 @@ pub struct ModelRunner {
 }
 
 impl ModelRunner {
-    fn spec(&self) -> anyhow::Result<crate::device::spec::DeviceSpec> {
-        let file: crate::device::spec::DeviceFile =
-            toml::Value::Table(self.device.clone()).try_into()?;
-        file.spec()
-            .map_err(|e| anyhow::anyhow!("[device] {}: {}", e.field, e.problem))
+    fn spec(&self) -> Result<crate::device::spec::DeviceSpec, MeasureError> {
+        let device = |invalid| MeasureError::Device {
+            table: "[device]",
+            invalid,
+        };
+        let file: crate::device::spec::DeviceFile = toml::Value::Table(self.device.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| device(crate::config::Invalid::whole(e.to_string())))?;
+        file.spec().map_err(device)
     }
 }
 
@@ -48,7 +57,11 @@ impl Runner for ModelRunner {
         self.device.clone()
     }
 
-    fn run(&mut self, scenarios: &[Scenario], progress: bool) -> anyhow::Result<Vec<RunResult>> {
+    fn run(
+        &mut self,
+        scenarios: &[Scenario],
+        progress: bool,
+    ) -> Result<Vec<RunResult>, MeasureError> {
         Ok(crate::sim::run_each(scenarios, progress, crate::sim::RunOptions::default())?.runs)
     }
 }
@@ -86,7 +99,11 @@ impl Runner for LiveRunner {
         t
     }
 
-    fn run(&mut self, scenarios: &[Scenario], progress: bool) -> anyhow::Result<Vec<RunResult>> {
+    fn run(
+        &mut self,
+        scenarios: &[Scenario],
+        progress: bool,
+    ) -> Result<Vec<RunResult>, MeasureError> {
         let total: usize = scenarios.iter().map(|s| s.policies.len()).sum();
         let bar = progress.then(|| {
             let b = indicatif::ProgressBar::new(total as u64);
@@ -102,7 +119,7 @@ impl Runner for LiveRunner {
         });
         let mut out = Vec::with_capacity(total);
         for s in scenarios {
-            anyhow::ensure!(
+            super::ensure!(
                 s.device.capacity_bytes() <= self.target.size,
                 "a scenario's device ({} bytes) is larger than the target ({} bytes)",
                 s.device.capacity_bytes(),
@@ -120,7 +137,11 @@ impl Runner for LiveRunner {
                 )?;
                 let failed = failure.lock().expect("failure lock").take();
                 if let Some(why) = failed.or_else(crate::target::interrupted) {
-                    anyhow::bail!("{}: {why}", self.target.path.display());
+                    return Err(crate::target::TargetError::Failed(format!(
+                        "{}: {why}",
+                        self.target.path.display()
+                    ))
+                    .into());
                 }
                 out.push(r);
                 if let Some(b) = &bar {

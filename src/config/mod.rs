@@ -75,6 +75,17 @@ impl Invalid {
     }
 }
 
+/// `field: problem` (the problem alone for the file as a whole).
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.problem)
+        } else {
+            write!(f, "{}: {}", self.field, self.problem)
+        }
+    }
+}
+
 /// A problem that names its field itself, or concerns the table as a whole.
 impl From<String> for Invalid {
     fn from(problem: String) -> Self {

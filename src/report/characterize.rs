@@ -233,10 +233,15 @@ pub fn characterize_html(m: &Characterization) -> Result<String, Box<dyn std::er
 }
 
 /// Writes `characterize.json`, `characterize.csv` and `report.html` for `m` into `dir`.
-pub fn write_characterization(m: &Characterization, dir: &std::path::Path) -> anyhow::Result<()> {
-    use anyhow::Context;
+pub fn write_characterization(
+    m: &Characterization,
+    dir: &std::path::Path,
+) -> Result<(), crate::output::WriteError> {
     m.write_data(dir)?;
-    let html = characterize_html(m).map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
     let page = dir.join("report.html");
-    std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))
+    let html = characterize_html(m).map_err(|e| crate::output::WriteError::Draw {
+        path: page.clone(),
+        reason: e.to_string(),
+    })?;
+    crate::output::write(&page, html)
 }

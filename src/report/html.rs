@@ -2,6 +2,7 @@
 
 use crate::metrics::ScenarioResult;
 use crate::metrics::{PhaseResult, RunResult};
+use crate::output::WriteError;
 use crate::types::nanos_to_secs;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -450,9 +451,12 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
 }
 
 /// Writes `report.html`.
-pub fn write_html(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
-    let html = render(result).map_err(|e| anyhow::anyhow!("cannot draw the report: {e}"))?;
-    std::fs::write(path, html).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+pub fn write_html(result: &ScenarioResult, path: &Path) -> Result<(), WriteError> {
+    let html = render(result).map_err(|e| WriteError::Draw {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    crate::output::write(path, html)
 }
 
 #[cfg(test)]

@@ -11,9 +11,9 @@ pub use compare::{PolicyFigures, figures};
 pub use html::write_html;
 
 use crate::metrics::ScenarioResult;
+use crate::output::{self, WriteError};
 use crate::types::nanos_to_secs;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::Path;
 
 fn mb(bytes_per_s: f64) -> f64 {
@@ -198,65 +198,57 @@ fn phase_rows(out: &mut String, run: &crate::metrics::RunResult) {
 }
 
 /// Writes `results.json`, `timeseries.csv` and `report.html` into `dir`.
-pub fn write_all(result: &ScenarioResult, dir: &Path) -> anyhow::Result<()> {
-    use anyhow::Context;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let json = serde_json::to_string_pretty(result)?;
-    std::fs::write(dir.join("results.json"), json + "\n")
-        .with_context(|| format!("cannot write {}", dir.join("results.json").display()))?;
+pub fn write_all(result: &ScenarioResult, dir: &Path) -> Result<(), WriteError> {
+    output::folder(dir)?;
+    output::write_json(&dir.join("results.json"), result)?;
     write_timeseries(result, &dir.join("timeseries.csv"))?;
     write_html(result, &dir.join("report.html"))?;
     Ok(())
 }
 
 /// One row per policy × tenant × interval.
-pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
-    w.write_record([
-        "policy",
-        "tenant",
-        "interval_start_s",
-        "bytes",
-        "bandwidth_bytes_per_s",
-        "iops",
-        "mean_latency_us",
-        "device_seconds",
-    ])?;
-    for run in &result.runs {
-        let ts = &run.timeseries;
-        let secs = nanos_to_secs(ts.interval);
-        for (i, t) in run.tenants.iter().enumerate() {
-            for (bin, &bytes) in ts.bytes[i].iter().enumerate() {
-                let ios = ts.ios[i][bin];
-                let start = nanos_to_secs(ts.start + bin as u64 * ts.interval);
-                let mean_lat = if ios > 0 {
-                    ts.latency_sum_ns[i][bin] as f64 / ios as f64 / 1000.0
-                } else {
-                    0.0
-                };
-                w.write_record([
-                    run.policy.clone(),
-                    t.name.clone(),
-                    format!("{start}"),
-                    bytes.to_string(),
-                    format!("{:.1}", bytes as f64 / secs),
-                    format!("{:.1}", ios as f64 / secs),
-                    format!("{mean_lat:.1}"),
-                    format!(
-                        "{:.9}",
-                        ts.device_ns[i].get(bin).copied().unwrap_or(0) as f64 / 1e9
-                    ),
-                ])?;
+pub fn write_timeseries(result: &ScenarioResult, path: &Path) -> Result<(), WriteError> {
+    output::write_csv(path, |w| {
+        w.write_record([
+            "policy",
+            "tenant",
+            "interval_start_s",
+            "bytes",
+            "bandwidth_bytes_per_s",
+            "iops",
+            "mean_latency_us",
+            "device_seconds",
+        ])?;
+        for run in &result.runs {
+            let ts = &run.timeseries;
+            let secs = nanos_to_secs(ts.interval);
+            for (i, t) in run.tenants.iter().enumerate() {
+                for (bin, &bytes) in ts.bytes[i].iter().enumerate() {
+                    let ios = ts.ios[i][bin];
+                    let start = nanos_to_secs(ts.start + bin as u64 * ts.interval);
+                    let mean_lat = if ios > 0 {
+                        ts.latency_sum_ns[i][bin] as f64 / ios as f64 / 1000.0
+                    } else {
+                        0.0
+                    };
+                    w.write_record([
+                        run.policy.clone(),
+                        t.name.clone(),
+                        format!("{start}"),
+                        bytes.to_string(),
+                        format!("{:.1}", bytes as f64 / secs),
+                        format!("{:.1}", ios as f64 / secs),
+                        format!("{mean_lat:.1}"),
+                        format!(
+                            "{:.9}",
+                            ts.device_ns[i].get(bin).copied().unwrap_or(0) as f64 / 1e9
+                        ),
+                    ])?;
+                }
             }
         }
-    }
-    w.flush()?;
-    let mut inner = w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
-    inner.flush()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -127,7 +127,7 @@ impl Points {
         let (label, doc) = self
             .sweep
             .point(index)
-            .map_err(|e| Invalid::new("sweep", e).in_file(&self.source_name))?;
+            .map_err(|e| e.in_file(&self.source_name))?;
         let source = if label.is_empty() {
             self.source_name.clone()
         } else {
@@ -188,8 +188,7 @@ impl Scenario {
     ) -> Result<Points, ConfigError> {
         let doc: toml::Table =
             toml::from_str(text).map_err(|e| parse_problem(e).in_file(source_name))?;
-        let sweep =
-            sweep::Sweep::new(doc).map_err(|e| Invalid::new("sweep", e).in_file(source_name))?;
+        let sweep = sweep::Sweep::new(doc).map_err(|e| e.in_file(source_name))?;
         Ok(Points {
             sweep,
             source_name: source_name.to_string(),
@@ -403,7 +402,7 @@ fn tenant_setup(
     }
     let workload = WorkloadConfig::from_value(t.workload)
         .and_then(|w| w.resolve())
-        .map_err(|e| Invalid::new("workload", e))?;
+        .map_err(|e| e.within("workload"))?;
     if let Some(limit) = queue_limit
         && let Some(depth) = workload.phases.iter().find_map(|p| match p.arrivals {
             crate::workload::Arrivals::Closed { iodepth } if iodepth > limit => Some(iodepth),
@@ -567,7 +566,7 @@ mod tests {
         );
         expect_err(
             &BASE.replace("size = \"4k\"", "size = 0"),
-            "tenant 2 ('b').workload: size must be > 0",
+            "tenant 2 ('b').workload.size: must be > 0",
         );
         // Inside a workload table: the tenant, the key and the problem (an untagged
         // enum said only that nothing matched).
@@ -575,22 +574,22 @@ mod tests {
             (
                 "iodepth = 4",
                 "iodepth = 4.5",
-                "tenant 2 ('b').workload: iodepth: invalid type: floating point `4.5`, expected u32",
+                "tenant 2 ('b').workload.iodepth: invalid type: floating point `4.5`, expected u32",
             ),
             (
                 "size = \"4k\"",
                 "size = \"abc\"",
-                "tenant 2 ('b').workload: size: 'abc' is not a size",
+                "tenant 2 ('b').workload.size: 'abc' is not a size",
             ),
             (
                 "\"randwrite\"",
                 "\"zigzag\"",
-                "tenant 2 ('b').workload: pattern: unknown variant `zigzag`",
+                "tenant 2 ('b').workload.pattern: unknown variant `zigzag`",
             ),
             (
                 "iodepth = 4",
                 "iodepth = 4, bogus = 1",
-                "tenant 2 ('b').workload: bogus: unknown field `bogus`",
+                "tenant 2 ('b').workload.bogus: unknown field `bogus`",
             ),
             (
                 "workload = \"varmail\"",
@@ -672,7 +671,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("sweep: 'tenant.zz.weight': no entry 'zz' in 'tenant'"),
+            e.contains("sweep.'tenant.zz.weight': no entry 'zz' in 'tenant'"),
             "{e}"
         );
         let bad = format!("{BASE}\n[sweep]\n\"tenant.a.weight\" = [1, 0]\n");

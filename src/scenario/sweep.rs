@@ -2,6 +2,8 @@
 //! document, each value a list; each point of the cartesian product is built, read and
 //! checked when it is asked for, so a sweep never holds more than one point's document.
 
+use crate::config::Invalid;
+
 /// The most points one sweep may have.
 pub const MAX_POINTS: usize = 10_000;
 
@@ -21,7 +23,7 @@ impl Sweep {
     /// (`device.precondition`, `tenant.B.workload.size`; inside an array of tables a
     /// segment picks the entry with that `name`, an index, or `*` for all of them), each
     /// value a list. Without `[sweep]`, one point: the document itself.
-    pub(super) fn new(mut doc: toml::Table) -> Result<Sweep, String> {
+    pub(super) fn new(mut doc: toml::Table) -> Result<Sweep, Invalid> {
         let Some(sweep) = doc.remove("sweep") else {
             return Ok(Sweep {
                 base: doc,
@@ -30,7 +32,10 @@ impl Sweep {
             });
         };
         let toml::Value::Table(sweep) = sweep else {
-            return Err("must be a table of `path = [values]`".into());
+            return Err(Invalid::new(
+                "sweep",
+                "must be a table of `path = [values]`",
+            ));
         };
         // The product is counted before anything is built: 100 × 100 × 100 points were
         // built up front and aborted on an allocation.
@@ -38,17 +43,23 @@ impl Sweep {
         let mut axes = Vec::with_capacity(sweep.len());
         for (path, values) in sweep {
             let toml::Value::Array(values) = values else {
-                return Err(format!("'{path}' must be a list of values"));
+                return Err(Invalid::new(
+                    format!("sweep.'{path}'"),
+                    "must be a list of values",
+                ));
             };
             if values.is_empty() {
-                return Err(format!("'{path}' has no values"));
+                return Err(Invalid::new(format!("sweep.'{path}'"), "has no values"));
             }
             count = count.saturating_mul(values.len());
             axes.push((path, values));
         }
         if count > MAX_POINTS {
-            return Err(format!(
-                "{count} points (the product of the lists' lengths), more than {MAX_POINTS}: split the sweep into several files"
+            return Err(Invalid::new(
+                "sweep",
+                format!(
+                    "{count} points (the product of the lists' lengths), more than {MAX_POINTS}: split the sweep into several files"
+                ),
             ));
         }
         Ok(Sweep {
@@ -66,7 +77,7 @@ impl Sweep {
     /// Point `index` (< [`Sweep::len`]) of the cartesian product, the alphabetically
     /// first key varying slowest: its label (`path=value, …`, empty without a sweep)
     /// and document.
-    pub(super) fn point(&self, index: usize) -> Result<(String, toml::Table), String> {
+    pub(super) fn point(&self, index: usize) -> Result<(String, toml::Table), Invalid> {
         assert!(index < self.count, "point {index} of {}", self.count);
         let mut doc = self.base.clone();
         let mut label = String::new();
@@ -74,7 +85,8 @@ impl Sweep {
         for (path, values) in &self.axes {
             stride /= values.len();
             let v = &values[(index / stride) % values.len()];
-            set_path(&mut doc, path, v.clone()).map_err(|e| format!("'{path}': {e}"))?;
+            set_path(&mut doc, path, v.clone())
+                .map_err(|e| Invalid::new(format!("sweep.'{path}'"), e))?;
             let shown = match v {
                 toml::Value::String(s) => s.clone(),
                 other => other.to_string(),

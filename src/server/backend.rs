@@ -29,6 +29,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::PathBuf;
 
 /// Opens every tenant's storage as the configuration says.
 pub struct Files {
@@ -52,7 +53,7 @@ impl Files {
 
     /// Opens every file the configuration names (creating the shared file, and images
     /// whose tenant says `create = true`, when missing).
-    pub fn open(config: &ServerConfig) -> anyhow::Result<Files> {
+    pub fn open(config: &ServerConfig) -> Result<Files, BackendError> {
         let mut files = Vec::new();
         let mut targets = Vec::new();
         // `cache` needs a direct descriptor; with pdc it carries POSIX_FADV_NOREUSE.
@@ -60,7 +61,7 @@ impl Files {
                              size: u64,
                              create: bool,
                              cache: Cache|
-         -> anyhow::Result<(RawFd, Option<RawFd>)> {
+         -> Result<(RawFd, Option<RawFd>), BackendError> {
             let f = open_sized(path, size, create)?;
             let buffered = f.as_raw_fd();
             files.push(f);
@@ -70,12 +71,10 @@ impl Files {
                     .write(true)
                     .custom_flags(libc::O_DIRECT)
                     .open(path)
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "{}: cache = \"{}\" needs O_DIRECT, which failed: {e} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")",
-                            path.display(),
-                            cache.name()
-                        )
+                    .map_err(|source| BackendError::Direct {
+                        path: path.to_path_buf(),
+                        cache: cache.name(),
+                        source,
                     })?;
                 let fd = f.as_raw_fd();
                 if cache == Cache::Pdc {
@@ -146,10 +145,65 @@ impl Files {
     }
 }
 
-/// Opens (with `create`, creating a sparse file readable by its owner only when missing;
-/// without, a missing file is an error naming the setting), locks it
-/// for this server alone and makes sure it holds `size` bytes: a regular file smaller
-/// than that is grown, a block device must be large enough.
+/// Why an image could not be served; each names its file.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A tenant's image is missing and it does not say `create = true`.
+    #[error("{}: no such image; set create = true on the tenant to create it (a missing image is not served as a blank disk)", path.display())]
+    Missing {
+        /// The image.
+        path: PathBuf,
+    },
+    /// The file could not be opened or examined.
+    #[error("{}: cannot open: {source}", path.display())]
+    Open {
+        /// The image.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its cache mode needs `O_DIRECT`, which the file system refused.
+    #[error("{}: cache = \"{cache}\" needs O_DIRECT, which failed: {source} (tmpfs, for one, has no O_DIRECT; use cache = \"writeback\")", path.display())]
+    Direct {
+        /// The image.
+        path: PathBuf,
+        /// The cache mode's name.
+        cache: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Another process (another server, maybe) holds its lock.
+    #[error("{}: cannot lock it for this server ({source}): {holder} holds it", path.display())]
+    Locked {
+        /// The image.
+        path: PathBuf,
+        /// The lock's error.
+        source: std::io::Error,
+        /// Who holds it, as far as `/proc/locks` says.
+        holder: String,
+    },
+    /// A block device smaller than the size configured.
+    #[error("{}: the device holds {len} bytes, fewer than the {size} configured", path.display())]
+    TooSmall {
+        /// The device.
+        path: PathBuf,
+        /// What it holds, bytes.
+        len: u64,
+        /// What the configuration says, bytes.
+        size: u64,
+    },
+    /// A file smaller than the size configured could not be grown.
+    #[error("{}: cannot grow to {size} bytes: {source}", path.display())]
+    Grow {
+        /// The image.
+        path: PathBuf,
+        /// The size configured, bytes.
+        size: u64,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Who holds an `flock` on the file `meta` describes, from `/proc/locks`: its pid and
 /// command line (an ioshare server names its configuration there), cut to a line.
 fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
@@ -179,7 +233,12 @@ fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
     })
 }
 
-fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result<File> {
+/// Opens (with `create`, creating a sparse file readable by its owner only when missing;
+/// without, a missing file is an error naming the setting), locks it
+/// for this server alone and makes sure it holds `size` bytes: a regular file smaller
+/// than that is grown, a block device must be large enough.
+fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, BackendError> {
+    let path_buf = || path.to_path_buf();
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
         .read(true)
@@ -188,14 +247,14 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound && !create {
-                anyhow::anyhow!(
-                    "{}: no such image; set create = true on the tenant to create it (a missing image is not served as a blank disk)",
-                    path.display()
-                )
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound && !create {
+                BackendError::Missing { path: path_buf() }
             } else {
-                anyhow::anyhow!("{}: cannot open: {e}", path.display())
+                BackendError::Open {
+                    path: path_buf(),
+                    source,
+                }
             }
         })?;
     // An advisory lock: a second server on the same image would overwrite this one's
@@ -208,26 +267,35 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> anyhow::Result
             .ok()
             .and_then(|m| lock_holder(&m))
             .unwrap_or_else(|| "another process".into());
-        anyhow::bail!(
-            "{}: cannot lock it for this server ({e}): {holder} holds it",
-            path.display()
-        );
+        return Err(BackendError::Locked {
+            path: path_buf(),
+            source: e,
+            holder,
+        });
     }
-    let meta = f.metadata()?;
+    let io = |source| BackendError::Open {
+        path: path_buf(),
+        source,
+    };
+    let meta = f.metadata().map_err(io)?;
     let len = if meta.file_type().is_block_device() {
-        f.seek(SeekFrom::End(0))?
+        f.seek(SeekFrom::End(0)).map_err(io)?
     } else {
         meta.len()
     };
     if len < size {
         if meta.file_type().is_block_device() {
-            anyhow::bail!(
-                "{}: the device holds {len} bytes, fewer than the {size} configured",
-                path.display()
-            );
+            return Err(BackendError::TooSmall {
+                path: path_buf(),
+                len,
+                size,
+            });
         }
-        f.set_len(size)
-            .map_err(|e| anyhow::anyhow!("{}: cannot grow to {size} bytes: {e}", path.display()))?;
+        f.set_len(size).map_err(|source| BackendError::Grow {
+            path: path_buf(),
+            size,
+            source,
+        })?;
     }
     Ok(f)
 }

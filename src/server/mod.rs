@@ -21,6 +21,7 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod core;
 pub(crate) mod engine;
+mod error;
 pub(crate) mod logs;
 pub(crate) mod prometheus;
 pub(crate) mod stats;
@@ -31,9 +32,15 @@ use crate::metrics::Recorder;
 use crate::metrics::ScenarioResult;
 use crate::nbd::{Event, ExportInfo, ServerCodec, TlsPolicy};
 use crate::types::TenantId;
+pub use backend::BackendError;
+pub use capture::CaptureError;
 use config::ServerConfig;
 use conn::{Attach, Slot};
+pub use engine::EngineError;
 use engine::EngineHandle;
+use error::ConnectionError;
+pub use error::ServeError;
+pub use prometheus::MetricsError;
 use stats::LiveStats;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -45,6 +52,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+pub use tls::TlsError;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOAD: AtomicBool = AtomicBool::new(false);
@@ -165,7 +173,7 @@ struct TlsOffer {
 }
 
 impl TlsOffer {
-    fn new(tls: &config::Tls) -> anyhow::Result<TlsOffer> {
+    fn new(tls: &config::Tls) -> Result<TlsOffer, TlsError> {
         let (tcp, unix) = match tls.mode {
             config::TlsMode::Off => (TlsPolicy::Off, TlsPolicy::Off),
             config::TlsMode::On => (TlsPolicy::Offered, TlsPolicy::Offered),
@@ -220,11 +228,13 @@ pub fn serve(
     source: Option<PathBuf>,
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
-) -> anyhow::Result<Option<ScenarioResult>> {
+) -> Result<Option<ScenarioResult>, ServeError> {
     if let Some(dir) = &out {
         // Found out now, not after hours of serving.
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("--out: cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| ServeError::Output {
+            dir: dir.clone(),
+            source,
+        })?;
     }
     let specs = config.specs();
     check_policy(&config)?;
@@ -268,8 +278,7 @@ pub fn serve(
         config.policy.params.clone(),
         &specs,
         Some(&cost),
-    )
-    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    )?;
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
@@ -278,13 +287,14 @@ pub fn serve(
                 engine::run(
                     &config, files, policy, cost, model, inbox, stats, clock, recorder, capture,
                 )
-            })?
+            })
+            .map_err(ServeError::Thread)?
     };
     warn_of_exposure(&config, metrics_at, &listeners);
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
         config.tenants.len(),
-        listeners.describe(&config)?,
+        listeners.describe(&config),
         config.policy.label,
         config.queue_depth
     );
@@ -336,7 +346,7 @@ fn stop(
     registry: &Registry,
     handle: EngineHandle,
     engine_thread: std::thread::JoinHandle<Result<engine::Outcome, engine::EngineError>>,
-) -> anyhow::Result<engine::Outcome> {
+) -> Result<engine::Outcome, ServeError> {
     let engine_died = engine_thread.is_finished();
     if engine_died {
         eprintln!("ioshare: the engine stopped while serving; closing every connection");
@@ -363,14 +373,15 @@ fn stop(
 
 /// The policy, checked before an emulated device is built (seconds; it is built again
 /// on the device's cost model), and said once when it charges by a default model.
-fn check_policy(config: &ServerConfig) -> anyhow::Result<()> {
+fn check_policy(config: &ServerConfig) -> Result<(), ServeError> {
     let policy = crate::policy::build(
         &config.policy.name,
         config.policy.params.clone(),
         &config.specs(),
-    )
-    .map_err(|e| anyhow::anyhow!("server.policy: {e}"))?;
+    )?;
+    // `none` charges nothing: no model to speak of.
     if config.cost_device.is_none()
+        && policy.name() != "none"
         && policy.currency() == crate::policy::cost::Currency::DeviceTime
     {
         eprintln!(
@@ -386,17 +397,17 @@ fn check_policy(config: &ServerConfig) -> anyhow::Result<()> {
 fn joined(
     engine: std::thread::JoinHandle<Result<engine::Outcome, engine::EngineError>>,
     died: bool,
-) -> anyhow::Result<engine::Outcome> {
+) -> Result<engine::Outcome, ServeError> {
     match engine.join() {
-        Ok(Ok(_)) if died => anyhow::bail!("the engine stopped without being asked to"),
-        Ok(outcome) => outcome.map_err(|e| anyhow::anyhow!("the engine failed: {e}")),
+        Ok(Ok(_)) if died => Err(ServeError::EngineStopped),
+        Ok(outcome) => Ok(outcome?),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".into());
-            anyhow::bail!("the engine panicked: {what}")
+            Err(ServeError::EnginePanicked(what))
         }
     }
 }
@@ -496,7 +507,7 @@ fn evict_oldest_handshake(registry: &Registry) -> bool {
 
 impl Listeners {
     /// Listens where the configuration says; non-blocking, so one poll serves both.
-    fn bind(config: &ServerConfig) -> anyhow::Result<Listeners> {
+    fn bind(config: &ServerConfig) -> Result<Listeners, ServeError> {
         let unix = match &config.unix {
             Some(path) => Some(bind_unix(path)?),
             None => None,
@@ -504,16 +515,15 @@ impl Listeners {
         let tcp = match &config.tcp {
             Some(addr) => Some(
                 TcpListener::bind(addr)
-                    .map_err(|e| anyhow::anyhow!("server.tcp: cannot listen on {addr}: {e}"))?,
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| ServeError::Listen {
+                        setting: "server.tcp",
+                        at: addr.to_string(),
+                        source,
+                    })?,
             ),
             None => None,
         };
-        if let Some(l) = &unix {
-            l.set_nonblocking(true)?;
-        }
-        if let Some(l) = &tcp {
-            l.set_nonblocking(true)?;
-        }
         Ok(Listeners {
             unix,
             tcp,
@@ -531,15 +541,18 @@ impl Listeners {
     }
 
     /// `unix:PATH, tcp:ADDR` for the start-up line.
-    fn describe(&self, config: &ServerConfig) -> anyhow::Result<String> {
+    fn describe(&self, config: &ServerConfig) -> String {
         let mut listening = Vec::new();
         if let Some(p) = &config.unix {
             listening.push(format!("unix:{}", p.display()));
         }
         if let Some(l) = &self.tcp {
-            listening.push(format!("tcp:{}", l.local_addr()?));
+            match l.local_addr() {
+                Ok(at) => listening.push(format!("tcp:{at}")),
+                Err(_) => listening.push(format!("tcp:{}", config.tcp.as_deref().unwrap_or("?"))),
+            }
         }
-        Ok(listening.join(", "))
+        listening.join(", ")
     }
 
     /// Waits up to `timeout_ms` for a connection, then hands every waiting one to `on`.
@@ -910,26 +923,32 @@ fn describe<T: std::fmt::Debug>(value: &Option<T>) -> String {
     }
 }
 
-/// Binds the unix socket with mode 0600, replacing a stale socket (never another file).
-fn bind_unix(path: &PathBuf) -> anyhow::Result<UnixListener> {
+/// Binds the unix socket with mode 0600, non-blocking, replacing a stale socket (never
+/// another file).
+fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
+    let listen = |source| ServeError::Listen {
+        setting: "server.unix",
+        at: path.display().to_string(),
+        source,
+    };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            anyhow::bail!(
-                "server.unix: {} exists and is not a socket; not replacing it",
-                path.display()
-            );
+            return Err(ServeError::SocketPath {
+                path: path.clone(),
+                why: "exists and is not a socket; not replacing it",
+            });
         }
         if UnixStream::connect(path).is_ok() {
-            anyhow::bail!(
-                "server.unix: {} is in use by a running server",
-                path.display()
-            );
+            return Err(ServeError::SocketPath {
+                path: path.clone(),
+                why: "is in use by a running server",
+            });
         }
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(path).map_err(listen)?;
     }
-    let l = UnixListener::bind(path)
-        .map_err(|e| anyhow::anyhow!("server.unix: cannot listen on {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let l = UnixListener::bind(path).map_err(listen)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(listen)?;
+    l.set_nonblocking(true).map_err(listen)?;
     Ok(l)
 }
 
@@ -971,17 +990,7 @@ fn spawn_connection(
                 // A client that hangs up mid-conversation is not news.
                 // Nor is one that sat silent past the handshake timeout (logged below
                 // would let idle clients fill the log).
-                let gone = e.downcast_ref::<std::io::Error>().is_some_and(|e| {
-                    matches!(
-                        e.kind(),
-                        std::io::ErrorKind::BrokenPipe
-                            | std::io::ErrorKind::ConnectionReset
-                            | std::io::ErrorKind::UnexpectedEof
-                            | std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                    )
-                });
-                if !gone {
+                if !e.is_gone() {
                     logs::PeerLog::global()
                         .line(&peer, || format!("ioshare: connection {id} ({peer}): {e}"));
                 }
@@ -1008,7 +1017,7 @@ fn connection(
     engine: EngineHandle,
     (policy, tls): (TlsPolicy, Option<tls::Credentials>),
     handed_off: impl FnOnce(),
-) -> anyhow::Result<()> {
+) -> Result<(), ConnectionError> {
     // A client that connects and says nothing (or reads nothing) is dropped after
     // `server.handshake_timeout_s`, not kept with its thread and descriptors.
     stream.set_timeouts(Some(timeout))?;
@@ -1076,7 +1085,7 @@ fn handshake(
     (exports, limits): (&Arc<Vec<ExportInfo>>, &ConnLimits),
     tls: Option<tls::Credentials>,
     handed_off: impl FnOnce(),
-) -> anyhow::Result<Option<(usize, Transport)>> {
+) -> Result<Option<(usize, Transport)>, ConnectionError> {
     let mut buf = vec![0u8; 64 << 10];
     io.write_all(&codec.take_output())?;
     let export = loop {
@@ -1125,7 +1134,7 @@ fn handshake(
             Ok(None) => None,
             Err(e) => {
                 let _ = io.write_all(&codec.take_output());
-                return Err(anyhow::anyhow!("handshake: {e}"));
+                return Err(ConnectionError::Protocol(e));
             }
         };
         if let Some(e) = selected {
@@ -1146,33 +1155,32 @@ fn start_tls(
     plain: Stream,
     credentials: tls::Credentials,
     early: Vec<u8>,
-) -> anyhow::Result<Transport> {
+) -> Result<Transport, ConnectionError> {
     Ok(match credentials {
         tls::Credentials::X509(config) => {
-            let mut conn = rustls::ServerConnection::new(config)?;
+            let mut conn =
+                rustls::ServerConnection::new(config).map_err(|e| ConnectionError::tls("", e))?;
             // All of it (read_tls takes at most 4 KiB at a time), processed,
             // so a whole ClientHello sent early is answered.
             let mut rest = early.as_slice();
             while !rest.is_empty() {
                 conn.read_tls(&mut rest)?;
                 conn.process_new_packets()
-                    .map_err(|e| anyhow::anyhow!("TLS handshake: {e}"))?;
+                    .map_err(|e| ConnectionError::tls("", e))?;
             }
             let mut owned = rustls::StreamOwned::new(conn, plain);
             while owned.conn.is_handshaking() {
                 owned
                     .conn
                     .complete_io(&mut owned.sock)
-                    .map_err(|e| anyhow::Error::new(e).context("TLS handshake"))?;
+                    .map_err(ConnectionError::tls_io)?;
             }
             Transport::Tls(Box::new(owned))
         }
         tls::Credentials::Psk(context) => {
-            let ssl = openssl::ssl::Ssl::new(&context)?;
+            let ssl = openssl::ssl::Ssl::new(&context).map_err(|e| ConnectionError::tls("", e))?;
             let stream = ssl.accept(tls::Prepended::new(early, plain)).map_err(|e| {
-                anyhow::anyhow!(
-                    "TLS handshake (PSK; an unknown identity or a wrong key fails it): {e}"
-                )
+                ConnectionError::tls(" (PSK; an unknown identity or a wrong key fails it)", e)
             })?;
             Transport::Psk(Box::new(stream))
         }

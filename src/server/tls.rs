@@ -22,12 +22,12 @@
 #![allow(unsafe_code)]
 
 use super::config::Tls;
-use anyhow::Context as _;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Most decrypted client bytes the relay holds for the engine.
@@ -38,54 +38,97 @@ const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
 /// Bytes moved per read, either way.
 const CHUNK: usize = 64 << 10;
 
+/// Why TLS could not be set up; each names the setting (and file) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// TLS with certificates but without both of them.
+    #[error("server.tls_cert and server.tls_key are needed for TLS")]
+    NoPair,
+    /// A file a setting names could not be read or holds nothing usable.
+    #[error("server.{setting}: {}: {reason}", path.display())]
+    File {
+        /// The setting (`tls_cert`, `tls_key`, `tls_client_ca`, `tls_psk`).
+        setting: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it (for a line, its number first).
+        reason: String,
+    },
+    /// The certificate and key do not go together (or rustls refused them).
+    #[error("{what}: {source}")]
+    Rustls {
+        /// What was being set up.
+        what: &'static str,
+        /// Why.
+        source: rustls::Error,
+    },
+    /// OpenSSL refused a setting of the pre-shared-key context.
+    #[error("OpenSSL {what}: {source}")]
+    OpenSsl {
+        /// What was being set.
+        what: &'static str,
+        /// Why.
+        source: openssl::error::ErrorStack,
+    },
+}
+
+impl TlsError {
+    fn file(setting: &'static str, path: &Path, reason: impl std::fmt::Display) -> TlsError {
+        TlsError::File {
+            setting,
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
 /// The rustls server configuration `tls` describes: its certificate chain and key, and
 /// with `client_ca` a verifier that requires a client certificate signed by those CAs.
-pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub fn server_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let (Some(cert), Some(key)) = (&tls.cert, &tls.key) else {
-        anyhow::bail!("server.tls_cert and server.tls_key are needed for TLS");
+        return Err(TlsError::NoPair);
     };
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|c| c.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("server.tls_cert: {}", cert.display()))?;
+        .map_err(|e| TlsError::file("tls_cert", cert, e))?;
     if certs.is_empty() {
-        anyhow::bail!("server.tls_cert: {}: no certificate in it", cert.display());
+        return Err(TlsError::file("tls_cert", cert, "no certificate in it"));
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("server.tls_key: {}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::file("tls_key", key, e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?;
+        .map_err(|source| TlsError::Rustls {
+            what: "TLS protocol versions",
+            source,
+        })?;
     let builder = match &tls.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
+            let bad = |e: &dyn std::fmt::Display| TlsError::file("tls_client_ca", ca, e);
             let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .with_context(|| format!("server.tls_client_ca: {}", ca.display()))?
-            {
-                let c = c.with_context(|| format!("server.tls_client_ca: {}", ca.display()))?;
-                roots
-                    .add(c)
-                    .with_context(|| format!("server.tls_client_ca: {}", ca.display()))?;
+            for c in CertificateDer::pem_file_iter(ca).map_err(|e| bad(&e))? {
+                let c = c.map_err(|e| bad(&e))?;
+                roots.add(c).map_err(|e| bad(&e))?;
             }
             if roots.is_empty() {
-                anyhow::bail!(
-                    "server.tls_client_ca: {}: no certificate in it",
-                    ca.display()
-                );
+                return Err(bad(&"no certificate in it"));
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,
             )
             .build()
-            .with_context(|| format!("server.tls_client_ca: {}", ca.display()))?;
+            .map_err(|e| bad(&e))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let config = builder
         .with_single_cert(certs, key)
-        .context("server.tls_cert and server.tls_key do not make a usable pair")?;
+        .map_err(|source| TlsError::Rustls {
+            what: "server.tls_cert and server.tls_key do not make a usable pair",
+            source,
+        })?;
     Ok(Arc::new(config))
 }
 
@@ -108,7 +151,7 @@ pub enum Credentials {
 }
 
 /// The credentials `tls` names.
-pub fn credentials(tls: &Tls) -> anyhow::Result<Credentials> {
+pub fn credentials(tls: &Tls) -> Result<Credentials, TlsError> {
     match &tls.psk {
         Some(path) => Ok(Credentials::Psk(psk_context(path)?)),
         None => Ok(Credentials::X509(server_config(tls)?)),
@@ -117,21 +160,20 @@ pub fn credentials(tls: &Tls) -> anyhow::Result<Credentials> {
 
 /// Reads a PSK file: one `identity:key` a line, the key in hex (qemu's `keys.psk`,
 /// nbdkit's `--tls-psk`, `psktool`'s output). Blank lines and `#` comments are skipped.
-pub fn read_psk_file(path: &std::path::Path) -> anyhow::Result<HashMap<Vec<u8>, Vec<u8>>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("server.tls_psk: {}", path.display()))?;
+pub fn read_psk_file(path: &Path) -> Result<HashMap<Vec<u8>, Vec<u8>>, TlsError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TlsError::file("tls_psk", path, e))?;
     let mut keys = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = || format!("server.tls_psk: {} line {}", path.display(), i + 1);
+        let bad = |why: &str| TlsError::file("tls_psk", path, format!("line {}: {why}", i + 1));
         let Some((identity, hex)) = line.split_once(':') else {
-            anyhow::bail!("{}: expected identity:hexkey", at());
+            return Err(bad("expected identity:hexkey"));
         };
         if identity.is_empty() || identity.len() > 128 {
-            anyhow::bail!("{}: the identity must be 1 to 128 bytes", at());
+            return Err(bad("the identity must be 1 to 128 bytes"));
         }
         // Hex digits only, checked first: slicing inside a multi-byte character would
         // panic, and from_str_radix takes a sign.
@@ -144,13 +186,13 @@ pub fn read_psk_file(path: &std::path::Path) -> anyhow::Result<HashMap<Vec<u8>, 
             })
             .flatten()
             .filter(|k| (16..=MAX_PSK).contains(&k.len()))
-            .with_context(|| format!("{}: the key must be 16 to {MAX_PSK} bytes in hex", at()))?;
+            .ok_or_else(|| bad(&format!("the key must be 16 to {MAX_PSK} bytes in hex")))?;
         if keys.insert(identity.as_bytes().to_vec(), key).is_some() {
-            anyhow::bail!("{}: identity '{identity}' given twice", at());
+            return Err(bad(&format!("identity '{identity}' given twice")));
         }
     }
     if keys.is_empty() {
-        anyhow::bail!("server.tls_psk: {}: no keys in it", path.display());
+        return Err(TlsError::file("tls_psk", path, "no keys in it"));
     }
     Ok(keys)
 }
@@ -158,15 +200,16 @@ pub fn read_psk_file(path: &std::path::Path) -> anyhow::Result<HashMap<Vec<u8>, 
 /// The longest key OpenSSL's PSK callback takes (`PSK_MAX_PSK_LEN`).
 const MAX_PSK: usize = 256;
 
-fn psk_context(path: &std::path::Path) -> anyhow::Result<openssl::ssl::SslContext> {
+fn psk_context(path: &Path) -> Result<openssl::ssl::SslContext, TlsError> {
     use openssl::ssl::{SslContextBuilder, SslMethod, SslMode, SslVersion};
     let keys = read_psk_file(path)?;
-    let mut b = SslContextBuilder::new(SslMethod::tls_server()).context("OpenSSL")?;
+    let refused = |what| move |source| TlsError::OpenSsl { what, source };
+    let mut b = SslContextBuilder::new(SslMethod::tls_server()).map_err(refused("context"))?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))
-        .context("OpenSSL")?;
+        .map_err(refused("protocol version"))?;
     // No certificate: PSK key exchanges only (TLS 1.3 uses its PSK with (EC)DHE).
     b.set_cipher_list("kECDHEPSK:kDHEPSK:!eNULL:!MD5:!RC4:!3DES")
-        .context("OpenSSL cipher list")?;
+        .map_err(refused("cipher list"))?;
     b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
     // Whole socket reads, not a record header and then its body: fewer system calls.
     b.set_read_ahead(true);

@@ -21,7 +21,6 @@ use crate::io::ring::Ring;
 use crate::io::transfer::{Cache, DIRECT_ALIGN, Next, Target as FileTarget, Transfer};
 use crate::nbd::CommandKind;
 use crate::types::{Nanos, Op, Request};
-use anyhow::{Context, bail};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -29,6 +28,47 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Why a target could not be opened, prepared or switched.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// What was asked would be unsafe or cannot be done here (the message says which
+    /// option or path, and what to do instead).
+    #[error("{0}")]
+    Refused(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, naming its path.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The target failed a request while it was written.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Refuses with a formatted message.
+macro_rules! refuse {
+    ($($t:tt)*) => {
+        return Err(TargetError::Refused(format!($($t)*)))
+    };
+}
+
+/// An I/O result with what was being done.
+trait At<T> {
+    fn at(self, what: impl FnOnce() -> String) -> Result<T, TargetError>;
+}
+
+impl<T> At<T> for std::io::Result<T> {
+    fn at(self, what: impl FnOnce() -> String) -> Result<T, TargetError> {
+        self.map_err(|source| TargetError::Io {
+            what: what(),
+            source,
+        })
+    }
+}
 
 /// What a target is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,26 +147,26 @@ impl Target {
         create_bytes: Option<u64>,
         writes: bool,
         destroy_data: bool,
-    ) -> anyhow::Result<Target> {
+    ) -> Result<Target, TargetError> {
         if !path.exists() {
             let Some(bytes) = create_bytes else {
-                bail!(
+                refuse!(
                     "{} does not exist: give --size to create a file of that size to measure",
                     path.display()
                 );
             };
             if bytes < MIN_BYTES {
-                bail!("--size {bytes}: a target is at least 2 MiB");
+                refuse!("--size {bytes}: a target is at least 2 MiB");
             }
             let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
+                .at(|| format!("cannot create {}", path.display()))?;
             // Removed again if anything below fails.
             let opened = f
                 .set_len(bytes)
-                .with_context(|| format!("cannot size {} to {bytes} bytes", path.display()))
+                .at(|| format!("cannot size {} to {bytes} bytes", path.display()))
                 .and_then(|()| Target::open_existing(path, true, writes, destroy_data));
             if opened.is_err() {
                 let _ = std::fs::remove_file(path);
@@ -135,7 +175,7 @@ impl Target {
         }
         if let Some(bytes) = create_bytes {
             let has = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-            bail!(
+            refuse!(
                 "--size {bytes} is for a TARGET that does not exist; {} does ({has} bytes)",
                 path.display()
             );
@@ -148,8 +188,8 @@ impl Target {
         created: bool,
         writes: bool,
         destroy_data: bool,
-    ) -> anyhow::Result<Target> {
-        let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    ) -> Result<Target, TargetError> {
+        let meta = std::fs::metadata(path).at(|| path.display().to_string())?;
         let kind = if meta.file_type().is_block_device() {
             Kind::Block {
                 sysfs: disk_name(meta.rdev())?,
@@ -157,13 +197,13 @@ impl Target {
         } else if meta.is_file() {
             Kind::File { created }
         } else {
-            bail!(
+            refuse!(
                 "{} is neither a regular file nor a block device",
                 path.display()
             );
         };
         if writes && !created && !destroy_data {
-            bail!(
+            refuse!(
                 "{} exists and measuring writes to it destroys its data: give --destroy-data \
                  if that is what you want (or a path that does not exist, with --size, to \
                  measure a new file)",
@@ -194,33 +234,36 @@ impl Target {
                             .to_string(),
                         |m| format!("holds a mounted file system ({m})"),
                     );
-                    bail!("{} {why}; refusing to write to it", path.display());
+                    refuse!("{} {why}; refusing to write to it", path.display());
                 }
-                Err(e) => bail!("cannot open {}: {e}", path.display()),
+                Err(e) => return Err(e).at(|| format!("cannot open {}", path.display())),
             }
         } else {
             None
         };
         let direct = open(true, false).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => anyhow::anyhow!(
+            Some(libc::EINVAL) => TargetError::Refused(format!(
                 "{}: its file system does not support O_DIRECT (tmpfs does not): measure a \
                  file on the disk itself",
                 path.display()
-            ),
-            _ => anyhow::anyhow!("cannot open {}: {e}", path.display()),
+            )),
+            _ => TargetError::Io {
+                what: format!("cannot open {}", path.display()),
+                source: e,
+            },
         })?;
-        let buffered =
-            open(false, false).with_context(|| format!("cannot open {}", path.display()))?;
+        let buffered = open(false, false).at(|| format!("cannot open {}", path.display()))?;
         let bytes = match kind {
             Kind::Block { .. } => {
                 let mut f = &buffered;
-                std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0))?
+                std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0))
+                    .at(|| format!("cannot find the size of {}", path.display()))?
             }
             Kind::File { .. } => meta.len(),
         };
         let size = bytes / MIN_BYTES * MIN_BYTES;
         if size == 0 {
-            bail!("{} is smaller than 2 MiB", path.display());
+            refuse!("{} is smaller than 2 MiB", path.display());
         }
         Ok(Target {
             path: path.to_path_buf(),
@@ -248,7 +291,7 @@ impl Target {
 
     /// Writes the whole target once, 1 MiB at a time at queue depth 16, so that reads
     /// read data (a fresh file's holes read as zeroes without touching the disk).
-    pub fn fill(&self, progress: bool) -> anyhow::Result<()> {
+    pub fn fill(&self, progress: bool) -> Result<(), TargetError> {
         let chunk = 1u64 << 20;
         let count = self.size / chunk;
         self.write_pass("filling", count, chunk as u32, 16, |i| i * chunk, progress)
@@ -257,12 +300,11 @@ impl Target {
     /// Ages the target: random 4 KiB writes at queue depth 32, `passes` times its size
     /// in all (seeded: the same offsets every run), so that a flash drive is measured
     /// in the steady state its garbage collection reaches rather than fresh.
-    pub fn age(&self, passes: f64, progress: bool) -> anyhow::Result<()> {
+    pub fn age(&self, passes: f64, progress: bool) -> Result<(), TargetError> {
         use rand::{RngExt, SeedableRng};
-        anyhow::ensure!(
-            passes.is_finite() && passes > 0.0 && passes <= 100.0,
-            "aging passes must be in (0, 100], got {passes}"
-        );
+        if !(passes.is_finite() && passes > 0.0 && passes <= 100.0) {
+            refuse!("aging passes must be in (0, 100], got {passes}");
+        }
         let slots = self.size / 4096;
         let count = (passes * slots as f64) as u64;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
@@ -285,7 +327,7 @@ impl Target {
         depth: usize,
         mut at: impl FnMut(u64) -> u64,
         progress: bool,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), TargetError> {
         let bar = progress.then(|| {
             let b = indicatif::ProgressBar::new(count);
             b.set_style(
@@ -318,7 +360,10 @@ impl Target {
             }
             dev.wait(dev.now() + 1_000_000_000);
             if let Some(e) = dev.failure() {
-                bail!("{label} {}: {e}", self.path.display());
+                return Err(TargetError::Failed(format!(
+                    "{label} {}: {e}",
+                    self.path.display()
+                )));
             }
             done.clear();
             let now = dev.now();
@@ -333,12 +378,12 @@ impl Target {
         }
         self.direct
             .sync_all()
-            .with_context(|| format!("{label} {}: sync", self.path.display()))?;
+            .at(|| format!("{label} {}: sync", self.path.display()))?;
         Ok(())
     }
 
     /// A device on a ring of its own over this target.
-    pub fn device(&self) -> anyhow::Result<RingDevice> {
+    pub fn device(&self) -> Result<RingDevice, TargetError> {
         RingDevice::new(self)
     }
 }
@@ -352,10 +397,10 @@ impl Drop for Target {
 }
 
 /// The disk (not partition) name under `/sys/block` of a block device number.
-fn disk_name(rdev: u64) -> anyhow::Result<String> {
+fn disk_name(rdev: u64) -> Result<String, TargetError> {
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
     let link = format!("/sys/dev/block/{major}:{minor}");
-    let real = std::fs::canonicalize(&link).with_context(|| format!("cannot resolve {link}"))?;
+    let real = std::fs::canonicalize(&link).at(|| format!("cannot resolve {link}"))?;
     // A partition's directory sits inside its disk's.
     let dir = if real.join("partition").exists() {
         real.parent().map(Path::to_path_buf).unwrap_or(real)
@@ -369,7 +414,7 @@ fn disk_name(rdev: u64) -> anyhow::Result<String> {
 }
 
 /// Where a file system on the device (or one of its partitions) is mounted, if any.
-fn mounted(rdev: u64) -> anyhow::Result<Option<String>> {
+fn mounted(rdev: u64) -> Result<Option<String>, TargetError> {
     let disk = disk_name(rdev)?;
     let mut numbers = vec![format!("{}:{}", libc::major(rdev), libc::minor(rdev))];
     if let Ok(entries) = std::fs::read_dir(format!("/sys/block/{disk}")) {
@@ -384,7 +429,7 @@ fn mounted(rdev: u64) -> anyhow::Result<Option<String>> {
     let whole = std::fs::read_to_string(format!("/sys/block/{disk}/dev")).unwrap_or_default();
     numbers.push(whole.trim().to_string());
     let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .context("cannot read /proc/self/mountinfo")?;
+        .at(|| "cannot read /proc/self/mountinfo".into())?;
     Ok(info.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         (f.len() > 4 && numbers.iter().any(|n| n == f[2])).then(|| f[4].to_string())
@@ -393,9 +438,9 @@ fn mounted(rdev: u64) -> anyhow::Result<Option<String>> {
 
 /// The kernel schedulers a disk offers, and the one in use (a device with a single
 /// one, as device-mapper's `none`, lists it without brackets).
-pub fn schedulers(disk: &str) -> anyhow::Result<(Vec<String>, String)> {
+pub fn schedulers(disk: &str) -> Result<(Vec<String>, String), TargetError> {
     let path = format!("/sys/block/{disk}/queue/scheduler");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    let text = std::fs::read_to_string(&path).at(|| format!("cannot read {path}"))?;
     let mut current = String::new();
     let names: Vec<String> = text
         .split_whitespace()
@@ -426,10 +471,10 @@ pub struct SchedulerGuard {
 
 impl SchedulerGuard {
     /// Switches `disk` to `scheduler` (which it must offer).
-    pub fn switch(disk: &str, scheduler: &str) -> anyhow::Result<SchedulerGuard> {
+    pub fn switch(disk: &str, scheduler: &str) -> Result<SchedulerGuard, TargetError> {
         let (names, old) = schedulers(disk)?;
         if !names.iter().any(|n| n == scheduler) {
-            bail!(
+            refuse!(
                 "{disk} offers no scheduler '{scheduler}' (it has: {})",
                 names.join(", ")
             );
@@ -457,13 +502,20 @@ impl SchedulerGuard {
     }
 }
 
-fn set_scheduler(disk: &str, scheduler: &str) -> anyhow::Result<()> {
+fn set_scheduler(disk: &str, scheduler: &str) -> Result<(), TargetError> {
     let path = format!("/sys/block/{disk}/queue/scheduler");
-    std::fs::write(&path, scheduler).map_err(|e| match e.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => {
-            anyhow::anyhow!("cannot write '{scheduler}' to {path}: {e} (root is needed)")
+    std::fs::write(&path, scheduler).map_err(|source| {
+        let root = matches!(
+            source.raw_os_error(),
+            Some(libc::EACCES) | Some(libc::EPERM)
+        );
+        TargetError::Io {
+            what: format!(
+                "cannot write '{scheduler}' to {path}{}",
+                if root { " (root is needed)" } else { "" }
+            ),
+            source,
         }
-        _ => anyhow::anyhow!("cannot write '{scheduler}' to {path}: {e}"),
     })
 }
 
@@ -529,10 +581,10 @@ pub struct RingDevice {
 static STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl RingDevice {
-    fn new(t: &Target) -> anyhow::Result<RingDevice> {
-        let ring = Ring::new(256).context("cannot set up io_uring")?;
+    fn new(t: &Target) -> Result<RingDevice, TargetError> {
+        let ring = Ring::new(256).at(|| "cannot set up io_uring".into())?;
         if !ring.waits_with_timeout() {
-            bail!(
+            refuse!(
                 "this kernel's io_uring cannot wait with a timeout (Linux 5.11 or later is needed)"
             );
         }

@@ -4,6 +4,7 @@
 
 pub mod standins;
 
+use crate::config::Invalid;
 use crate::types::{Nanos, Op, secs_to_nanos};
 use crate::units::ByteSize;
 use rand::{RngExt, SeedableRng};
@@ -206,14 +207,18 @@ pub const MAX_IODEPTH: u32 = 65_536;
 pub const MAX_RATE_IOPS: f64 = 10_000_000.0;
 
 /// Settings one table may not give together: one of them would silently win.
-fn conflicts(t: &WorkloadTable) -> Result<(), String> {
+fn conflicts(t: &WorkloadTable) -> Result<(), Invalid> {
     if t.iodepth.is_some() && t.rate_iops.is_some() {
-        return Err(
-            "iodepth (a closed loop) and rate_iops (an open loop) together: give one".into(),
-        );
+        return Err(Invalid::new(
+            "iodepth/rate_iops",
+            "a closed loop (iodepth) and an open loop (rate_iops) together: give one",
+        ));
     }
     if t.size.is_some() && t.size_mean.is_some() {
-        return Err("size (fixed) and size_mean (drawn) together: give one".into());
+        return Err(Invalid::new(
+            "size/size_mean",
+            "a fixed size and a drawn one together: give one",
+        ));
     }
     if t.read_mix.is_some()
         && matches!(
@@ -221,7 +226,10 @@ fn conflicts(t: &WorkloadTable) -> Result<(), String> {
             Some(Pattern::Read | Pattern::RandRead | Pattern::Write | Pattern::RandWrite)
         )
     {
-        return Err("read_mix applies to the mixed patterns rw and randrw only".into());
+        return Err(Invalid::new(
+            "read_mix",
+            "applies to the mixed patterns rw and randrw only",
+        ));
     }
     Ok(())
 }
@@ -259,37 +267,49 @@ impl Knobs {
         self.idle = t.idle.unwrap_or(false);
     }
 
-    fn resolve(&self, start: Nanos, end: Option<Nanos>) -> Result<Phase, String> {
-        let pattern = self.pattern.ok_or(
-            "no pattern: set `pattern` (read, write, rw, randread, randwrite, randrw) or `standin`",
-        )?;
+    fn resolve(&self, start: Nanos, end: Option<Nanos>) -> Result<Phase, Invalid> {
+        let pattern = self.pattern.ok_or_else(|| {
+            Invalid::new(
+                "pattern",
+                "missing: set it (read, write, rw, randread, randwrite, randrw), or `standin`",
+            )
+        })?;
         let read_mix = match pattern {
             Pattern::Read | Pattern::RandRead => 1.0,
             Pattern::Write | Pattern::RandWrite => 0.0,
             Pattern::Rw | Pattern::RandRw => self.read_mix.unwrap_or(0.5),
         };
         if !(0.0..=1.0).contains(&read_mix) {
-            return Err(format!("read_mix must be between 0 and 1, got {read_mix}"));
+            return Err(Invalid::new(
+                "read_mix",
+                format!("must be between 0 and 1, got {read_mix}"),
+            ));
         }
         let align = self.align;
         if align == 0 || !align.is_multiple_of(512) {
-            return Err(format!(
-                "align must be a positive multiple of 512 bytes, got {align}"
+            return Err(Invalid::new(
+                "align",
+                format!("must be a positive multiple of 512 bytes, got {align}"),
             ));
         }
         const MAX_REQUEST: u64 = 32 << 20;
         let size = match (self.size, self.size_mean) {
-            (Some(0), _) | (_, Some(0)) => return Err("size must be > 0".into()),
+            (Some(0), _) => return Err(Invalid::new("size", "must be > 0")),
+            (_, Some(0)) => return Err(Invalid::new("size_mean", "must be > 0")),
             (Some(s), _) if s > MAX_REQUEST => {
-                return Err(format!("size {s} exceeds the 32 MiB request cap"));
+                return Err(Invalid::new(
+                    "size",
+                    format!("{s} exceeds the 32 MiB request cap"),
+                ));
             }
             (Some(s), _) => SizeDist::Fixed(s as u32),
             (None, Some(mean)) => {
                 // Uniform over aligned sizes in [align, 2·mean − align]: mean preserved.
                 let max = (2 * mean).saturating_sub(align).max(align) / align * align;
                 if max > MAX_REQUEST {
-                    return Err(format!(
-                        "size_mean {mean} draws sizes past the 32 MiB request cap"
+                    return Err(Invalid::new(
+                        "size_mean",
+                        format!("{mean} draws sizes past the 32 MiB request cap"),
                     ));
                 }
                 SizeDist::Uniform {
@@ -305,8 +325,9 @@ impl Knobs {
         } else {
             match (self.iodepth, self.rate_iops) {
                 (_, Some(r)) if !(r.is_finite() && r > 0.0 && r <= MAX_RATE_IOPS) => {
-                    return Err(format!(
-                        "rate_iops must be in (0, {MAX_RATE_IOPS}], got {r}"
+                    return Err(Invalid::new(
+                        "rate_iops",
+                        format!("must be in (0, {MAX_RATE_IOPS}], got {r}"),
                     ));
                 }
                 (_, Some(r)) => Arrivals::Open {
@@ -314,10 +335,16 @@ impl Knobs {
                     process: self.rate_process,
                 },
                 (Some(0), None) => {
-                    return Err("iodepth must be ≥ 1 (use idle = true for no I/O)".into());
+                    return Err(Invalid::new(
+                        "iodepth",
+                        "must be ≥ 1 (use idle = true for no I/O)",
+                    ));
                 }
                 (Some(d), None) if d > MAX_IODEPTH => {
-                    return Err(format!("iodepth must be at most {MAX_IODEPTH}, got {d}"));
+                    return Err(Invalid::new(
+                        "iodepth",
+                        format!("must be at most {MAX_IODEPTH}, got {d}"),
+                    ));
                 }
                 (Some(d), None) => Arrivals::Closed { iodepth: d },
                 (None, None) => Arrivals::Closed { iodepth: 1 },
@@ -341,7 +368,7 @@ pub const STANDIN_IODEPTH: u32 = 16;
 impl WorkloadConfig {
     /// Reads a scenario's `workload` value: a stand-in's name or a table. Errors name
     /// the key and the problem (an untagged enum would only say that nothing matched).
-    pub fn from_value(value: toml::Value) -> Result<Self, String> {
+    pub fn from_value(value: toml::Value) -> Result<Self, Invalid> {
         match value {
             toml::Value::String(name) => Ok(WorkloadConfig::Named(name)),
             toml::Value::Table(_) => serde_path_to_error::deserialize::<_, WorkloadTable>(value)
@@ -349,20 +376,20 @@ impl WorkloadConfig {
                 .map_err(|e| {
                     let problem = e.inner().message().trim_end().to_string();
                     match e.path().to_string().as_str() {
-                        "." | "" => problem,
-                        path => format!("{path}: {problem}"),
+                        "." | "" => Invalid::whole(problem),
+                        path => Invalid::new(path, problem),
                     }
                 }),
-            other => Err(format!(
+            other => Err(Invalid::whole(format!(
                 "must be a stand-in's name or a table, got {} {other}",
                 other.type_str()
-            )),
+            ))),
         }
     }
 
     /// Validates and resolves the workload. Errors say what is wrong; the caller adds
     /// where (file, tenant).
-    pub fn resolve(&self) -> Result<Workload, String> {
+    pub fn resolve(&self) -> Result<Workload, Invalid> {
         let table = match self {
             WorkloadConfig::Named(n) => WorkloadTable {
                 standin: Some(n.clone()),
@@ -384,10 +411,14 @@ impl WorkloadConfig {
         let mut label = String::new();
         if let Some(name) = &table.standin {
             let s = standins::standin(name).ok_or_else(|| {
-                format!(
+                let problem = format!(
                     "unknown workload '{name}' (known: {})",
                     standins::names().join(", ")
-                )
+                );
+                match self {
+                    WorkloadConfig::Named(_) => Invalid::whole(problem),
+                    WorkloadConfig::Table(_) => Invalid::new("standin", problem),
+                }
             })?;
             base.pattern = Some(Pattern::RandRw);
             base.read_mix = Some(s.read_mix);
@@ -397,34 +428,44 @@ impl WorkloadConfig {
             label = format!("{name} (synthetic stand-in)");
         }
         if table.duration_s.is_some() {
-            return Err("duration_s belongs to a phase, not to the workload".into());
+            return Err(Invalid::new(
+                "duration_s",
+                "belongs to a phase, not to the workload",
+            ));
         }
         conflicts(&table)?;
         base.apply(&table);
         let phases = match &table.phases {
             None => vec![base.resolve(0, None)?],
-            Some(list) if list.is_empty() => return Err("phases is empty".into()),
+            Some(list) if list.is_empty() => return Err(Invalid::new("phases", "is empty")),
             Some(list) => {
                 let mut out = Vec::with_capacity(list.len());
                 let mut start = 0;
                 for (i, p) in list.iter().enumerate() {
-                    let ctx = |e: String| format!("phase {}: {e}", i + 1);
+                    let phase = format!("phase {}", i + 1);
+                    let ctx = |e: Invalid| e.within(&phase);
                     if p.phases.is_some() || p.standin.is_some() {
-                        return Err(ctx("phases cannot contain `phases` or `standin`".into()));
+                        return Err(ctx(Invalid::whole(
+                            "a phase cannot contain `phases` or `standin`",
+                        )));
                     }
                     conflicts(p).map_err(ctx)?;
                     let mut knobs = base.clone();
                     knobs.apply(p);
                     let end = match p.duration_s {
                         Some(d) if !(d.is_finite() && d > 0.0) => {
-                            return Err(ctx(format!("duration_s must be > 0, got {d}")));
+                            return Err(ctx(Invalid::new(
+                                "duration_s",
+                                format!("must be > 0, got {d}"),
+                            )));
                         }
                         Some(d) => Some(start + secs_to_nanos(d)),
                         None if i + 1 == list.len() => None,
                         None => {
-                            return Err(ctx(
-                                "duration_s is required except on the last phase".into()
-                            ));
+                            return Err(ctx(Invalid::new(
+                                "duration_s",
+                                "is required except on the last phase",
+                            )));
                         }
                     };
                     out.push(knobs.resolve(start, end).map_err(ctx)?);
@@ -556,21 +597,24 @@ mod tests {
                 "pattern = 'randread'\nsize = '4k'\nsize_mean = '8k'",
                 "give one",
             ),
-            ("pattern = 'randread'\nread_mix = 0.3", "rw and randrw only"),
+            (
+                "pattern = 'randread'\nread_mix = 0.3",
+                "read_mix: applies to the mixed patterns rw and randrw only",
+            ),
             (
                 "pattern = 'randread'\niodepth = 1000000000",
-                "iodepth must be at most 65536",
+                "iodepth: must be at most 65536",
             ),
             (
                 "pattern = 'randread'\nrate_iops = 1e12",
-                "rate_iops must be in (0, 10000000]",
+                "rate_iops: must be in (0, 10000000]",
             ),
             (
                 "pattern = 'randrw'\niodepth = 4\n[[phases]]\nduration_s = 1\niodepth = 2\nrate_iops = 5",
-                "phase 1: iodepth (a closed loop) and rate_iops",
+                "phase 1.iodepth/rate_iops: a closed loop (iodepth) and an open loop",
             ),
         ] {
-            let e = table(text).resolve().unwrap_err();
+            let e = table(text).resolve().unwrap_err().to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
         // A phase may switch from a closed to an open loop: one setting per table.
@@ -600,7 +644,10 @@ mod tests {
 
     #[test]
     fn unknown_standin_lists_known_names() {
-        let e = WorkloadConfig::Named("nope".into()).resolve().unwrap_err();
+        let e = WorkloadConfig::Named("nope".into())
+            .resolve()
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("unknown workload 'nope'") && e.contains("varmail"),
             "{e}"
@@ -652,17 +699,17 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let cases = [
-            ("pattern = \"randread\"\nsize = 0", "size must be > 0"),
+            ("pattern = \"randread\"\nsize = 0", "size: must be > 0"),
             ("pattern = \"randrw\"\nread_mix = 1.5", "read_mix"),
             ("pattern = \"randread\"\niodepth = 0", "iodepth"),
-            ("size = \"4k\"", "no pattern"),
+            ("size = \"4k\"", "pattern: missing"),
             (
                 "pattern = \"read\"\n[[phases]]\nidle = true\n[[phases]]\nidle = false",
-                "phase 1: duration_s is required",
+                "phase 1.duration_s: is required",
             ),
         ];
         for (text, want) in cases {
-            let e = table(text).resolve().unwrap_err();
+            let e = table(text).resolve().unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
     }
