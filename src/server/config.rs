@@ -167,6 +167,15 @@ pub fn default_per_tenant(max_connections: u32, tenants: usize) -> u32 {
         .min(max_connections)
 }
 
+/// A Unix-socket client process's connections when `server.max_connections_per_peer`
+/// is not given: a quarter of `max_connections`, at least 8 (at most all of them). One
+/// process flooding the socket with connections is then closed at accept, which costs
+/// the accept loop microseconds, instead of each taking a handshake thread (measured:
+/// docs/benchmarks.md, "Hostile clients").
+pub fn default_per_local_peer(max_connections: u32) -> u32 {
+    (max_connections / 4).max(8).min(max_connections)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 /// One export, checked.
 pub struct TenantConfig {
@@ -221,8 +230,9 @@ pub struct ServerConfig {
     /// `max_connections` over the exports, at least 4.
     pub max_connections_per_tenant: u32,
     /// Connections (handshaking and served) one peer may have open at once: a TCP
-    /// client's address (its /64 for IPv6), the Unix socket as one peer. `None` (the
-    /// default): no limit of its own, only `max_connections`.
+    /// client's address (its /64 for IPv6), a Unix-socket client's process. `None` (the
+    /// default): no limit of its own over TCP, only `max_connections` (many guests
+    /// share a hypervisor's address); on the Unix socket [`default_per_local_peer`].
     pub max_connections_per_peer: Option<u32>,
     /// TLS for the exports (`NBD_OPT_STARTTLS`).
     pub tls: Tls,
@@ -244,6 +254,12 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// Connections one Unix-socket client process may have open at once.
+    pub fn local_peer_limit(&self) -> u32 {
+        self.max_connections_per_peer
+            .unwrap_or_else(|| default_per_local_peer(self.max_connections))
+    }
+
     /// What the host prices requests by: the model fitted to the emulated device
     /// (`model`, built from it) when that is the cost device, `backend.cost_device`'s
     /// model otherwise, else the default SSD model
@@ -1012,6 +1028,15 @@ mod tests {
         let c = parse(&tenants(3)).unwrap();
         assert_eq!((c.max_connections, c.max_connections_per_tenant), (256, 86));
         assert_eq!(c.max_connections_per_peer, None);
+        assert_eq!(
+            c.local_peer_limit(),
+            64,
+            "a quarter of 256 on the Unix socket"
+        );
+        let c = parse(&format!("[server]\nmax_connections = 20\n{}", tenants(1))).unwrap();
+        assert_eq!(c.local_peer_limit(), 8);
+        let c = parse(&format!("[server]\nmax_connections = 5\n{}", tenants(1))).unwrap();
+        assert_eq!(c.local_peer_limit(), 5);
         let c = parse(&tenants(100)).unwrap();
         assert_eq!(c.max_connections_per_tenant, 4);
         let c = parse(&format!("[server]\nmax_connections = 3\n{}", tenants(2))).unwrap();

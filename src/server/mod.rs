@@ -107,7 +107,7 @@ impl Stream {
     /// its port, `local` on the Unix socket.
     fn peer(&self) -> Arc<str> {
         match self {
-            Stream::Unix(_) => "local".into(),
+            Stream::Unix(s) => local_peer(s),
             Stream::Tcp(s) => match s.peer_addr().map(|a| a.ip()) {
                 Ok(std::net::IpAddr::V6(ip)) if ip.to_ipv4_mapped().is_none() => {
                     let s = ip.segments();
@@ -117,6 +117,32 @@ impl Stream {
                 Err(_) => "unknown".into(),
             },
         }
+    }
+}
+
+/// A Unix-socket client as a peer: its process (`SO_PEERCRED`), so one process's flood
+/// of connections counts against its own limit, not every local client's.
+fn local_peer(s: &UnixStream) -> Arc<str> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 && cred.pid > 0 {
+        format!("local pid {} (uid {})", cred.pid, cred.uid).into()
+    } else {
+        "local".into()
     }
 }
 
@@ -486,9 +512,6 @@ struct Listeners {
 
 /// Accept failures are logged at most this often; the loop backs off after one.
 const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
-/// How long a new connection waits for the slot of the handshake closed for it, when
-/// more than [`EVICTION_ALLOWANCE`] closed ones have not given theirs back yet.
-const EVICTION_WAIT: Duration = Duration::from_millis(200);
 /// Connections over `server.max_connections` while the handshakes closed for them end.
 const EVICTION_ALLOWANCE: usize = 64;
 
@@ -680,11 +703,19 @@ fn accept_until_stopped(
         }
         let timeout = config.handshake_timeout;
         let max = config.max_connections as usize;
-        let per_peer = config.max_connections_per_peer.map(|n| n as usize);
+        // A peer limit of `max_connections` or more adds nothing to the cap, and would
+        // keep the peer's new connections from taking its oldest handshakes' places.
+        let per_peer = |stream: &Stream| {
+            let limit = match stream {
+                Stream::Unix(_) => Some(config.local_peer_limit() as usize),
+                Stream::Tcp(_) => config.max_connections_per_peer.map(|n| n as usize),
+            };
+            limit.filter(|&l| l < max)
+        };
         peers.retain(|_, count| Arc::strong_count(count) > 1);
         listeners.accept(200, |stream| {
             // One peer cannot hold more than its share, whatever the others do.
-            let peer_slot = match per_peer {
+            let peer_slot = match per_peer(&stream) {
                 Some(limit) => {
                     match take_peer_slot(&stream, &mut peers, limit, &mut peer_refusal_logged) {
                         Some(slot) => Some(slot),
@@ -729,34 +760,27 @@ fn take_slot(
     if let Some(slot) = Slot::take(open, max) {
         return Some(slot);
     }
-    let evicted = evict_oldest_handshake(registry);
+    // The new connection takes the place of the one longest in its handshake, whose
+    // thread gives its slot back as its read fails; meanwhile the count may go a little
+    // over the cap. Past that the new one is closed, and nobody is evicted for it: the
+    // accept loop never waits for slots, since while it waits the kernel's backlog
+    // overflows and new clients of every peer are refused (measured: docs/benchmarks.md,
+    // "Hostile clients").
+    let over = Slot::take(open, max + EVICTION_ALLOWANCE);
+    let evicted = over.is_some() && evict_oldest_handshake(registry);
     if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
         eprintln!(
             "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
             if evicted {
                 "closing the connections longest in their handshake for new ones"
             } else {
-                "every one is served; closing new connections"
+                "every one is served or closing; closing new connections"
             },
             ACCEPT_FAILURE_LOG_EVERY.as_secs()
         );
         *refusal_logged = Some(Instant::now());
     }
-    if !evicted {
-        return None;
-    }
-    // Its thread gives the slot back as its read fails; meanwhile the new connection
-    // may go a little over the cap, not wait for that.
-    let waiting = Instant::now();
-    loop {
-        if let Some(slot) = Slot::take(open, max + EVICTION_ALLOWANCE) {
-            return Some(slot);
-        }
-        if waiting.elapsed() > EVICTION_WAIT {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    if evicted { over } else { None }
 }
 
 /// A place for a new connection under its peer's `max_connections_per_peer`; `None`
