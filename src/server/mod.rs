@@ -22,6 +22,7 @@ pub(crate) mod conn;
 pub(crate) mod core;
 pub(crate) mod engine;
 mod error;
+pub(crate) mod gate;
 pub(crate) mod logs;
 pub(crate) mod prometheus;
 pub(crate) mod stats;
@@ -40,6 +41,7 @@ pub use engine::EngineError;
 use engine::EngineHandle;
 use error::ConnectionError;
 pub use error::ServeError;
+use gate::{Entry, ExportPlaces, Gate};
 pub use prometheus::MetricsError;
 use stats::LiveStats;
 use std::collections::HashMap;
@@ -512,8 +514,6 @@ struct Listeners {
 
 /// Accept failures are logged at most this often; the loop backs off after one.
 const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
-/// Connections over `server.max_connections` while the handshakes closed for them end.
-const EVICTION_ALLOWANCE: usize = 64;
 
 /// Closes the connection that has been in its handshake longest (the registry holds
 /// only connections still handshaking; the lowest number came first). False when none
@@ -644,14 +644,6 @@ impl Listeners {
     }
 }
 
-/// The per-export limit on served connections, shared by the handshake threads.
-struct ConnLimits {
-    /// `server.max_connections_per_tenant`.
-    per_tenant: usize,
-    /// Served connections per export (a count a connection's [`Slot`] holds).
-    tenants: Vec<Arc<std::sync::atomic::AtomicUsize>>,
-}
-
 /// Accepts connections (each handshakes on a thread of its own), reloads on SIGHUP and
 /// prints the per-tenant line, until SIGTERM/SIGINT or until `engine_gone` (checked at
 /// least every 0.2 s). Returns the connections still handshaking.
@@ -677,19 +669,9 @@ fn accept_until_stopped(
     );
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
     let mut next_conn = 0u64;
-    // Connections open (handshaking or served), and when a refusal was last logged.
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut refusal_logged: Option<Instant> = None;
-    let mut peer_refusal_logged: Option<Instant> = None;
-    // Connections open per peer (an entry lives while a connection of it holds its
-    // count) and served per export.
-    let mut peers: HashMap<Arc<str>, Arc<std::sync::atomic::AtomicUsize>> = HashMap::new();
-    let limits = Arc::new(ConnLimits {
-        per_tenant: config.max_connections_per_tenant as usize,
-        tenants: (0..config.tenants.len())
-            .map(|_| Default::default())
-            .collect(),
-    });
+    // The limits can change only by a restart (a reload refuses to change them).
+    let mut gate = Gate::of(config);
+    let mut refused = Refusals::default();
     let mut last = (Instant::now(), stats.snapshot());
     while !STOP.load(Ordering::SeqCst) {
         if engine_gone() {
@@ -702,41 +684,29 @@ fn accept_until_stopped(
             }
         }
         let timeout = config.handshake_timeout;
-        let max = config.max_connections as usize;
-        // A peer limit of `max_connections` or more adds nothing to the cap, and would
-        // keep the peer's new connections from taking its oldest handshakes' places.
-        let per_peer = |stream: &Stream| {
-            let limit = match stream {
-                Stream::Unix(_) => Some(config.local_peer_limit() as usize),
-                Stream::Tcp(_) => config.max_connections_per_peer.map(|n| n as usize),
-            };
-            limit.filter(|&l| l < max)
-        };
-        peers.retain(|_, count| Arc::strong_count(count) > 1);
+        let max = config.max_connections;
+        gate.tidy();
         listeners.accept(200, |stream| {
-            // One peer cannot hold more than its share, whatever the others do.
-            let peer_slot = match per_peer(&stream) {
-                Some(limit) => {
-                    match take_peer_slot(&stream, &mut peers, limit, &mut peer_refusal_logged) {
-                        Some(slot) => Some(slot),
-                        None => return,
+            let peer = stream.peer();
+            let local = matches!(stream, Stream::Unix(_));
+            let places = match gate.arrive(&peer, local, || evict_oldest_handshake(&registry)) {
+                Entry::In { places, evicted } => {
+                    if evicted {
+                        refused.log_full(max, true);
                     }
+                    places
                 }
-                None => None,
-            };
-            let slot = take_slot(&open, max, &registry, &mut refusal_logged);
-            // Without a slot the connection is closed at once: a flood of clients
-            // cannot take every descriptor.
-            let Some(slot) = slot else {
-                return;
+                // Closed as it is dropped: a flood of clients cannot take every descriptor.
+                Entry::PeerFull { limit } => return refused.log_peer(limit, &peer),
+                Entry::Full => return refused.log_full(max, false),
             };
             next_conn += 1;
             spawn_connection(
                 stream,
                 next_conn,
                 timeout,
-                [Some(slot), peer_slot].into_iter().flatten().collect(),
-                (&exports, &limits),
+                places,
+                (&exports, gate.exports()),
                 handle,
                 &registry,
                 offer,
@@ -747,63 +717,48 @@ fn accept_until_stopped(
     registry
 }
 
-/// A place for a new connection under `max_connections`. At the cap, the connection
-/// that has sat longest in its handshake makes room: idle clients cannot lock out a new
-/// one, which needs milliseconds to finish its own handshake. `None`: every connection
-/// is served (the new one is closed).
-fn take_slot(
-    open: &Arc<std::sync::atomic::AtomicUsize>,
-    max: usize,
-    registry: &Registry,
-    refusal_logged: &mut Option<Instant>,
-) -> Option<Slot> {
-    if let Some(slot) = Slot::take(open, max) {
-        return Some(slot);
-    }
-    // The new connection takes the place of the one longest in its handshake, whose
-    // thread gives its slot back as its read fails; meanwhile the count may go a little
-    // over the cap. Past that the new one is closed, and nobody is evicted for it: the
-    // accept loop never waits for slots, since while it waits the kernel's backlog
-    // overflows and new clients of every peer are refused (measured: docs/benchmarks.md,
-    // "Hostile clients").
-    let over = Slot::take(open, max + EVICTION_ALLOWANCE);
-    let evicted = over.is_some() && evict_oldest_handshake(registry);
-    if refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
-        eprintln!(
-            "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
-            if evicted {
-                "closing the connections longest in their handshake for new ones"
-            } else {
-                "every one is served or closing; closing new connections"
-            },
-            ACCEPT_FAILURE_LOG_EVERY.as_secs()
-        );
-        *refusal_logged = Some(Instant::now());
-    }
-    if evicted { over } else { None }
+/// When the refusals at accept were last logged (each kind at most every
+/// [`ACCEPT_FAILURE_LOG_EVERY`]).
+#[derive(Default)]
+struct Refusals {
+    full: Option<Instant>,
+    peer: Option<Instant>,
 }
 
-/// A place for a new connection under its peer's `max_connections_per_peer`; `None`
-/// (logged now and then): the peer is at its limit.
-fn take_peer_slot(
-    stream: &Stream,
-    peers: &mut HashMap<Arc<str>, Arc<std::sync::atomic::AtomicUsize>>,
-    limit: usize,
-    refusal_logged: &mut Option<Instant>,
-) -> Option<Slot> {
-    let peer = stream.peer();
-    let count = peers.entry(peer.clone()).or_default().clone();
-    let taken = Slot::take(&count, limit);
-    if taken.is_none()
-        && refusal_logged.is_none_or(|at: Instant| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-    {
-        eprintln!(
-            "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
-            ACCEPT_FAILURE_LOG_EVERY.as_secs()
-        );
-        *refusal_logged = Some(Instant::now());
+impl Refusals {
+    /// `max_connections` reached: handshakes closed for new connections (`evicted`), or
+    /// new connections closed.
+    fn log_full(&mut self, max: u32, evicted: bool) {
+        if self
+            .full
+            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+        {
+            eprintln!(
+                "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
+                if evicted {
+                    "closing the connections longest in their handshake for new ones"
+                } else {
+                    "every one is served or closing; closing new connections"
+                },
+                ACCEPT_FAILURE_LOG_EVERY.as_secs()
+            );
+            self.full = Some(Instant::now());
+        }
     }
-    taken
+
+    /// A peer at its limit.
+    fn log_peer(&mut self, limit: usize, peer: &str) {
+        if self
+            .peer
+            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+        {
+            eprintln!(
+                "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
+                ACCEPT_FAILURE_LOG_EVERY.as_secs()
+            );
+            self.peer = Some(Instant::now());
+        }
+    }
 }
 
 /// The per-tenant line every `interval_s` (0: never), when anything completed since.
@@ -982,7 +937,7 @@ fn spawn_connection(
     id: u64,
     timeout: std::time::Duration,
     slots: Vec<Slot>,
-    (exports, limits): (&Arc<Vec<ExportInfo>>, &Arc<ConnLimits>),
+    (exports, limits): (&Arc<Vec<ExportInfo>>, &Arc<ExportPlaces>),
     engine: &EngineHandle,
     registry: &Registry,
     offer: &TlsOffer,
@@ -1037,7 +992,7 @@ fn connection(
     (id, peer): (u64, Arc<str>),
     timeout: std::time::Duration,
     mut slots: Vec<Slot>,
-    (exports, limits): (Arc<Vec<ExportInfo>>, Arc<ConnLimits>),
+    (exports, limits): (Arc<Vec<ExportInfo>>, Arc<ExportPlaces>),
     engine: EngineHandle,
     (policy, tls): (TlsPolicy, Option<tls::Credentials>),
     handed_off: impl FnOnce(),
@@ -1106,7 +1061,7 @@ fn handshake(
     codec: &mut ServerCodec,
     slots: &mut Vec<Slot>,
     (id, peer): (u64, &Arc<str>),
-    (exports, limits): (&Arc<Vec<ExportInfo>>, &ConnLimits),
+    (exports, limits): (&Arc<Vec<ExportInfo>>, &ExportPlaces),
     tls: Option<tls::Credentials>,
     handed_off: impl FnOnce(),
 ) -> Result<Option<(usize, Transport)>, ConnectionError> {
@@ -1120,27 +1075,25 @@ fn handshake(
         codec.receive(&buf[..n]);
         // One poll answers every complete option; it stops at an event or for bytes.
         let selected = match codec.poll() {
-            Ok(Some(Event::Selected { export })) => {
-                match Slot::take(&limits.tenants[export], limits.per_tenant) {
-                    Some(served) => {
-                        slots.push(served);
-                        Some(export)
-                    }
-                    None => {
-                        refuse_at_tenant_limit(
-                            codec,
-                            &mut io,
-                            (id, peer),
-                            &exports[export].name,
-                            limits.per_tenant,
-                        )?;
-                        if codec.is_closed() {
-                            return Ok(None);
-                        }
-                        continue;
-                    }
+            Ok(Some(Event::Selected { export })) => match limits.take(export) {
+                Some(served) => {
+                    slots.push(served);
+                    Some(export)
                 }
-            }
+                None => {
+                    refuse_at_tenant_limit(
+                        codec,
+                        &mut io,
+                        (id, peer),
+                        &exports[export].name,
+                        limits.limit(),
+                    )?;
+                    if codec.is_closed() {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+            },
             Ok(Some(Event::Disconnect)) => {
                 io.write_all(&codec.take_output())?;
                 return Ok(None);

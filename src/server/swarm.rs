@@ -45,7 +45,6 @@ use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bytes a sector: the unit in which crashes tear.
 const SECTOR: u64 = 512;
@@ -485,10 +484,8 @@ struct World {
     crashed: bool,
     report: Report,
     intents: Vec<Intent>,
-    /// Connections open under `max_connections`, per export, per peer.
-    open: Arc<AtomicUsize>,
-    per_tenant_open: Vec<Arc<AtomicUsize>>,
-    per_peer_open: HashMap<String, Arc<AtomicUsize>>,
+    /// The accepting side's limits, as the server keeps them.
+    gate: super::gate::Gate,
 }
 
 impl World {
@@ -578,9 +575,12 @@ impl World {
             crashed: false,
             report: Report::default(),
             intents: Vec::new(),
-            open: Arc::default(),
-            per_tenant_open: (0..tenants).map(|_| Arc::default()).collect(),
-            per_peer_open: HashMap::new(),
+            gate: super::gate::Gate::new(
+                sc.max_connections as usize,
+                (sc.per_peer.map(|n| n as usize), None),
+                super::config::default_per_tenant(sc.max_connections, tenants) as usize,
+                tenants,
+            ),
         }
     }
 
@@ -636,7 +636,7 @@ impl World {
                 }
             }
             if self.core.is_done() {
-                let open = self.open.load(Ordering::SeqCst);
+                let open = self.gate.open();
                 if open != 0 {
                     return Err(format!("limits: {open} connection place(s) not given back"));
                 }
@@ -753,7 +753,7 @@ impl World {
                     if well_behaved(c.plan.behaviour) && !flooded {
                         return Err(format!(
                             "isolation: client {i} of tenant {tenant} refused by {limit} ({} open)",
-                            self.open.load(Ordering::SeqCst)
+                            self.gate.open()
                         ));
                     }
                     c.server_closed = true;
@@ -779,32 +779,25 @@ impl World {
         Ok(())
     }
 
-    /// The places a new connection takes, as the accepting side takes them: under
-    /// `max_connections`, its peer's limit, its export's; or the limit that refused it.
+    /// The places a new connection takes, from the server's own [`super::gate::Gate`]
+    /// (its peer a TCP address: no local default; no handshake to evict, since the
+    /// swarm's clients select their export at once), and its export's place; or the
+    /// limit that refused it.
     fn places(
         &mut self,
         tenant: usize,
         peer: &str,
     ) -> Result<Vec<super::conn::Slot>, &'static str> {
-        use super::conn::Slot;
-        let mut places = Vec::new();
+        use super::gate::Entry;
+        let mut places = match self.gate.arrive(&peer.into(), false, || false) {
+            Entry::In { places, .. } => places,
+            Entry::PeerFull { .. } => return Err("max_connections_per_peer"),
+            Entry::Full => return Err("max_connections"),
+        };
         places.push(
-            Slot::take(&self.open, self.sc.max_connections as usize).ok_or("max_connections")?,
-        );
-        if let Some(limit) = self.sc.per_peer {
-            let count = self
-                .per_peer_open
-                .entry(peer.to_string())
-                .or_default()
-                .clone();
-            places.push(Slot::take(&count, limit as usize).ok_or("max_connections_per_peer")?);
-        }
-        let share = super::config::default_per_tenant(
-            self.sc.max_connections,
-            self.sc.config.tenants.len(),
-        );
-        places.push(
-            Slot::take(&self.per_tenant_open[tenant], share as usize)
+            self.gate
+                .exports()
+                .take(tenant)
                 .ok_or("max_connections_per_tenant")?,
         );
         Ok(places)
