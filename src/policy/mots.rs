@@ -48,6 +48,16 @@
 //!   fell in it. The MCFQ settings reach the bound only on the aged fileserver, whose
 //!   corrected slices add up to more than a CFQ round; a bound at CFQ's own round
 //!   length raised MCFQ's error there (measured: docs/readings.md, `mots.rs`).
+//! * **Reading: against every measured tenant** (`reference = "all"`, the default on
+//!   SFQ; `"tvm"`, the paper's, the default on CFQ). The paper corrects every tenant
+//!   against the TVM: `f_i = (w_i / w_TVM) / (BWR_i / BWT)`. Corrected against all
+//!   tenants together instead, `f_i = (w_i / Σw) / (BWR_i / ΣBW)` over the tenants whose
+//!   window holds at least [`MIN_MEASURED`] completions, which is the TVM's correction
+//!   divided by one factor common to every tenant (weights are relative), minus the
+//!   TVM's noise: among a thousand tenants the lightest completes a request or two a
+//!   second, and its rate, in every tenant's correction, moved all their weights at
+//!   random (measured: docs/readings.md, `mots.rs`). Nobody is held fixed; a tenant with
+//!   too few completions keeps its factor.
 //! * `bounded_idle` (false): when true, an owner whose queue is empty is idled for at
 //!   most `slice_idle` even with requests in flight. CFQ keeps the slice while they are
 //!   in flight, and the MCFQ fileserver setting needs that: with the bound, closed loops
@@ -56,7 +66,8 @@
 //!
 //! Parameters: `base` (`"sfq"`, the default, or `"cfq"`), `cost` (`"device"`, the
 //! default, or `"bytes"`), `bw_s` (window in ticks, default 10), `tick_ms` (default
-//! 1000), `clamp` (default 16); with `base = "sfq"` SFQ's `depth`, `min_depth`,
+//! 1000), `clamp` (default 16), `reference` (`"all"` on SFQ, `"tvm"` on CFQ); with
+//! `base = "sfq"` SFQ's `depth`, `min_depth`,
 //! `window_ms`, `max_wait_ms`; with `base = "cfq"` CFQ's `base_slice_ms`,
 //! `slice_idle_ms`, `max_round_ms` (500), and `bounded_idle` (false).
 
@@ -86,8 +97,11 @@ struct Tenant {
     busy_since: Option<Nanos>,
     /// Time with requests outstanding in this tick.
     busy_this_tick: Nanos,
-    /// (moved in the currency, time busy) of each of the last `window` ticks it was busy in.
-    samples: VecDeque<(u64, Nanos)>,
+    /// Completions in this tick.
+    completed_this_tick: u64,
+    /// (moved in the currency, time busy, completions) of each of the last `window`
+    /// ticks it was busy in.
+    samples: VecDeque<(u64, Nanos, u64)>,
     /// F over the last `window` ticks.
     factors: VecDeque<f64>,
 }
@@ -98,12 +112,17 @@ impl Tenant {
         let (bytes, busy) = self
             .samples
             .iter()
-            .fold((0u64, 0u64), |(b, t), &(x, y)| (b + x, t + y));
+            .fold((0u64, 0u64), |(b, t), &(x, y, _)| (b + x, t + y));
         if busy == 0 {
             0.0
         } else {
             bytes as f64 / busy as f64
         }
+    }
+
+    /// Completions over the window.
+    fn measured(&self) -> u64 {
+        self.samples.iter().map(|&(_, _, n)| n).sum()
     }
 }
 
@@ -165,7 +184,24 @@ pub struct Mots {
     ticks: u64,
     /// Who was active in the last tick: a change restarts every bandwidth window.
     last_active: Vec<bool>,
+    /// What each tenant's rate is compared with.
+    reference: Reference,
 }
+
+/// What MoTS compares each tenant's measured rate with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// The tenant of smallest weight, never corrected (the paper's TVM).
+    Tvm,
+    /// Every measured tenant together: each is corrected by its part of their total
+    /// against its weight's part (`reference = "all"`, the default on SFQ).
+    All,
+}
+
+/// Completions a tenant's window must hold before `reference = "all"` corrects it: a
+/// rate from fewer is noise (a weight-1 tenant among a thousand completes a request or
+/// two a second).
+pub const MIN_MEASURED: u64 = 16;
 
 impl Mots {
     /// MoTS driving `base` for `tenants`, measuring in `currency`, with a window of
@@ -189,6 +225,7 @@ impl Mots {
                     outstanding: 0,
                     active_this_tick: false,
                     moved_this_tick: 0,
+                    completed_this_tick: 0,
                     busy_since: None,
                     busy_this_tick: 0,
                     samples: VecDeque::with_capacity(window + 1),
@@ -201,7 +238,14 @@ impl Mots {
             clamp,
             ticks: 0,
             last_active: vec![false; tenants.len()],
+            reference: Reference::Tvm,
         }
+    }
+
+    /// Compares each tenant's rate with `reference`.
+    pub fn with_reference(mut self, reference: Reference) -> Self {
+        self.reference = reference;
+        self
     }
 
     /// Builds MoTS from `base`, `cost`, `bw_s`, `tick_ms`, `clamp` and its base's
@@ -222,7 +266,20 @@ impl Mots {
         if clamp < 1.0 {
             return Err(params.invalid("clamp", "must be ≥ 1"));
         }
-        let base = match params.str_or("base", "sfq")?.as_str() {
+        let base_name = params.str_or("base", "sfq")?;
+        let reference = match params
+            .str_or("reference", if base_name == "cfq" { "tvm" } else { "all" })?
+            .as_str()
+        {
+            "tvm" => Reference::Tvm,
+            "all" => Reference::All,
+            other => {
+                return Err(
+                    params.invalid("reference", format!("'{other}' is not one of tvm, all"))
+                );
+            }
+        };
+        let base = match base_name.as_str() {
             "sfq" => {
                 for key in [
                     "base_slice_ms",
@@ -258,14 +315,17 @@ impl Mots {
         if currency == Currency::Requests {
             return Err(params.invalid("cost", "mots measures \"device\" time or \"bytes\""));
         }
-        Ok(Box::new(Mots::new(
-            base,
-            currency,
-            tenants,
-            window as usize,
-            secs_to_nanos(tick_ms / 1e3),
-            clamp,
-        )))
+        Ok(Box::new(
+            Mots::new(
+                base,
+                currency,
+                tenants,
+                window as usize,
+                secs_to_nanos(tick_ms / 1e3),
+                clamp,
+            )
+            .with_reference(reference),
+        ))
     }
 
     /// The TVM: smallest weight, first such tenant on ties.
@@ -277,6 +337,49 @@ impl Mots {
             }
         }
         best
+    }
+
+    /// The raw correction `f_i` of every tenant corrected this tick: its weight's part
+    /// over its measured part, against the TVM or against every measured tenant.
+    fn corrections(&self) -> Vec<(usize, f64)> {
+        let measured = |t: &Tenant| t.active_this_tick && t.rate() > 0.0;
+        match self.reference {
+            Reference::Tvm => {
+                let tvm = self.tvm();
+                let bwt = self.tenants[tvm].rate();
+                if !self.tenants[tvm].active_this_tick || bwt <= 0.0 {
+                    return Vec::new();
+                }
+                let w_tvm = self.tenants[tvm].weight;
+                (0..self.tenants.len())
+                    .filter(|&i| i != tvm && measured(&self.tenants[i]))
+                    .map(|i| {
+                        let t = &self.tenants[i];
+                        (i, (t.weight / w_tvm) / (t.rate() / bwt))
+                    })
+                    .collect()
+            }
+            Reference::All => {
+                let judged: Vec<usize> = (0..self.tenants.len())
+                    .filter(|&i| {
+                        let t = &self.tenants[i];
+                        measured(t) && t.measured() >= MIN_MEASURED
+                    })
+                    .collect();
+                if judged.len() < 2 {
+                    return Vec::new();
+                }
+                let weights: f64 = judged.iter().map(|&i| self.tenants[i].weight).sum();
+                let rates: f64 = judged.iter().map(|&i| self.tenants[i].rate()).sum();
+                judged
+                    .into_iter()
+                    .map(|i| {
+                        let t = &self.tenants[i];
+                        (i, (t.weight / weights) / (t.rate() / rates))
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// Current slice factor of a tenant (1 for the TVM, always).
@@ -303,28 +406,17 @@ impl Mots {
             }
             // Only the ticks a tenant was busy in measure it (see the module doc).
             if t.busy_this_tick > 0 {
-                t.samples.push_back((t.moved_this_tick, t.busy_this_tick));
+                t.samples
+                    .push_back((t.moved_this_tick, t.busy_this_tick, t.completed_this_tick));
                 if t.samples.len() > window {
                     t.samples.pop_front();
                 }
             }
         }
-        let tvm = self.tvm();
-        let bwt = self.tenants[tvm].rate();
-        let tvm_active = self.tenants[tvm].active_this_tick;
-        for i in 0..self.tenants.len() {
-            if i == tvm || !tvm_active || bwt <= 0.0 {
-                continue;
-            }
+        for (i, ideal_over_got) in self.corrections() {
             let t = &self.tenants[i];
-            let bwr = t.rate();
-            if !t.active_this_tick || bwr <= 0.0 {
-                continue;
-            }
-            let ideal = t.weight / self.tenants[tvm].weight;
-            let f = ideal / (bwr / bwt);
             let applied = mean(t.factors.iter().copied(), 1.0);
-            let factor = (f * applied).clamp(1.0 / self.clamp, self.clamp);
+            let factor = (ideal_over_got * applied).clamp(1.0 / self.clamp, self.clamp);
             let t = &mut self.tenants[i];
             t.factors.push_back(factor);
             if t.factors.len() > window {
@@ -335,6 +427,7 @@ impl Mots {
         }
         for t in &mut self.tenants {
             t.moved_this_tick = 0;
+            t.completed_this_tick = 0;
             t.busy_this_tick = 0;
             t.active_this_tick = t.outstanding > 0;
         }
@@ -374,6 +467,7 @@ impl Policy for Mots {
             t.busy_this_tick += now.saturating_sub(since);
         }
         t.moved_this_tick += self.currency.price(&completion.request);
+        t.completed_this_tick += 1;
         self.base.policy_mut().complete(completion, now);
     }
 
@@ -504,18 +598,26 @@ mod tests {
     /// Feeds one tick in which each tenant was busy throughout and completed `bytes[i]`
     /// (a tenant with 0 sends nothing: it is idle in the tick).
     fn feed(p: &mut Mots, bytes: &[u64], now: Nanos) {
-        let requests: Vec<Request> = bytes
+        let one: Vec<(u64, u64)> = bytes.iter().map(|&b| (b, 1)).collect();
+        feed_n(p, &one, now);
+    }
+
+    /// [`feed`] with `(bytes, requests)` per tenant: its bytes in that many requests.
+    fn feed_n(p: &mut Mots, load: &[(u64, u64)], now: Nanos) {
+        let requests: Vec<Request> = load
             .iter()
             .enumerate()
-            .filter(|(_, b)| **b > 0)
-            .map(|(i, &b)| Request {
-                id: i as u64,
-                tenant: i as TenantId,
-                op: Op::Read,
-                offset: 0,
-                len: b as u32,
-                arrival: now,
-                cost: 0,
+            .filter(|(_, (b, _))| *b > 0)
+            .flat_map(|(i, &(b, n))| {
+                (0..n).map(move |k| Request {
+                    id: (i as u64) << 32 | k,
+                    tenant: i as TenantId,
+                    op: Op::Read,
+                    offset: 0,
+                    len: (b / n) as u32,
+                    arrival: now,
+                    cost: 0,
+                })
             })
             .collect();
         for &r in &requests {
@@ -557,6 +659,25 @@ mod tests {
         p.on_timer(3 * S);
         assert_eq!((p.factor(0), p.factor(1)), before);
         assert_eq!(p.factor(2), 1.0);
+    }
+
+    /// Against every measured tenant: a tenant with too few completions is neither
+    /// corrected nor anyone's yardstick; the others are corrected by their part of what
+    /// the judged tenants moved, against their weights' part. The TVM reading, fed the
+    /// same, corrects everyone by the barely measured lightest tenant's rate.
+    #[test]
+    fn against_all_a_barely_measured_tenant_moves_nobody() {
+        let load = [(1_600_000, 16), (1_600_000, 16), (2_000, 2)];
+        let mut p = mots(&[4.0, 2.0, 1.0], 1).with_reference(Reference::All);
+        feed_n(&mut p, &load, 0);
+        // Weights 4:2 of the judged (2/3, 1/3), measured 1:1: factors 4/3 and 2/3.
+        assert!((p.factor(0) - 4.0 / 3.0).abs() < 1e-9, "{}", p.factor(0));
+        assert!((p.factor(1) - 2.0 / 3.0).abs() < 1e-9, "{}", p.factor(1));
+        assert_eq!(p.factor(2), 1.0, "too few completions to judge");
+        let mut tvm = mots(&[4.0, 2.0, 1.0], 1);
+        feed_n(&mut tvm, &load, 0);
+        // (4 / 1) / (1,600,000 / 2,000): far below the clamp's floor.
+        assert_eq!(tvm.factor(0), 1.0 / 16.0);
     }
 
     #[test]
