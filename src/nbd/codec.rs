@@ -757,7 +757,10 @@ fn classify(
         len: be32(&head[24..28]),
     };
     let fua = flags & CMD_FLAG_FUA != 0;
-    let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0;
+    // FUA is valid on every command (the NBD document: the server MUST accept it, even by
+    // ignoring it); NO_HOLE only on WRITE_ZEROES, as nbdkit holds it.
+    let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0
+        || (flags & CMD_FLAG_NO_HOLE != 0 && kind != CMD_WRITE_ZEROES);
     let past_end = h
         .offset
         .checked_add(u64::from(h.len))
@@ -803,7 +806,8 @@ enum Step {
 }
 
 /// Command flags this server acts on (FUA; NO_HOLE, which zeroing always honours); a
-/// request with any other is answered `EINVAL`.
+/// request with any other, or with NO_HOLE on anything but WRITE_ZEROES, is answered
+/// `EINVAL`.
 const KNOWN_CMD_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
 
 /// Longest client-supplied string put in a message or a log line, in bytes.
@@ -944,6 +948,15 @@ mod tests {
         write.extend_from_slice(b"abcd");
         c.receive(&write);
         c.receive(&request(CMD_READ, CMD_FLAG_FUA, 3, 0, 512));
+        // NO_HOLE belongs to WRITE_ZEROES: on a read, a write (payload skipped) or a
+        // flush it is EINVAL; on WRITE_ZEROES it is served. FUA goes with anything.
+        c.receive(&request(CMD_READ, CMD_FLAG_NO_HOLE, 4, 0, 512));
+        let mut write = request(CMD_WRITE, CMD_FLAG_NO_HOLE, 5, 0, 4);
+        write.extend_from_slice(b"abcd");
+        c.receive(&write);
+        c.receive(&request(CMD_FLUSH, CMD_FLAG_NO_HOLE, 6, 0, 0));
+        c.receive(&request(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE, 7, 0, 512));
+        c.receive(&request(CMD_FLUSH, CMD_FLAG_FUA, 8, 0, 0));
         assert_eq!(
             events(&mut c),
             vec![
@@ -960,6 +973,30 @@ mod tests {
                     offset: 0,
                     len: 512,
                     kind: CommandKind::Read
+                }),
+                Event::Error {
+                    handle: 4,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 5,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 6,
+                    error: EINVAL
+                },
+                Event::Command(Command {
+                    handle: 7,
+                    offset: 0,
+                    len: 512,
+                    kind: CommandKind::WriteZeroes { fua: false }
+                }),
+                Event::Command(Command {
+                    handle: 8,
+                    offset: 0,
+                    len: 0,
+                    kind: CommandKind::Flush
                 }),
             ]
         );
