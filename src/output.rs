@@ -88,7 +88,7 @@ pub fn write_csv(
     })?;
     let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
     rows(&mut w).map_err(csv)?;
-    w.flush().map_err(|e| csv(e.into()))?;
+    // Flushes the CSV buffer into the file's.
     let mut inner = w.into_inner().map_err(|e| csv(e.into_error().into()))?;
     std::io::Write::flush(&mut inner).map_err(|e| csv(e.into()))
 }
