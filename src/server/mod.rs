@@ -244,7 +244,15 @@ impl Write for Stream {
 }
 
 /// Open connections, so shutdown can stop their readers.
-type Registry = Arc<Mutex<HashMap<u64, Stream>>>;
+type Registry = Arc<Mutex<HashMap<u64, Handshaking>>>;
+
+/// A connection in its handshake, as the accept loop sees it: a clone of its socket, to
+/// shut down (at a drain, for a newcomer, or past its deadline), and when its
+/// handshake must be done.
+struct Handshaking {
+    stream: Stream,
+    deadline: Instant,
+}
 
 /// Runs the server until SIGTERM/SIGINT. `source` is the configuration file SIGHUP
 /// reloads (`None`: SIGHUP is ignored). With `out` (a folder, created now), the run is
@@ -385,8 +393,8 @@ fn stop(
     if let Some(p) = &config.unix {
         let _ = std::fs::remove_file(p);
     }
-    for s in registry.lock().expect("registry").values() {
-        s.shutdown(Shutdown::Read);
+    for h in registry.lock().expect("registry").values() {
+        h.stream.shutdown(Shutdown::Read);
     }
     handle.drain();
     drop(handle);
@@ -523,9 +531,22 @@ fn evict_oldest_handshake(registry: &Registry) -> bool {
     let Some(&oldest) = handshaking.keys().min() else {
         return false;
     };
-    let stream = handshaking.remove(&oldest).expect("present");
-    stream.shutdown(Shutdown::Both);
+    let h = handshaking.remove(&oldest).expect("present");
+    h.stream.shutdown(Shutdown::Both);
     true
+}
+
+/// Closes every connection whose handshake has run past its deadline: the read timeout
+/// bounds each read, this the whole handshake (a client sending a byte a second, a TLS
+/// ClientHello included, renewed the read timeout with every byte).
+fn close_overdue_handshakes(registry: &Registry, now: Instant) {
+    registry.lock().expect("registry").retain(|_, h| {
+        let overdue = now >= h.deadline;
+        if overdue {
+            h.stream.shutdown(Shutdown::Both);
+        }
+        !overdue
+    });
 }
 
 impl Listeners {
@@ -686,6 +707,7 @@ fn accept_until_stopped(
         let timeout = config.handshake_timeout;
         let max = config.max_connections;
         gate.tidy();
+        close_overdue_handshakes(&registry, Instant::now());
         listeners.accept(200, |stream| {
             let peer = stream.peer();
             let local = matches!(stream, Stream::Unix(_));
@@ -945,7 +967,14 @@ fn spawn_connection(
     let Ok(clone) = stream.try_clone() else {
         return;
     };
-    registry.lock().expect("registry").insert(id, clone);
+    let deadline = Instant::now() + timeout;
+    registry.lock().expect("registry").insert(
+        id,
+        Handshaking {
+            stream: clone,
+            deadline,
+        },
+    );
     let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
     let limits = limits.clone();
     let tls = (offer.policy(&stream), offer.config.clone());
@@ -998,7 +1027,8 @@ fn connection(
     handed_off: impl FnOnce(),
 ) -> Result<(), ConnectionError> {
     // A client that connects and says nothing (or reads nothing) is dropped after
-    // `server.handshake_timeout_s`, not kept with its thread and descriptors.
+    // `server.handshake_timeout_s`, not kept with its thread and descriptors; the accept
+    // loop closes a handshake that takes longer than that in all.
     stream.set_timeouts(Some(timeout))?;
     let mut codec = ServerCodec::with_tls(exports.clone(), policy);
     let Some((export, io)) = handshake(

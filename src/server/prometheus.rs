@@ -2,24 +2,45 @@
 //! example config) answers the per-tenant counters, latency histograms and the policy's
 //! state in the Prometheus text format (version 0.0.4).
 //!
-//! Each connection is answered on a thread of its own, at most [`MAX_SCRAPES`] at once
-//! (more are closed as they come), and must send its request within [`DEADLINE`] in
-//! all: idle or slow connections cannot hold up a scrape (one thread answering them in
-//! turn, 10 idle connections delayed a scrape by 20 s).
+//! One thread serves every connection with `poll`, none of them able to hold up another:
+//! * a connection has [`DEADLINE`] from its accept to send its request and take the
+//!   answer, then it is closed;
+//! * the listener defers the accept until the client has sent something
+//!   (`TCP_DEFER_ACCEPT`, [`DEFER_ACCEPT_S`]): a connection that stays silent waits in
+//!   the kernel, holding no descriptor and no place here;
+//! * at most [`MAX_CONNECTIONS`] are held; past it the oldest that has not sent its whole
+//!   request is closed for the new one;
+//! * out of descriptors (`EMFILE`, `ENFILE`), the oldest such connection is closed to make
+//!   room for the one waiting; with none to close the listener rests [`ACCEPT_REST`]
+//!   instead of spinning on an `accept` that fails at once.
+//!
+//! A scrape's answer is written as soon as its request is complete, in the same turn of
+//! the loop. (One thread per connection, at most 16, had let 16 silent clients that
+//! reconnect take every thread: no legitimate scrape answered. Before that, one thread
+//! answering connections in turn let 10 idle connections delay a scrape by 20 s.)
 
 use super::stats::{LATENCY_BUCKETS_NS, LiveStats, TenantCounters};
 use crate::policy::Gauge;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-/// Connections answered at once.
-pub const MAX_SCRAPES: usize = 16;
-/// How long a connection has to send its request and take the answer.
+/// Connections held at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a connection has, from its accept, to send its request and take the answer.
 pub const DEADLINE: Duration = Duration::from_secs(2);
+/// Seconds the kernel holds a connection that has sent nothing before handing it over.
+pub const DEFER_ACCEPT_S: libc::c_int = 1;
+/// How long the listener rests after the process ran out of descriptors.
+pub const ACCEPT_REST: Duration = Duration::from_millis(50);
+/// The longest request read (an HTTP request line and headers).
+const MAX_REQUEST: usize = 16 << 10;
+/// Connections accepted in one turn of the loop, so that the ones held are served too.
+const ACCEPT_BATCH: usize = 64;
 
 /// What is exported besides the counters.
 pub struct MetricsSource {
@@ -45,75 +66,222 @@ pub fn spawn(addr: &str, source: MetricsSource) -> Result<SocketAddr, MetricsErr
     let listen = |e| MetricsError::Listen(addr.to_string(), e);
     let listener = TcpListener::bind(addr).map_err(listen)?;
     let local = listener.local_addr().map_err(listen)?;
-    let source = Arc::new(source);
-    let busy = Arc::new(AtomicUsize::new(0));
+    listener.set_nonblocking(true).map_err(listen)?;
+    // SAFETY: a valid socket and a c_int option of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&DEFER_ACCEPT_S as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(listen(std::io::Error::last_os_error()));
+    }
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                // Past the cap the connection is closed at once (dropped here).
-                let Some(slot) = super::conn::Slot::take(&busy, MAX_SCRAPES) else {
-                    continue;
-                };
-                let source = source.clone();
-                let _ = std::thread::Builder::new()
-                    .name("metrics-conn".into())
-                    .spawn(move || {
-                        // A scraper that misbehaves is dropped; the server goes on.
-                        let _ = answer(stream, &source);
-                        drop(slot);
-                    });
-            }
-        })
+        .spawn(move || serve(&listener, &source))
         .map_err(MetricsError::Thread)?;
     Ok(local)
 }
 
-fn answer(mut stream: TcpStream, source: &MetricsSource) -> std::io::Result<()> {
-    let deadline = Instant::now() + DEADLINE;
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))
-    };
-    stream.set_write_timeout(Some(DEADLINE))?;
-    let mut request = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        stream.set_read_timeout(Some(left()?))?;
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
+/// One connection: its request as read so far, then its answer as written so far.
+struct Scrape {
+    stream: TcpStream,
+    accepted: Instant,
+    request: Vec<u8>,
+    answer: Option<(Vec<u8>, usize)>,
+}
+
+/// What a turn of I/O left a connection in.
+#[derive(PartialEq)]
+enum Progress {
+    Waiting,
+    Done,
+}
+
+impl Scrape {
+    /// Reads what has come, answers a complete request, writes what the socket takes.
+    fn progress(&mut self, source: &MetricsSource) -> Progress {
+        let mut buf = [0u8; 4096];
+        while self.answer.is_none() {
+            match self.stream.read(&mut buf) {
+                Ok(0) if self.request.is_empty() => return Progress::Done,
+                // A request cut short is answered as it stands (405 or 404, usually).
+                Ok(0) => self.answer = Some((answer(&self.request, source), 0)),
+                Ok(n) => {
+                    self.request.extend_from_slice(&buf[..n]);
+                    if self.request.len() > MAX_REQUEST {
+                        let a = respond("431 Request Header Fields Too Large", "");
+                        self.answer = Some((a, 0));
+                    } else if self.request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        self.answer = Some((answer(&self.request, source), 0));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Progress::Waiting,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Progress::Done,
+            }
         }
-        request.extend_from_slice(&buf[..n]);
-        if request.len() > 16 << 10 {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "");
+        let Some((bytes, sent)) = &mut self.answer else {
+            unreachable!("the loop above ends with an answer")
+        };
+        while *sent < bytes.len() {
+            match self.stream.write(&bytes[*sent..]) {
+                Ok(0) => return Progress::Done,
+                Ok(n) => *sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Progress::Waiting,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Progress::Done,
+            }
+        }
+        Progress::Done
+    }
+}
+
+/// Closes the oldest connection still sending its request; whether there was one.
+fn close_oldest_idle(held: &mut VecDeque<Scrape>) -> bool {
+    match held.iter().position(|c| c.answer.is_none()) {
+        Some(i) => {
+            held.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+fn serve(listener: &TcpListener, source: &MetricsSource) {
+    let mut held: VecDeque<Scrape> = VecDeque::new();
+    let mut resting_until: Option<Instant> = None;
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        let now = Instant::now();
+        held.retain(|c| now.duration_since(c.accepted) < DEADLINE);
+        if resting_until.is_some_and(|t| now >= t) {
+            resting_until = None;
+        }
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: if resting_until.is_none() {
+                libc::POLLIN
+            } else {
+                0
+            },
+            revents: 0,
+        });
+        fds.extend(held.iter().map(|c| libc::pollfd {
+            fd: c.stream.as_raw_fd(),
+            events: if c.answer.is_none() {
+                libc::POLLIN
+            } else {
+                libc::POLLOUT
+            },
+            revents: 0,
+        }));
+        // Woken by the first deadline or the end of a rest (rounded up to a whole ms).
+        let wake = held
+            .iter()
+            .map(|c| c.accepted + DEADLINE)
+            .chain(resting_until)
+            .min();
+        let timeout_ms = wake.map_or(-1, |t| {
+            let left = t.saturating_duration_since(now);
+            i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+        });
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n <= 0 {
+            continue;
+        }
+        // The connections first, so that answers are not held behind new arrivals.
+        let mut i = 0;
+        let mut k = 1;
+        while i < held.len() {
+            let ready = fds[k].revents != 0;
+            k += 1;
+            if ready && held[i].progress(source) == Progress::Done {
+                held.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        if fds[0].revents & libc::POLLIN == 0 {
+            continue;
+        }
+        for _ in 0..ACCEPT_BATCH {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    if held.len() >= MAX_CONNECTIONS && !close_oldest_idle(&mut held) {
+                        // Every place is writing an answer: the newcomer waits its turn
+                        // by being closed (a scraper retries).
+                        continue;
+                    }
+                    let mut scrape = Scrape {
+                        stream,
+                        accepted: Instant::now(),
+                        request: Vec::new(),
+                        answer: None,
+                    };
+                    // Its request is usually here already (the accept was deferred).
+                    if scrape.progress(source) == Progress::Waiting {
+                        held.push_back(scrape);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    // A descriptor freed, the next accept can succeed; with none to free,
+                    // rest rather than spin on an accept that fails at once.
+                    if !close_oldest_idle(&mut held) {
+                        resting_until = Some(Instant::now() + ACCEPT_REST);
+                        break;
+                    }
+                }
+                // A connection reset before its accept, a signal: the next one.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO)
+                    ) => {}
+                Err(_) => {
+                    resting_until = Some(Instant::now() + ACCEPT_REST);
+                    break;
+                }
+            }
         }
     }
+}
+
+/// The answer to a request (its request line decides).
+fn answer(request: &[u8], source: &MetricsSource) -> Vec<u8> {
     let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut words = line.split(' ');
     let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics") => respond(&mut stream, "200 OK", &render(source)),
-        ("GET", _) => respond(&mut stream, "404 Not Found", "only /metrics is here\n"),
-        _ => respond(
-            &mut stream,
-            "405 Method Not Allowed",
-            "only GET /metrics is served\n",
-        ),
+        ("GET", "/metrics") => respond("200 OK", &render(source)),
+        ("GET", _) => respond("404 Not Found", "only /metrics is here\n"),
+        _ => respond("405 Method Not Allowed", "only GET /metrics is served\n"),
     }
 }
 
-fn respond(stream: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    write!(
-        stream,
+fn respond(status: &str, body: &str) -> Vec<u8> {
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )?;
-    stream.flush()
+    )
+    .into_bytes()
 }
 
 /// A label value with `\`, `"` and newlines escaped as the text format wants.
