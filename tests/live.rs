@@ -998,7 +998,11 @@ fn a_handshake_sent_a_byte_at_a_time_is_closed_at_its_deadline() {
     let closed = dribble(&mut tls, &hello, pace, Duration::from_secs(8));
     let closed = closed.expect("a ClientHello at a byte a time is closed");
     assert!(closed < Duration::from_secs(4), "closed after {closed:?}");
-    s.stopped();
+    let err = s.stopped();
+    assert!(
+        !err.contains("TLS handshake"),
+        "closed here, not the client's failure: {err}"
+    );
 }
 
 /// `max_connections` counts connections handshaking and served; more are closed at
@@ -1902,7 +1906,28 @@ fn tls_exports_serve_qemu_and_libnbd_and_refuse_the_clear() {
         !anonymous.status.success(),
         "served without a client certificate"
     );
-    s.stopped();
+    // A client that trusts another CA: it refuses the server's certificate.
+    let other = dir.path().join("other-pki");
+    make_pki(&other);
+    let distrust = Command::new("nbdinfo")
+        .arg(tls_uri(&other.join("client")))
+        .output()
+        .unwrap();
+    assert!(
+        !distrust.status.success(),
+        "a certificate of another CA taken"
+    );
+    let err = s.stopped();
+    // Each failure is logged with its reason (the second client closes without an
+    // alert: the server says what that most often means).
+    assert!(
+        err.contains("TLS handshake: peer sent no certificates"),
+        "{err}"
+    );
+    assert!(
+        err.contains("TLS handshake: the client hung up in it"),
+        "{err}"
+    );
 }
 
 /// The metrics endpoint answers a scrape while connections that send nothing are open
@@ -1941,6 +1966,42 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
         );
     }
     s.stopped();
+}
+
+/// An image deleted while served is logged at once with how to save it, and a restart
+/// with `create = true` refuses to serve an empty disk in its place.
+#[test]
+fn an_image_deleted_while_served_is_logged_and_not_recreated_empty() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x42 0 1M"])
+        .arg(s.uri("vm1")));
+    std::fs::remove_file(dir.path().join("vm1.img")).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let err = s.stopped();
+    assert!(
+        err.contains(&format!(
+            "ioshare: vm1: its image {} was deleted while served",
+            dir.path().join("vm1.img").display()
+        )),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(dir.path().join("serve.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("vm1.img: missing, but a server created or served it before"),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join("vm1.img").exists(),
+        "no empty disk created"
+    );
 }
 
 /// Hostile clients cannot blind the metrics endpoint: 16 silent connections and 64 that

@@ -185,6 +185,22 @@ impl Transfer {
         }
     }
 
+    /// What the file operation at this stage is, for messages: `read`, `write`,
+    /// `write-zeroes`, `trim`, `flush`, `zeroing write` (zeroes written where the file
+    /// system cannot zero a range), `sync` (after a FUA trim or zeroing) or `advice`.
+    pub fn what(&self) -> &'static str {
+        match (&self.stage, &self.kind) {
+            (Stage::ZeroWrite, _) => "zeroing write",
+            (Stage::Sync, _) => "sync",
+            (Stage::Drop, _) => "advice",
+            (Stage::Transfer, CommandKind::Read) => "read",
+            (Stage::Transfer, CommandKind::Write { .. }) => "write",
+            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => "write-zeroes",
+            (Stage::Transfer, CommandKind::Trim { .. }) => "trim",
+            (Stage::Transfer, CommandKind::Flush) => "flush",
+        }
+    }
+
     /// Byte offset inside the export.
     pub fn offset(&self) -> u64 {
         self.offset

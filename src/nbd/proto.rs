@@ -115,6 +115,21 @@ pub const ENOTSUP: u32 = 95;
 /// Reply error `NBD_ESHUTDOWN`: the server is shutting down.
 pub const ESHUTDOWN: u32 = 108;
 
+/// The name of a reply error value, for messages (`"EIO"`; `"error N"` for another).
+pub fn error_name(error: u32) -> std::borrow::Cow<'static, str> {
+    match error {
+        EPERM => "EPERM".into(),
+        EIO => "EIO".into(),
+        ENOMEM => "ENOMEM".into(),
+        EINVAL => "EINVAL".into(),
+        ENOSPC => "ENOSPC".into(),
+        EOVERFLOW => "EOVERFLOW".into(),
+        ENOTSUP => "ENOTSUP".into(),
+        ESHUTDOWN => "ESHUTDOWN".into(),
+        other => format!("error {other}").into(),
+    }
+}
+
 /// The largest request payload served: the protocol's recommended maximum block size.
 pub const MAX_PAYLOAD: u32 = 32 << 20;
 /// The largest option payload accepted (export names are at most 4 KiB).

@@ -35,12 +35,25 @@ use std::path::PathBuf;
 pub struct Files {
     files: Vec<File>,
     targets: Vec<Option<Target>>,
+    /// Whose each image is (a tenant's name, or `backend.path`), its path and its
+    /// buffered descriptor's place in `files`.
+    named: Vec<(String, PathBuf, usize)>,
 }
 
 impl Files {
     /// Where each tenant's requests go (`None`: the null backend), in order.
     pub fn targets(&self) -> Vec<Option<Target>> {
         self.targets.clone()
+    }
+
+    /// Watches the images served for deletion and replacement ([`super::watch`]).
+    pub fn watch(&self) -> super::watch::Watch {
+        super::watch::Watch::new(
+            self.named
+                .iter()
+                .map(|(who, path, i)| (who.clone(), path.clone(), &self.files[*i]))
+                .collect(),
+        )
     }
 
     /// Flushes every file's data to stable storage (at shutdown); the first error.
@@ -61,9 +74,10 @@ impl Files {
                              size: u64,
                              create: bool,
                              cache: Cache|
-         -> Result<(RawFd, Option<RawFd>), BackendError> {
+         -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
             let f = open_sized(path, size, create)?;
             let buffered = f.as_raw_fd();
+            let index = files.len();
             files.push(f);
             let d = if cache.direct() {
                 let f = OpenOptions::new()
@@ -87,8 +101,9 @@ impl Files {
             } else {
                 None
             };
-            Ok((buffered, d))
+            Ok((buffered, d, index))
         };
+        let mut named = Vec::new();
         let shared = match (&config.shared, config.backend) {
             (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
                 let regions = config
@@ -114,7 +129,9 @@ impl Files {
                     })
                     .unwrap_or(config.cache);
                 // The shared file (or the emulated device's) is created when missing.
-                Some(open_pair(path, need, true, cache)?)
+                let (buffered, direct, index) = open_pair(path, need, true, cache)?;
+                named.push(("backend.path".to_string(), path.clone(), index));
+                Some((buffered, direct))
             }
             _ => None,
         };
@@ -122,7 +139,8 @@ impl Files {
             targets.push(match &t.storage {
                 Storage::Nothing => None,
                 Storage::Own(path) => {
-                    let (buffered, direct) = open_pair(path, t.size, t.create, t.cache)?;
+                    let (buffered, direct, index) = open_pair(path, t.size, t.create, t.cache)?;
+                    named.push((t.spec.name.clone(), path.clone(), index));
                     Some(Target {
                         buffered,
                         direct,
@@ -141,7 +159,11 @@ impl Files {
                 }
             });
         }
-        Ok(Files { files, targets })
+        Ok(Files {
+            files,
+            targets,
+            named,
+        })
     }
 }
 
@@ -153,6 +175,15 @@ pub enum BackendError {
     Missing {
         /// The image.
         path: PathBuf,
+    },
+    /// An image `create = true` would create was served before (its marker says so)
+    /// and is gone: deleted or moved, not new.
+    #[error("{}: missing, but a server created or served it before ({} says so): it was deleted or moved, and an empty disk is not served in its place; restore the image, or delete the marker to start with an empty one", path.display(), marker.display())]
+    Vanished {
+        /// The image.
+        path: PathBuf,
+        /// Its marker.
+        marker: PathBuf,
     },
     /// The file could not be opened or examined.
     #[error("{}: cannot open: {source}", path.display())]
@@ -240,6 +271,16 @@ fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
 fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, BackendError> {
     let path_buf = || path.to_path_buf();
     use std::os::unix::fs::OpenOptionsExt;
+    let marker = create.then(|| marker_of(path));
+    if let Some(marker) = &marker
+        && marker.exists()
+        && !path.exists()
+    {
+        return Err(BackendError::Vanished {
+            path: path_buf(),
+            marker: marker.clone(),
+        });
+    }
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -297,7 +338,33 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, B
             source,
         })?;
     }
+    if let Some(marker) = marker
+        && meta.file_type().is_file()
+        && !marker.exists()
+    {
+        let text = format!(
+            "ioshare served {} here. While this file exists, `create = true` does not create\n\
+             an empty image in its place when it is missing (deleted or moved): the server\n\
+             refuses to start instead. Delete this file to start over with an empty image.\n",
+            path.display()
+        );
+        if let Err(e) = std::fs::write(&marker, text) {
+            eprintln!(
+                "ioshare: {}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
+                path.display(),
+                marker.display()
+            );
+        }
+    }
     Ok(f)
+}
+
+/// The marker beside an image that `create = true` may create: `.NAME.ioshare` in the
+/// image's folder. It outlives the image, so that a deleted or moved image is told from
+/// a new one.
+pub fn marker_of(path: &std::path::Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.ioshare"))
 }
 
 #[cfg(test)]
@@ -328,5 +395,43 @@ mod tests {
             "writeback: no O_DIRECT"
         );
         files.sync_all().unwrap();
+    }
+
+    /// An image `create = true` made (or served) leaves a marker; with the image gone
+    /// the server refuses to start rather than serve an empty disk in its place, until
+    /// the marker is deleted. The shared file, created when missing, is marked too.
+    #[test]
+    fn a_created_image_that_vanishes_is_not_created_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[backend]\npath = 'shared.img'\nsize = '1m'\n\
+                    [[tenant]]\nname = 'new'\nfile = 'new.img'\ncreate = true\nsize = '1m'\n\
+                    [[tenant]]\nname = 'r'\noffset = 0\nsize = '1m'\n";
+        let config = ServerConfig::parse(text, dir.path()).unwrap();
+        drop(Files::open(&config).unwrap());
+        assert!(dir.path().join(".new.img.ioshare").exists());
+        assert!(dir.path().join(".shared.img.ioshare").exists());
+        std::fs::remove_file(dir.path().join("new.img")).unwrap();
+        let Err(e) = Files::open(&config) else {
+            panic!("an empty disk served in place of a deleted one")
+        };
+        assert!(matches!(e, BackendError::Vanished { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("new.img: missing, but a server created or served it before"),
+            "{e}"
+        );
+        assert!(!dir.path().join("new.img").exists(), "nothing created");
+        std::fs::remove_file(dir.path().join("shared.img")).unwrap();
+        std::fs::remove_file(dir.path().join(".new.img.ioshare")).unwrap();
+        let Err(e) = Files::open(&config) else {
+            panic!("the shared file recreated empty")
+        };
+        assert!(e.to_string().contains("shared.img: missing"), "{e}");
+        std::fs::remove_file(dir.path().join(".shared.img.ioshare")).unwrap();
+        drop(Files::open(&config).expect("markers deleted: created anew"));
+        assert_eq!(
+            std::fs::metadata(dir.path().join("new.img")).unwrap().len(),
+            1 << 20
+        );
     }
 }

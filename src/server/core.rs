@@ -54,6 +54,28 @@ pub const PUBLISH_EVERY: Nanos = 100_000_000;
 pub const SEND_GRACE: Nanos = 1_000_000_000;
 /// How often a tenant's reads past the end of its image are logged.
 const PAST_END_LOG_EVERY: Nanos = 10_000_000_000;
+/// A tenant's backend errors are logged at most this often (the first at once).
+const BACKEND_ERROR_LOG_EVERY: Nanos = 10_000_000_000;
+
+/// When a kind of trouble was last logged (per tenant) and how many were not since.
+#[derive(Clone, Debug, Default)]
+struct Reported {
+    at: Option<Nanos>,
+    held: u64,
+}
+
+impl Reported {
+    /// Whether to log one now, at most once `every`: if so, how many were held back
+    /// since the last line.
+    fn due(&mut self, now: Nanos, every: Nanos) -> Option<u64> {
+        if self.at.is_some_and(|at| now < at + every) {
+            self.held += 1;
+            return None;
+        }
+        self.at = Some(now);
+        Some(std::mem::take(&mut self.held))
+    }
+}
 /// Log lines held for the shell; more are counted, not kept.
 const LOG_LIMIT: usize = 4096;
 
@@ -218,6 +240,8 @@ pub struct EngineCore {
     inflight_bytes: u64,
     /// When a read past the end of each tenant's image was last logged.
     past_end_logged: Vec<Option<Nanos>>,
+    /// Per tenant: its backend's errors, as logged.
+    backend_errors: Vec<Reported>,
     /// Per tenant with `cache = "pdc"`, its journal detector (fed every write as it
     /// arrives).
     detectors: Vec<Option<JournalDetector>>,
@@ -266,6 +290,7 @@ impl EngineCore {
             model_done: Vec::new(),
             inflight_bytes: 0,
             past_end_logged: vec![None; n],
+            backend_errors: vec![Reported::default(); n],
             detectors: cfg
                 .tenants
                 .iter()
@@ -422,7 +447,8 @@ impl EngineCore {
             .live
             .get_mut(&id)
             .expect("completion of a known request");
-        let (tenant, offset) = (l.sub.tenant as usize, l.io.offset());
+        let (tenant, offset, len) = (l.sub.tenant as usize, l.io.offset(), l.io.len());
+        let what = l.io.what();
         let error = match l.io.step(result) {
             Next::Again => {
                 assert!(
@@ -432,7 +458,12 @@ impl EngineCore {
                 self.intents.push(Intent::Io(id));
                 return;
             }
-            Next::Done(error) => error,
+            Next::Done(error) => {
+                if result < 0 && error != 0 {
+                    self.backend_failed(tenant, (what, offset, len), -result, error, now);
+                }
+                error
+            }
             Next::PastEnd => {
                 self.past_end(tenant, offset, now);
                 proto::EIO
@@ -961,6 +992,35 @@ impl EngineCore {
         self.log(None, text);
     }
 
+    /// The backend failed a request of `tenant` (`errno`, answered `error`): logged
+    /// with the operation, its range and the errno, the first at once and then at most
+    /// once every [`BACKEND_ERROR_LOG_EVERY`] per tenant, with how many came between.
+    fn backend_failed(
+        &mut self,
+        tenant: usize,
+        (what, offset, len): (&'static str, u64, u32),
+        errno: i32,
+        error: u32,
+        now: Nanos,
+    ) {
+        let Some(between) = self.backend_errors[tenant].due(now, BACKEND_ERROR_LOG_EVERY) else {
+            return;
+        };
+        let name = &self.cfg.tenants[tenant].name;
+        let os = std::io::Error::from_raw_os_error(errno);
+        let since = if between > 0 {
+            format!(", {between} more since the last report")
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "ioshare: {name}: the backend failed a {what} of {len} bytes at byte {offset}: {os}; answered {} (reported at most every {} s{since})",
+            crate::nbd::proto::error_name(error),
+            BACKEND_ERROR_LOG_EVERY / 1_000_000_000
+        );
+        self.log(None, text);
+    }
+
     /// Emulated backend: answers the requests whose model finish time has passed.
     fn emulate(&mut self, now: Nanos) {
         let Some(m) = self.model.as_mut() else {
@@ -1150,6 +1210,44 @@ mod tests {
         assert!(
             !asked.contains(&Intent::Receive(slot)),
             "still at its limit"
+        );
+    }
+
+    /// A backend error is logged with the operation, its range and the errno: the first
+    /// at once, then at most one every 10 s per tenant, counting those between.
+    #[test]
+    fn backend_errors_are_logged_with_errno_and_offset_and_rate_limited() {
+        let mut c = core(8, 64, 64 << 20);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        let fail = |c: &mut EngineCore, handle: u64, now: Nanos| {
+            let mut req = request_header(proto::CMD_WRITE, 0, handle, 8192, 4096);
+            req.extend_from_slice(&[7; 4096]);
+            receive(c, slot, &req, now);
+            c.turn(now);
+            let asked = intents(c);
+            assert!(asked.contains(&Intent::Io(handle)), "{asked:?}");
+            c.io_done(handle, -libc::ENOSPC, now);
+            c.turn(now);
+            let _ = intents(c);
+            c.take_logs().0
+        };
+        let first = fail(&mut c, 1, 0);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(
+            first[0].text,
+            "ioshare: a: the backend failed a write of 4096 bytes at byte 8192: No space left on device (os error 28); answered ENOSPC (reported at most every 10 s)"
+        );
+        assert!(fail(&mut c, 2, MS).is_empty(), "held back");
+        assert!(fail(&mut c, 3, 2 * MS).is_empty(), "held back");
+        let later = fail(&mut c, 4, 10_000 * MS);
+        assert_eq!(later.len(), 1, "{later:?}");
+        assert!(
+            later[0]
+                .text
+                .ends_with("(reported at most every 10 s, 2 more since the last report)"),
+            "{}",
+            later[0].text
         );
     }
 

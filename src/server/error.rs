@@ -80,6 +80,11 @@ pub(crate) enum ConnectionError {
     /// The client broke the handshake's protocol.
     #[error("handshake: {0}")]
     Protocol(#[from] crate::nbd::ProtocolError),
+    /// The client hung up during the TLS handshake.
+    #[error(
+        "TLS handshake: the client hung up in it ({0}); does it trust this server's certificate (its CA, and a name matching the host it connects to)?"
+    )]
+    TlsHungUp(std::io::Error),
     /// The TLS handshake failed.
     #[error("TLS handshake{hint}: {reason}")]
     Tls {
@@ -99,13 +104,25 @@ impl ConnectionError {
         }
     }
 
-    /// A socket error during the TLS handshake: the client going away stays what it is.
+    /// A socket error during the TLS handshake. A client that hangs up in the middle of
+    /// it (after its ClientHello) most often refused this server's certificate without
+    /// an alert: said so, unlike a client gone in the clear. Silence past the timeout
+    /// stays what it is.
     pub(crate) fn tls_io(e: std::io::Error) -> Self {
-        if gone(e.kind()) {
-            ConnectionError::Io(e)
-        } else {
-            ConnectionError::tls("", e)
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            BrokenPipe | ConnectionReset | UnexpectedEof => ConnectionError::TlsHungUp(e),
+            kind if gone(kind) => ConnectionError::Io(e),
+            _ => ConnectionError::tls("", e),
         }
+    }
+
+    /// Whether the TLS handshake failed (however).
+    pub(crate) fn in_tls_handshake(&self) -> bool {
+        matches!(
+            self,
+            ConnectionError::TlsHungUp(_) | ConnectionError::Tls { .. }
+        )
     }
 
     /// The client went away or said nothing in time: not news.

@@ -28,6 +28,7 @@ pub(crate) mod prometheus;
 pub(crate) mod stats;
 pub mod swarm;
 pub(crate) mod tls;
+pub(crate) mod watch;
 
 use crate::metrics::Recorder;
 use crate::metrics::ScenarioResult;
@@ -275,6 +276,7 @@ pub fn serve(
     let specs = config.specs();
     check_policy(&config)?;
     let files = backend::Files::open(&config)?;
+    let mut watch = files.watch();
     let model = emulated_model(&config);
     let stats = Arc::new(LiveStats::new(
         &specs
@@ -339,7 +341,7 @@ pub fn serve(
         source.as_deref(),
         &listeners,
         &handle,
-        &stats,
+        (&stats, &mut watch),
         &offer,
         &|| engine_thread.is_finished(),
     );
@@ -673,7 +675,7 @@ fn accept_until_stopped(
     source: Option<&std::path::Path>,
     listeners: &Listeners,
     handle: &EngineHandle,
-    stats: &LiveStats,
+    (stats, watch): (&LiveStats, &mut watch::Watch),
     offer: &TlsOffer,
     engine_gone: &dyn Fn() -> bool,
 ) -> Registry {
@@ -735,6 +737,9 @@ fn accept_until_stopped(
             );
         });
         print_interval(config.interval_s, stats, &mut last);
+        for line in watch.check(Instant::now()) {
+            eprintln!("{line}");
+        }
     }
     registry
 }
@@ -997,8 +1002,12 @@ fn spawn_connection(
             ) {
                 // A client that hangs up mid-conversation is not news.
                 // Nor is one that sat silent past the handshake timeout (logged below
-                // would let idle clients fill the log).
-                if !e.is_gone() {
+                // would let idle clients fill the log). A TLS handshake cut because this
+                // side closed it (its deadline, room for a newcomer: no longer in the
+                // registry) is not the client's failure.
+                let closed_here =
+                    e.in_tls_handshake() && !registry.lock().expect("registry").contains_key(&id);
+                if !e.is_gone() && !closed_here {
                     logs::PeerLog::global()
                         .line(&peer, || format!("ioshare: connection {id} ({peer}): {e}"));
                 }
