@@ -1133,6 +1133,99 @@ fn a_second_server_on_the_same_image_refuses_to_start() {
     s.stopped();
 }
 
+/// `ioshare serve` on a configuration written to `dir/name`, expected to refuse to
+/// start; what it said.
+fn refused(dir: &Path, name: &str, config: &str) -> String {
+    let cfg = dir.join(name);
+    std::fs::write(&cfg, format!("[server]\nunix = \"{name}.sock\"\n{config}")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "started: {err}");
+    err
+}
+
+/// A tenant's image may not be the server's own configuration file, under any name.
+#[test]
+fn an_image_that_is_the_configuration_file_is_refused() {
+    let dir = tempdir();
+    std::os::unix::fs::symlink(dir.path().join("own.toml"), dir.path().join("disk.img")).unwrap();
+    let err = refused(
+        dir.path(),
+        "own.toml",
+        "[[tenant]]\nname = \"a\"\nfile = \"disk.img\"\nsize = \"4k\"\n",
+    );
+    assert!(
+        err.contains("tenant 1 ('a').file: ") && err.contains("is the configuration file"),
+        "{err}"
+    );
+}
+
+/// Images are known by what they are, not by their names: a loop device over a
+/// tenant's image, a `mknod` alias of that loop device, and the file behind it are one
+/// image, refused as two tenants' — and across servers, a block device is claimed
+/// exclusively and its backing file locked, so a second server refuses to start on
+/// any of the three names.
+#[test]
+fn loop_devices_and_their_aliases_are_the_same_image() {
+    if skipped_without_mounts("loop_devices_and_their_aliases_are_the_same_image") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir();
+    let file = dir.path().join("shared.img");
+    std::fs::write(&file, vec![0u8; 4 << 20]).unwrap();
+    let mut m = Mounts::default();
+    let out = run(Command::new("losetup").args(["-f", "--show"]).arg(&file));
+    let dev = stdout(&out).trim().to_string();
+    m.loop_dev = Some(dev.clone());
+    let rdev = std::fs::metadata(&dev).unwrap().rdev();
+    let alias = dir.path().join("alias");
+    let node = std::ffi::CString::new(alias.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mknod only creates the node.
+    let made = unsafe { libc::mknod(node.as_ptr(), libc::S_IFBLK | 0o600, rdev) };
+    assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+    let tenants = |a: &str, b: &str| {
+        format!(
+            "[[tenant]]\nname = \"a\"\nfile = \"{a}\"\nsize = \"1m\"\n\
+             [[tenant]]\nname = \"b\"\nfile = \"{b}\"\nsize = \"1m\"\n"
+        )
+    };
+    let alias = alias.to_str().unwrap();
+    let file = file.to_str().unwrap();
+    for (i, (a, b)) in [(file, dev.as_str()), (dev.as_str(), alias), (alias, file)]
+        .into_iter()
+        .enumerate()
+    {
+        let err = refused(dir.path(), &format!("c{i}.toml"), &tenants(a, b));
+        assert!(
+            err.contains("tenant 2 ('b').file: ")
+                && err.contains("holds the same bytes as tenant 'a''s image"),
+            "{a} and {b}: {err}"
+        );
+    }
+    // One server on the loop device; a second on any of the three names is refused.
+    let one = "[[tenant]]\nname = \"a\"\nfile = \"{}\"\nsize = \"1m\"\n";
+    let s = Server::start(dir.path(), &one.replace("{}", &dev));
+    let err = refused(dir.path(), "alias.toml", &one.replace("{}", alias));
+    assert!(
+        err.contains("busy: mounted, or claimed by another server"),
+        "{err}"
+    );
+    let err = refused(dir.path(), "file.toml", &one.replace("{}", file));
+    assert!(err.contains("cannot lock it for this server"), "{err}");
+    s.stopped();
+    // And the other way round: a server on the file; the loop device over it is refused.
+    let s = Server::start(dir.path(), &one.replace("{}", file));
+    let err = refused(dir.path(), "dev.toml", &one.replace("{}", &dev));
+    assert!(err.contains("through the file behind it"), "{err}");
+    s.stopped();
+    m.detach();
+}
+
 #[test]
 fn clients_leaving_with_requests_in_flight_harm_nobody() {
     let dir = tempdir();

@@ -75,10 +75,12 @@ impl Files {
                              create: bool,
                              cache: Cache|
          -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
-            let f = open_sized(path, size, create)?;
+            let (f, backing) = open_sized(path, size, create)?;
             let buffered = f.as_raw_fd();
             let index = files.len();
             files.push(f);
+            // A loop device's backing file, open for its lock alone.
+            files.extend(backing);
             let d = if cache.direct() {
                 let f = OpenOptions::new()
                     .read(true)
@@ -185,6 +187,12 @@ pub enum BackendError {
         /// Its marker.
         marker: PathBuf,
     },
+    /// A block device another holds exclusively.
+    #[error("{}: busy: mounted, or claimed by another server (a block device is opened exclusively, under any name)", path.display())]
+    Busy {
+        /// The device.
+        path: PathBuf,
+    },
     /// The file could not be opened or examined.
     #[error("{}: cannot open: {source}", path.display())]
     Open {
@@ -268,9 +276,16 @@ fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
 /// without, a missing file is an error naming the setting), locks it
 /// for this server alone and makes sure it holds `size` bytes: a regular file smaller
 /// than that is grown, a block device must be large enough.
-fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, BackendError> {
+fn open_sized(
+    path: &std::path::Path,
+    size: u64,
+    create: bool,
+) -> Result<(File, Option<File>), BackendError> {
     let path_buf = || path.to_path_buf();
     use std::os::unix::fs::OpenOptionsExt;
+    // A block device is claimed exclusively (`O_EXCL`): the kernel refuses a second
+    // claim under any name, and a mounted device.
+    let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
     let marker = create.then(|| marker_of(path));
     if let Some(marker) = &marker
         && marker.exists()
@@ -287,10 +302,13 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, B
         .create(create)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(if block { libc::O_EXCL } else { 0 })
         .open(path)
         .map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound && !create {
                 BackendError::Missing { path: path_buf() }
+            } else if block && source.raw_os_error() == Some(libc::EBUSY) {
+                BackendError::Busy { path: path_buf() }
             } else {
                 BackendError::Open {
                     path: path_buf(),
@@ -318,6 +336,7 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, B
         path: path_buf(),
         source,
     };
+    let backing = lock_backing_file(path)?;
     let meta = f.metadata().map_err(io)?;
     let len = if meta.file_type().is_block_device() {
         f.seek(SeekFrom::End(0)).map_err(io)?
@@ -356,7 +375,35 @@ fn open_sized(path: &std::path::Path, size: u64, create: bool) -> Result<File, B
             );
         }
     }
-    Ok(f)
+    Ok((f, backing))
+}
+
+/// For a loop device bound to a file: that file, opened and locked as an image is, so
+/// that no server serves the file while another serves the loop device over it.
+fn lock_backing_file(device: &std::path::Path) -> Result<Option<File>, BackendError> {
+    let id = super::identity::Identity::of(device);
+    let Some(path) = id.backing_file() else {
+        return Ok(None);
+    };
+    let f = File::open(&path).map_err(|source| BackendError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let source = std::io::Error::last_os_error();
+        let holder = f
+            .metadata()
+            .ok()
+            .and_then(|m| lock_holder(&m))
+            .unwrap_or_else(|| "another process".into());
+        return Err(BackendError::Locked {
+            path: device.to_path_buf(),
+            source,
+            holder: format!("{holder}, through the file behind it, {}", path.display()),
+        });
+    }
+    Ok(Some(f))
 }
 
 /// The marker beside an image that `create = true` may create: `.NAME.ioshare` in the

@@ -3,6 +3,7 @@
 //! one shared file or block device. Relative paths are taken from the config file's
 //! folder; export names are only ever looked up, never turned into paths.
 
+use super::identity::Identity;
 use crate::config::{
     ConfigError, Invalid, PolicyChoice, PolicyEntry, QosFields, parse_problem, tenant_field,
 };
@@ -283,7 +284,9 @@ impl ServerConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&source))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|e| e.in_file(&source))
+        let config = Self::parse(&text, base).map_err(|e| e.in_file(&source))?;
+        check_server_files(&config, Some(path)).map_err(|e| e.in_file(&source))?;
+        Ok(config)
     }
 
     /// Parses a configuration whose relative paths are taken from `base`.
@@ -304,7 +307,7 @@ impl ServerConfig {
             let tenant = tenant_config(t, &tenants, &backend, &at).map_err(|e| e.within(&field))?;
             tenants.push(tenant);
         }
-        Ok(ServerConfig {
+        let config = ServerConfig {
             unix: server.unix,
             tcp: server.tcp,
             queue_depth: server.queue_depth,
@@ -329,7 +332,9 @@ impl ServerConfig {
             emulated: backend.emulated,
             cost_device: backend.cost_device,
             tenants,
-        })
+        };
+        check_server_files(&config, None)?;
+        Ok(config)
     }
 
     /// The first thing in `new` that a running server cannot take on: everything but
@@ -873,43 +878,19 @@ fn storage(
 
 /// A region of the shared file: aligned, inside the emulated device, and clear of every
 /// other tenant's region.
-/// What identifies a file however it is spelled: its device and inode when it exists,
-/// else its folder's canonical path and its name.
-#[derive(Debug, PartialEq)]
-enum FileKey {
-    Inode(u64, u64),
-    Path(PathBuf),
-}
-
-fn file_key(path: &Path) -> FileKey {
-    use std::os::unix::fs::MetadataExt;
-    if let Ok(m) = std::fs::metadata(path) {
-        return FileKey::Inode(m.dev(), m.ino());
-    }
-    let name = path.file_name().map(PathBuf::from).unwrap_or_default();
-    let folder = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    FileKey::Path(
-        folder
-            .canonicalize()
-            .unwrap_or_else(|_| folder.to_path_buf())
-            .join(name),
-    )
-}
-
 /// A tenant's own image must be no other tenant's image and not the shared backend
-/// file, under any spelling: two exports on the same bytes would overwrite each other.
+/// file or device, under any name (a hard link, a `mknod` alias, a loop device over
+/// it, a partition of it: [`super::identity`]): two exports on the same bytes would
+/// overwrite each other.
 fn check_own_file(path: &Path, before: &[TenantConfig], backend: &Backend) -> Result<(), Invalid> {
-    let key = file_key(path);
+    let id = Identity::of(path);
     if let Some((shared, _)) = &backend.shared
-        && file_key(shared) == key
+        && Identity::of(shared).overlaps(&id)
     {
         return Err(Invalid::new(
             "file",
             format!(
-                "{} is backend.path ({}), which other tenants' regions live in",
+                "{} holds the same bytes as backend.path ({}), which other tenants' regions live in",
                 path.display(),
                 shared.display()
             ),
@@ -917,17 +898,64 @@ fn check_own_file(path: &Path, before: &[TenantConfig], backend: &Backend) -> Re
     }
     for other in before {
         if let Storage::Own(p) = &other.storage
-            && file_key(p) == key
+            && Identity::of(p).overlaps(&id)
         {
             return Err(Invalid::new(
                 "file",
                 format!(
-                    "{} is the same file as tenant '{}''s image ({})",
+                    "{} holds the same bytes as tenant '{}''s image ({})",
                     path.display(),
                     other.spec.name,
                     p.display()
                 ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// No image may be one of the server's own files — its configuration (`config_file`),
+/// its TLS certificate, key, client CA or pre-shared keys: a tenant would read them
+/// through its disk, or overwrite them.
+fn check_server_files(config: &ServerConfig, config_file: Option<&Path>) -> Result<(), Invalid> {
+    let tls = &config.tls;
+    let own: Vec<(&str, &Path)> = [
+        ("the configuration file", config_file),
+        ("server.tls_cert", tls.cert.as_deref()),
+        ("server.tls_key", tls.key.as_deref()),
+        ("server.tls_client_ca", tls.client_ca.as_deref()),
+        ("server.tls_psk", tls.psk.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| Some((what, p?)))
+    .collect();
+    let images = config
+        .tenants
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| match &t.storage {
+            Storage::Own(p) => Some((tenant_field(i + 1, &t.spec.name) + ".file", p)),
+            _ => None,
+        })
+        .chain(
+            config
+                .shared
+                .iter()
+                .map(|(p, _)| ("backend.path".to_string(), p)),
+        );
+    for (field, image) in images {
+        let id = Identity::of(image);
+        for (what, p) in &own {
+            if Identity::of(p).overlaps(&id) {
+                return Err(Invalid::new(
+                    field,
+                    format!(
+                        "{} is {what} ({}): an image must not be one of the server's own files",
+                        image.display(),
+                        p.display()
+                    ),
+                ));
+            }
         }
     }
     Ok(())
@@ -1256,11 +1284,11 @@ mod tests {
             ),
             (
                 "[[tenant]]\nname='a'\nfile='a.img'\nsize=4096\n[[tenant]]\nname='b'\nfile='./a.img'\nsize=4096",
-                "tenant 2 ('b').file: /srv/./a.img is the same file as tenant 'a''s image (/srv/a.img)",
+                "tenant 2 ('b').file: /srv/./a.img holds the same bytes as tenant 'a''s image (/srv/a.img)",
             ),
             (
                 "[backend]\npath='shared.img'\n[[tenant]]\nname='a'\noffset=0\nsize=4096\n[[tenant]]\nname='b'\nfile='shared.img'\nsize=4096",
-                "tenant 2 ('b').file: /srv/shared.img is backend.path (/srv/shared.img)",
+                "tenant 2 ('b').file: /srv/shared.img holds the same bytes as backend.path (/srv/shared.img)",
             ),
         ];
         for (text, want) in cases {

@@ -23,6 +23,7 @@ pub(crate) mod core;
 pub(crate) mod engine;
 mod error;
 pub(crate) mod gate;
+pub(crate) mod identity;
 pub(crate) mod logs;
 pub(crate) mod prometheus;
 pub(crate) mod stats;
