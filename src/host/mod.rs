@@ -19,6 +19,9 @@
 //! * **completion**: [`Host::complete`] tells the policy and frees the slot;
 //! * **alarms**: the policy's "ask me again at T", its periodic timer and the drain
 //!   deadline, as one time ([`Host::next_alarm`]) the driver calls [`Host::on_time`] at;
+//! * **stalls** (live only, [`stall`]): a tenant whose requests stop coming back keeps
+//!   at most an even share of the device queue, and a request gone for long gives its
+//!   slot back;
 //! * **drain**: [`Host::start_drain`] sets a deadline; at [`Host::on_deadline`] what
 //!   the policy still holds is withdrawn and refused as [`Refusal::Stopping`];
 //! * **accounting** per tenant (held by the policy, on the device), with assertions on
@@ -30,9 +33,12 @@
 //! device are bounded by `queue_depth` over all tenants, so a tenant never has more than
 //! `queue_limit + queue_depth` requests inside the host.
 
+pub mod stall;
+
 use crate::policy::cost::{CostModel, Pricer};
 use crate::policy::{Admission, Detail, Dispatch, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+pub use stall::Stall;
 
 /// How a request the device finished ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +137,9 @@ pub struct Limits {
     pub queue_limit: Option<u32>,
     /// What becomes of a request the policy refuses.
     pub refuse: Refuse,
+    /// When a tenant whose requests do not come back is held to a share of the device
+    /// queue ([`stall`]); `None`: never (the simulator's devices do not hang).
+    pub stall: Option<Stall>,
 }
 
 /// What the host does with a request the policy refuses ([`Refusal::Policy`]: a token
@@ -195,6 +204,8 @@ pub struct Host<O: Observer> {
     /// in arrival order; counted in `held`.
     deferred: Vec<std::collections::VecDeque<Request>>,
     deferred_total: usize,
+    /// With [`Limits::stall`]: requests in flight by age, parked ones, given-back slots.
+    stalls: Option<stall::Stalls>,
 }
 
 impl<O: Observer> Host<O> {
@@ -227,6 +238,7 @@ impl<O: Observer> Host<O> {
             stopped: false,
             deferred: vec![std::collections::VecDeque::new(); tenants],
             deferred_total: 0,
+            stalls: limits.stall.map(|s| stall::Stalls::new(s, tenants)),
         }
     }
 
@@ -324,30 +336,80 @@ impl<O: Observer> Host<O> {
     #[must_use = "a dispatched request must go to the device, or it is lost"]
     #[inline]
     pub fn dispatch(&mut self, now: Nanos) -> Option<Request> {
+        if let Some(s) = &mut self.stalls {
+            self.in_flight -= s.release_overdue(now);
+        }
         if self.stopped || self.in_flight >= self.limits.queue_depth {
             return None;
+        }
+        if let Some(r) = self.unpark(now) {
+            return Some(self.send(r, now));
         }
         if self.deferred_total > 0 {
             self.retry_deferred(now);
         }
-        match self.policy.dispatch(now) {
-            Dispatch::Request(r) => {
-                self.release_held(r.tenant);
-                self.tenants[r.tenant as usize].in_flight += 1;
-                self.in_flight += 1;
-                assert!(self.in_flight <= self.limits.queue_depth);
-                self.observer.dispatched(&r, now);
-                Some(r)
-            }
-            Dispatch::Wait(at) => {
-                let at = at.max(now + 1);
-                if self.wake_at.is_none_or(|w| at < w || w <= now) {
-                    self.wake_at = Some(at);
+        loop {
+            match self.policy.dispatch(now) {
+                Dispatch::Request(r) => {
+                    if self.over_share(r.tenant, now) {
+                        // Still held (counted against its queue limit) until it goes.
+                        self.stalls.as_mut().expect("over share").park(r);
+                        continue;
+                    }
+                    return Some(self.send(r, now));
                 }
-                None
+                Dispatch::Wait(at) => {
+                    let at = at.max(now + 1);
+                    if self.wake_at.is_none_or(|w| at < w || w <= now) {
+                        self.wake_at = Some(at);
+                    }
+                    return None;
+                }
+                Dispatch::Idle => return None,
             }
-            Dispatch::Idle => None,
         }
+    }
+
+    /// `r`, released by the policy, goes to the device.
+    fn send(&mut self, r: Request, now: Nanos) -> Request {
+        self.release_held(r.tenant);
+        self.tenants[r.tenant as usize].in_flight += 1;
+        self.in_flight += 1;
+        assert!(self.in_flight <= self.limits.queue_depth);
+        if let Some(s) = &mut self.stalls {
+            s.dispatched(&r, now);
+        }
+        self.observer.dispatched(&r, now);
+        r
+    }
+
+    /// Whether `tenant` is stalled and holds its share of the device queue already.
+    fn over_share(&self, tenant: TenantId, now: Nanos) -> bool {
+        let Some(s) = &self.stalls else {
+            return false;
+        };
+        if !s.stalled(tenant, now) {
+            return false;
+        }
+        let with_work = self
+            .tenants
+            .iter()
+            .filter(|c| c.held > 0 || c.in_flight > 0)
+            .count()
+            .max(1) as u32;
+        let share = (self.limits.queue_depth / with_work).max(1);
+        self.tenants[tenant as usize].in_flight >= share
+    }
+
+    /// The first parked request whose tenant is under its share again.
+    fn unpark(&mut self, now: Nanos) -> Option<Request> {
+        let s = self.stalls.as_ref()?;
+        if s.parked_total() == 0 {
+            return None;
+        }
+        let t = (0..self.tenants.len() as TenantId)
+            .find(|&t| s.parked(t) > 0 && !self.over_share(t, now))?;
+        self.stalls.as_mut().expect("present").unpark(t)
     }
 
     /// A request on the device finished at `now`.
@@ -358,7 +420,13 @@ impl<O: Observer> Host<O> {
         *count = count
             .checked_sub(1)
             .unwrap_or_else(|| panic!("tenant {t}: a completion with nothing in flight"));
-        self.in_flight -= 1;
+        let given_back = self
+            .stalls
+            .as_mut()
+            .is_some_and(|s| s.completed(t as TenantId, completion.request.id, now));
+        if !given_back {
+            self.in_flight -= 1;
+        }
         assert!(
             completion.finish >= completion.start && completion.start >= completion.request.arrival,
             "request {} finished before it started, or started before it arrived",
@@ -399,6 +467,9 @@ impl<O: Observer> Host<O> {
         for d in &mut self.deferred {
             withdrawn.extend(d.drain(..));
         }
+        if let Some(s) = &mut self.stalls {
+            withdrawn.extend(s.withdraw_parked());
+        }
         self.deferred_total = 0;
         assert_eq!(
             withdrawn.len(),
@@ -418,7 +489,8 @@ impl<O: Observer> Host<O> {
     /// this time, the live engine bounds its wait on the ring by it.
     pub fn next_alarm(&self) -> Option<Nanos> {
         let deadline = self.deadline.filter(|_| !self.stopped);
-        [self.wake_at, self.policy.next_timer(), deadline]
+        let release = self.stalls.as_ref().and_then(|s| s.next_alarm());
+        [self.wake_at, self.policy.next_timer(), deadline, release]
             .into_iter()
             .flatten()
             .min()
@@ -432,6 +504,9 @@ impl<O: Observer> Host<O> {
         }
         if self.policy.next_timer().is_some_and(|t| t <= now) {
             self.policy.on_timer(now);
+        }
+        if let Some(s) = &mut self.stalls {
+            self.in_flight -= s.release_overdue(now);
         }
         self.on_deadline(now, refused);
     }
@@ -451,7 +526,8 @@ impl<O: Observer> Host<O> {
         self.tenants[tenant as usize].held
     }
 
-    /// Requests on the device, over all tenants.
+    /// Requests holding a place in the device queue, over all tenants (with
+    /// [`Limits::stall`], requests that gave their slot back are not counted).
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }
@@ -461,9 +537,11 @@ impl<O: Observer> Host<O> {
         self.tenants[tenant as usize].in_flight
     }
 
-    /// Nothing held and nothing on the device.
+    /// Nothing held and nothing on the device (given-back slots included).
     pub fn is_idle(&self) -> bool {
-        self.held == 0 && self.in_flight == 0
+        self.held == 0
+            && self.in_flight == 0
+            && self.stalls.as_ref().is_none_or(|s| s.released() == 0)
     }
 
     /// The bounds in force.
@@ -531,18 +609,35 @@ impl<O: Observer> Host<O> {
                 self.deferred_total
             ));
         }
-        if self.policy.queued() + self.deferred_total != self.held {
+        let (parked, given_back) = self
+            .stalls
+            .as_ref()
+            .map_or((0, 0), |s| (s.parked_total(), s.released()));
+        if self.policy.queued() + self.deferred_total + parked != self.held {
             return Err(format!(
-                "the policy holds {} requests and the host holds back {}, the host counted {}",
+                "the policy holds {} requests and the host holds back {} and parks {parked}, the host counted {}",
                 self.policy.queued(),
                 self.deferred_total,
                 self.held
             ));
         }
-        if in_flight != self.in_flight {
+        if in_flight != self.in_flight + given_back {
             return Err(format!(
-                "in flight per tenant sums to {in_flight}, total {}",
+                "in flight per tenant sums to {in_flight}, total {} and {given_back} given back",
                 self.in_flight
+            ));
+        }
+        if let Some(s) = &self.stalls
+            && let Some((t, c)) = self
+                .tenants
+                .iter()
+                .enumerate()
+                .find(|(t, c)| s.outstanding(*t as TenantId) != c.in_flight as usize)
+        {
+            return Err(format!(
+                "tenant {t}: {} in flight, {} tracked by age",
+                c.in_flight,
+                s.outstanding(t as TenantId)
             ));
         }
         if self.in_flight > self.limits.queue_depth {

@@ -79,6 +79,7 @@ fn host_refusing(
         queue_depth,
         queue_limit,
         refuse,
+        stall: None,
     };
     Host::new(
         policy,
@@ -419,6 +420,7 @@ fn check_finds_a_policy_that_loses_requests() {
         queue_depth: 4,
         queue_limit: None,
         refuse: Refuse::Error,
+        stall: None,
     };
     let mut h = Host::new(
         Box::new(Leaky(policy::Fifo::new(1))),
@@ -432,7 +434,98 @@ fn check_finds_a_policy_that_loses_requests() {
     assert_eq!(h.admit(request(2, 0, 0), 0), Admission::Queued);
     let e = h.check().unwrap_err();
     assert!(
-        e.contains("the policy holds 1 requests and the host holds back 0, the host counted 2"),
+        e.contains(
+            "the policy holds 1 requests and the host holds back 0 and parks 0, the host counted 2"
+        ),
         "{e}"
     );
+}
+
+/// A tenant whose requests do not come back (a hung backend) keeps the others served:
+/// once its requests are past twice the stall threshold they give their device slots
+/// back, and while it is stalled what the policy releases for it beyond its share of
+/// the queue is parked; when its requests complete (late) the parked ones go.
+#[test]
+fn a_hung_tenant_gives_the_device_queue_back_and_is_held_to_its_share() {
+    const MS: Nanos = 1_000_000;
+    let limits = Limits {
+        queue_depth: 8,
+        queue_limit: Some(64),
+        refuse: Refuse::Error,
+        stall: Some(Stall { after: 100 * MS }),
+    };
+    let mut h = Host::new(
+        policy::build("none", Default::default(), &two()).expect("builds"),
+        Log::default(),
+        limits,
+        2,
+        CostModel::generic_ssd(),
+    );
+    let drain = |h: &mut Host<Log>, now| {
+        let mut out = Vec::new();
+        while let Some(r) = h.dispatch(now) {
+            out.push(r);
+            h.check().unwrap();
+        }
+        out
+    };
+    // Tenant 0 fills the queue; its backend then hangs.
+    for id in 1..=8 {
+        assert_eq!(h.admit(request(id, 0, 0), 0), Admission::Queued);
+    }
+    let hung = drain(&mut h, 0);
+    assert_eq!(hung.len(), 8);
+    assert_eq!(
+        h.next_alarm(),
+        Some(200 * MS),
+        "slots come back at twice the threshold"
+    );
+    // Tenant 1 waits: no slot until then.
+    assert_eq!(
+        h.admit(request(100, 1, 10 * MS), 10 * MS),
+        Admission::Queued
+    );
+    assert!(drain(&mut h, 10 * MS).is_empty());
+    assert!(
+        drain(&mut h, 150 * MS).is_empty(),
+        "stalled, but the slots are still held"
+    );
+    let got = drain(&mut h, 200 * MS);
+    assert_eq!(got.iter().map(|r| r.id).collect::<Vec<_>>(), vec![100]);
+    assert_eq!(h.in_flight(), 1, "the hung requests gave their slots back");
+    assert_eq!(
+        h.tenant_in_flight(0),
+        8,
+        "still the tenant's until they complete"
+    );
+    // More from the hung tenant: parked (it holds 8, its share is 4); tenant 1 goes on.
+    for id in 9..=12 {
+        assert_eq!(
+            h.admit(request(id, 0, 210 * MS), 210 * MS),
+            Admission::Queued
+        );
+    }
+    assert_eq!(
+        h.admit(request(101, 1, 210 * MS), 210 * MS),
+        Admission::Queued
+    );
+    let got = drain(&mut h, 210 * MS);
+    assert_eq!(got.iter().map(|r| r.id).collect::<Vec<_>>(), vec![101]);
+    assert_eq!(
+        h.held(0),
+        4,
+        "parked requests count against the queue limit"
+    );
+    // Its backend comes back: the hung requests complete, the parked ones go in order.
+    for r in hung {
+        h.complete(&done(r, 0, 300 * MS), Status::Ok, 300 * MS);
+        h.check().unwrap();
+    }
+    assert_eq!(h.in_flight(), 2);
+    let got = drain(&mut h, 300 * MS);
+    assert_eq!(
+        got.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![9, 10, 11, 12]
+    );
+    assert_eq!(h.held(0), 0);
 }

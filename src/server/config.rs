@@ -37,6 +37,8 @@ struct ServerFile {
     interval_s: Option<f64>,
     metrics: Option<String>,
     drain_timeout_s: Option<f64>,
+    backend_stall_ms: Option<f64>,
+    backend_timeout_s: Option<f64>,
     max_inflight_bytes: Option<ByteSize>,
     handshake_timeout_s: Option<f64>,
     max_connections: Option<u32>,
@@ -218,6 +220,13 @@ pub struct ServerConfig {
     pub metrics: Option<String>,
     /// How long a SIGTERM drain waits for the policy to release what it holds.
     pub drain_timeout: Nanos,
+    /// A tenant whose oldest request has been with its backend this long keeps at most
+    /// an even share of the device queue, and a request gone twice as long gives its
+    /// slot back (`None`: off). [`crate::host::stall`].
+    pub backend_stall: Option<Nanos>,
+    /// A request its backend has not answered in this long is answered `EIO` and the
+    /// tenant's backend marked degraded (`None`: never).
+    pub backend_timeout: Option<Nanos>,
     /// Request data in the server at once, over all connections: from a request's
     /// arrival until the last byte of its reply is sent. Connections stop being read
     /// while it is reached.
@@ -317,6 +326,8 @@ impl ServerConfig {
             interval_s: server.interval_s,
             metrics: server.metrics,
             drain_timeout: server.drain_timeout,
+            backend_stall: server.backend_stall,
+            backend_timeout: server.backend_timeout,
             max_inflight_bytes: server.max_inflight_bytes,
             handshake_timeout: server.handshake_timeout,
             max_connections: server.max_connections,
@@ -352,6 +363,14 @@ impl ServerConfig {
             (
                 "server.drain_timeout_s",
                 self.drain_timeout == new.drain_timeout,
+            ),
+            (
+                "server.backend_stall_ms",
+                self.backend_stall == new.backend_stall,
+            ),
+            (
+                "server.backend_timeout_s",
+                self.backend_timeout == new.backend_timeout,
             ),
             (
                 "server.max_inflight_bytes",
@@ -421,6 +440,8 @@ struct Server {
     interval_s: f64,
     metrics: Option<String>,
     drain_timeout: Nanos,
+    backend_stall: Option<Nanos>,
+    backend_timeout: Option<Nanos>,
     max_inflight_bytes: u64,
     handshake_timeout: std::time::Duration,
     max_connections: u32,
@@ -618,6 +639,20 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             format!("must be 0 ..= 86400 seconds, got {drain_timeout_s}"),
         ));
     }
+    let backend_stall_ms = s.backend_stall_ms.unwrap_or(500.0);
+    if !(0.0..=3_600_000.0).contains(&backend_stall_ms) {
+        return Err(field(
+            "backend_stall_ms",
+            format!("must be 0 (off) ..= 3600000 milliseconds, got {backend_stall_ms}"),
+        ));
+    }
+    let backend_timeout_s = s.backend_timeout_s.unwrap_or(30.0);
+    if !(0.0..=86_400.0).contains(&backend_timeout_s) {
+        return Err(field(
+            "backend_timeout_s",
+            format!("must be 0 (never) ..= 86400 seconds, got {backend_timeout_s}"),
+        ));
+    }
     let policy = match s.policy {
         Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
         None => PolicyChoice::named("none"),
@@ -637,6 +672,8 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         interval_s,
         metrics: s.metrics,
         drain_timeout: secs_to_nanos(drain_timeout_s),
+        backend_stall: (backend_stall_ms > 0.0).then(|| secs_to_nanos(backend_stall_ms / 1000.0)),
+        backend_timeout: (backend_timeout_s > 0.0).then(|| secs_to_nanos(backend_timeout_s)),
         max_inflight_bytes,
         handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
         max_connections,

@@ -57,6 +57,11 @@ const PAST_END_LOG_EVERY: Nanos = 10_000_000_000;
 /// A tenant's backend errors are logged at most this often (the first at once).
 const BACKEND_ERROR_LOG_EVERY: Nanos = 10_000_000_000;
 
+/// Whether a request of this kind changes the image's data.
+fn changes_data(op: crate::types::Op) -> bool {
+    matches!(op, crate::types::Op::Write | crate::types::Op::Trim)
+}
+
 /// When a kind of trouble was last logged (per tenant) and how many were not since.
 #[derive(Clone, Debug, Default)]
 struct Reported {
@@ -90,6 +95,11 @@ pub struct CoreConfig {
     pub refuse: Refuse,
     /// How long the drain waits for the policy before answering `ESHUTDOWN`.
     pub drain_timeout: Nanos,
+    /// When a tenant whose requests do not come back is held to a share of the device
+    /// queue ([`crate::host::stall`]); `None`: never.
+    pub stall: Option<crate::host::Stall>,
+    /// A request its backend has not answered in this long is answered `EIO`.
+    pub backend_timeout: Option<Nanos>,
     /// Data and reply bytes all connections may hold at once.
     pub max_inflight_bytes: u64,
     /// The journal detector's parameters (tenants with `cache = "pdc"`).
@@ -117,6 +127,10 @@ impl CoreConfig {
             queue_limit: config.queue_limit,
             refuse: config.refuse,
             drain_timeout: config.drain_timeout,
+            stall: config
+                .backend_stall
+                .map(|after| crate::host::Stall { after }),
+            backend_timeout: config.backend_timeout,
             max_inflight_bytes: config.max_inflight_bytes,
             pdc: config.pdc,
             tenants: config
@@ -187,6 +201,9 @@ struct Live {
     /// Emulated backend: the reply's error once the data I/O is done, while the model's
     /// finish time is still ahead.
     io_result: Option<u32>,
+    /// Answered `EIO` past `backend_timeout` while its file operation is still with the
+    /// kernel: kept (its buffer is the kernel's until then) and dropped at completion.
+    abandoned: bool,
 }
 
 /// What the live engine records: the counters behind the terminal line and `/metrics`,
@@ -235,6 +252,13 @@ pub struct EngineCore {
     cancelled: Vec<Request>,
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
     due: BinaryHeap<Reverse<(Nanos, u64)>>,
+    /// File requests by when their backend must have answered (`backend_timeout`).
+    timeouts: BinaryHeap<Reverse<(Nanos, u64)>>,
+    /// Per tenant: its backend's timeouts, as logged.
+    timeouts_logged: Vec<Reported>,
+    /// Per tenant: writes (and trims) answered `EIO` past the timeout and not yet back
+    /// from the backend; while any is, the tenant's new ones fail at once.
+    fenced: Vec<u32>,
     model_done: Vec<Finished>,
     /// Bytes every connection holds of the memory budget.
     inflight_bytes: u64,
@@ -276,6 +300,7 @@ impl EngineCore {
             queue_depth: cfg.queue_depth,
             queue_limit: Some(cfg.queue_limit),
             refuse: cfg.refuse,
+            stall: cfg.stall,
         };
         let n = cfg.tenants.len();
         EngineCore {
@@ -287,6 +312,9 @@ impl EngineCore {
             conns: Vec::new(),
             cancelled: Vec::new(),
             due: BinaryHeap::new(),
+            timeouts: BinaryHeap::new(),
+            timeouts_logged: vec![Reported::default(); n],
+            fenced: vec![0; n],
             model_done: Vec::new(),
             inflight_bytes: 0,
             past_end_logged: vec![None; n],
@@ -447,6 +475,22 @@ impl EngineCore {
             .live
             .get_mut(&id)
             .expect("completion of a known request");
+        if l.abandoned {
+            if changes_data(l.request.op) {
+                let fenced = &mut self.fenced[l.sub.tenant as usize];
+                *fenced = fenced
+                    .checked_sub(1)
+                    .expect("an abandoned write was counted");
+            }
+            // Answered already; its buffer is free now. An emulated device still to
+            // finish it drops it then.
+            if self.model.is_some() && l.model_finish.is_none() {
+                l.io_result = Some(proto::EIO);
+            } else {
+                self.live.remove(&id);
+            }
+            return;
+        }
         let (tenant, offset, len) = (l.sub.tenant as usize, l.io.offset(), l.io.len());
         let what = l.io.what();
         let error = match l.io.step(result) {
@@ -575,6 +619,7 @@ impl EngineCore {
     pub fn next_wake(&self) -> Option<Nanos> {
         let model_next = self.model.as_ref().and_then(|m| m.next_event());
         let next_due = self.due.peek().map(|Reverse((at, _))| *at);
+        let next_timeout = self.timeouts.peek().map(|Reverse((at, _))| *at);
         // After the drain deadline, replies still being sent get a grace period.
         let send_grace = self
             .host
@@ -585,16 +630,18 @@ impl EngineCore {
             send_grace.map(|d| d + SEND_GRACE),
             model_next,
             next_due,
+            next_timeout,
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Drained: no request and no connection left.
+    /// Drained: no request and no connection left (but requests answered `EIO` past
+    /// `backend_timeout` whose file operation never came back).
     pub fn is_done(&self) -> bool {
         self.host.deadline().is_some()
-            && self.live.is_empty()
+            && self.live.values().all(|l| l.abandoned)
             && self.conns.iter().all(Option::is_none)
     }
 
@@ -626,7 +673,7 @@ impl EngineCore {
     }
 
     /// Consumes the core once done.
-    pub fn finish(self) -> CoreOutcome {
+    pub fn finish(mut self) -> CoreOutcome {
         let journal = self
             .detectors
             .iter()
@@ -637,6 +684,11 @@ impl EngineCore {
             .as_ref()
             .map(|m| m.model().stats())
             .unwrap_or_default();
+        // The kernel may still write into an abandoned request's buffer: never freed.
+        for (_, l) in self.live.drain() {
+            assert!(l.abandoned, "finished with a request in service");
+            std::mem::forget(l.io);
+        }
         let ((_, recorder), policy) = self.host.finish();
         CoreOutcome {
             recorder,
@@ -662,6 +714,12 @@ impl EngineCore {
     /// still does not take its replies a while later is cut off.
     fn check_deadlines(&mut self, now: Nanos) {
         self.host.on_time(now, &mut self.cancelled);
+        while let Some(&Reverse((at, id))) = self.timeouts.peek()
+            && at <= now
+        {
+            self.timeouts.pop();
+            self.backend_timed_out(id, now);
+        }
         if !self.cancelled.is_empty() {
             let text = format!(
                 "ioshare: drain deadline passed: answering {} request(s) the policy still holds with ESHUTDOWN",
@@ -901,6 +959,7 @@ impl EngineCore {
                     io,
                     model_finish: None,
                     io_result: None,
+                    abandoned: false,
                 };
                 self.live.insert(request.id, l);
             }
@@ -948,6 +1007,15 @@ impl EngineCore {
             l.start = Some(now);
             // The host stamped its cost: the completion carries it to the recorder.
             l.request = r;
+            if self.fenced[r.tenant as usize] > 0 && changes_data(r.op) {
+                // An older write of this tenant, answered EIO, may still land: a newer
+                // one acknowledged now could be overwritten by it. Failed at once
+                // until the backend has given every such write back.
+                let l = self.live.remove(&r.id).expect("known");
+                self.host.observer().0.fenced(r.tenant);
+                self.complete(l, proto::EIO, now);
+                continue;
+            }
             if let Some(m) = self.model.as_mut() {
                 m.advance(now, &mut self.model_done);
                 l.model_finish = match m.submit(&r, now) {
@@ -966,6 +1034,9 @@ impl EngineCore {
                 continue;
             }
             if self.targets[r.tenant as usize].is_some() {
+                if let Some(t) = self.cfg.backend_timeout {
+                    self.timeouts.push(Reverse((now + t, r.id)));
+                }
                 self.intents.push(Intent::Io(r.id));
             } else {
                 let result = l.io.null_result();
@@ -988,6 +1059,51 @@ impl EngineCore {
             t.name,
             t.size,
             PAST_END_LOG_EVERY / 1_000_000_000
+        );
+        self.log(None, text);
+    }
+
+    /// Request `id`'s backend has not answered by its deadline: if it is still with the
+    /// backend, it is answered `EIO` now and its slot freed (the client and the policy
+    /// go on), its buffer kept for the kernel until the operation returns; the tenant's
+    /// backend is degraded (logged, counted in `/metrics`).
+    fn backend_timed_out(&mut self, id: u64, now: Nanos) {
+        let Some(l) = self.live.get_mut(&id) else {
+            return;
+        };
+        // Done with its data (an emulated device's finish time ahead), or answered.
+        if l.abandoned || l.io_result.is_some() {
+            return;
+        }
+        l.abandoned = true;
+        let (sub, request) = (l.sub, l.request);
+        if changes_data(request.op) {
+            self.fenced[sub.tenant as usize] += 1;
+        }
+        let start = l.start.expect("dispatched");
+        let (what, offset, len) = (l.io.what(), l.io.offset(), l.io.len());
+        let c = Completion {
+            request,
+            start,
+            finish: now,
+        };
+        self.host.complete(&c, Status::Failed, now);
+        self.host.observer().0.backend_timed_out(sub.tenant);
+        self.answer(sub, proto::EIO, None);
+        let tenant = sub.tenant as usize;
+        let Some(between) = self.timeouts_logged[tenant].due(now, BACKEND_ERROR_LOG_EVERY) else {
+            return;
+        };
+        let since = if between > 0 {
+            format!(", {between} more since the last report")
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "ioshare: {}: its backend has not answered a {what} of {len} bytes at byte {offset} in {:.1} s: answered EIO; the backend is degraded (hung or failing storage under the image?), and until its unanswered writes come back its new writes fail at once (reported at most every {} s{since})",
+            self.cfg.tenants[tenant].name,
+            (now - start) as f64 / 1e9,
+            BACKEND_ERROR_LOG_EVERY / 1_000_000_000
         );
         self.log(None, text);
     }
@@ -1033,7 +1149,12 @@ impl EngineCore {
                 .get_mut(&f.request.id)
                 .expect("modelled a known request");
             l.model_finish = Some(f.finish);
-            if l.io_result.is_some() {
+            if l.abandoned {
+                // Answered past the backend timeout; dropped once its I/O is back too.
+                if l.io_result.is_some() {
+                    self.live.remove(&f.request.id);
+                }
+            } else if l.io_result.is_some() {
                 self.due.push(Reverse((f.finish, f.request.id)));
             }
         }
@@ -1106,6 +1227,8 @@ mod tests {
             queue_limit,
             refuse: Refuse::Hold,
             drain_timeout: 100 * MS,
+            stall: None,
+            backend_timeout: None,
             max_inflight_bytes,
             pdc: JournalParams::default(),
             tenants: vec![CoreTenant {
@@ -1248,6 +1371,90 @@ mod tests {
                 .ends_with("(reported at most every 10 s, 2 more since the last report)"),
             "{}",
             later[0].text
+        );
+    }
+
+    /// A request its backend never answers is answered `EIO` at the backend timeout,
+    /// counted and logged; its entry (and buffer) stays for the kernel until the
+    /// operation does return, and is dropped then.
+    #[test]
+    fn a_request_its_backend_does_not_answer_is_answered_eio_at_the_timeout() {
+        let mut c = core(8, 64, 64 << 20);
+        c.cfg.backend_timeout = Some(1_000 * MS);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &reads(1, 4096), 0);
+        c.turn(0);
+        assert!(intents(&mut c).contains(&Intent::Io(1)));
+        assert!(
+            c.next_wake().is_some_and(|w| w <= 1_000 * MS),
+            "woken for the timeout"
+        );
+        c.turn(999 * MS);
+        assert!(!intents(&mut c).contains(&Intent::Send(slot)), "not yet");
+        c.turn(1_000 * MS);
+        assert!(intents(&mut c).contains(&Intent::Send(slot)), "answered");
+        let counters = &c.host.observer().0.snapshot()[0];
+        assert_eq!((counters.errors, counters.backend_timeouts), (1, 1));
+        let logs = c.take_logs().0;
+        assert!(
+            logs.iter().any(|l| l.text.starts_with(
+                "ioshare: a: its backend has not answered a read of 4096 bytes at byte 0 in 1.0 s: answered EIO"
+            )),
+            "{logs:?}"
+        );
+        assert_eq!(
+            c.live_requests(),
+            1,
+            "kept until the kernel gives the buffer back"
+        );
+        assert_eq!(c.host.in_flight(), 0, "its device slot is free");
+        c.io_done(1, 4096, 1_500 * MS);
+        assert_eq!(c.live_requests(), 0);
+        c.host.check().unwrap();
+    }
+
+    /// A write answered `EIO` past the timeout may still land: until it is back from
+    /// the backend, the tenant's newer writes fail at once (none is acknowledged and
+    /// then overwritten by the older one); reads go on; once it is back, writes do too.
+    #[test]
+    fn writes_fail_fast_while_an_abandoned_write_may_still_land() {
+        let mut c = core(8, 64, 64 << 20);
+        c.cfg.backend_timeout = Some(1_000 * MS);
+        let slot = attach(&mut c);
+        let _ = intents(&mut c);
+        let write = |handle| {
+            let mut w = request_header(proto::CMD_WRITE, 0, handle, 0, 4096);
+            w.extend_from_slice(&[9; 4096]);
+            w
+        };
+        receive(&mut c, slot, &write(1), 0);
+        c.turn(0);
+        assert!(intents(&mut c).contains(&Intent::Io(1)));
+        c.turn(1_000 * MS);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &write(2), 1_100 * MS);
+        c.turn(1_100 * MS);
+        let asked = intents(&mut c);
+        assert!(!asked.contains(&Intent::Io(2)), "not sent: {asked:?}");
+        assert_eq!(c.host.observer().0.snapshot()[0].errors, 2);
+        receive(
+            &mut c,
+            slot,
+            &request_header(proto::CMD_READ, 0, 3, 0, 4096),
+            1_200 * MS,
+        );
+        c.turn(1_200 * MS);
+        assert!(intents(&mut c).contains(&Intent::Io(3)), "reads go on");
+        c.io_done(1, 4096, 1_300 * MS);
+        c.io_done(3, 4096, 1_300 * MS);
+        c.turn(1_300 * MS);
+        let _ = intents(&mut c);
+        receive(&mut c, slot, &write(4), 1_400 * MS);
+        c.turn(1_400 * MS);
+        assert!(
+            intents(&mut c).contains(&Intent::Io(4)),
+            "the fence is down"
         );
     }
 

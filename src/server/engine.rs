@@ -170,7 +170,9 @@ pub fn run(
             .ok()
             .and_then(|v| v.parse().ok()),
     );
+    let offload = offloaded(config, &files);
     let mut engine = Engine {
+        offload,
         ring: new_ring(config.queue_depth)?,
         wake_buf: Box::new([0; 8]),
         wake,
@@ -247,6 +249,54 @@ struct Engine {
     intents: Vec<Intent>,
     /// `serve --capture`: every request as it arrives.
     capture: Option<Capture>,
+    /// Descriptors of images on file systems that may block a submitting thread (FUSE,
+    /// network file systems): their operations go to the kernel's workers at once.
+    offload: std::collections::HashSet<std::os::fd::RawFd>,
+}
+
+/// `statfs` magic numbers of file systems whose operations may block the thread that
+/// submits them even when io_uring asks for a non-blocking attempt first (a FUSE read
+/// can wait on its daemon for attributes, a network file system on its server).
+const MAY_BLOCK: [(i64, &str); 8] = [
+    (0x6573_5546, "FUSE"),
+    (0x6969, "NFS"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x0102_1997, "9P"),
+    (0x00C3_6400, "Ceph"),
+    (0x5346_414F, "AFS"),
+    (0x7364_6673, "SSHFS"),
+];
+
+/// The descriptors of tenants whose images are on a [`MAY_BLOCK`] file system, said once
+/// per tenant: their file operations are submitted with `IOSQE_ASYNC`, so that a hung
+/// daemon or server stalls that tenant's requests in the kernel's workers, never the
+/// engine thread (which serves every tenant).
+fn offloaded(
+    config: &ServerConfig,
+    files: &Files,
+) -> std::collections::HashSet<std::os::fd::RawFd> {
+    let mut fds = std::collections::HashSet::new();
+    for (t, target) in config.tenants.iter().zip(files.targets()) {
+        let Some(target) = target else {
+            continue;
+        };
+        // SAFETY: an all-zero statfs is valid; fstatfs fills it for a descriptor we own.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(target.buffered, &mut st) } != 0 {
+            continue;
+        }
+        let Some((_, name)) = MAY_BLOCK.iter().find(|(m, _)| *m == st.f_type as i64) else {
+            continue;
+        };
+        eprintln!(
+            "ioshare: {}: its image is on {name}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {name} cannot stop the other tenants",
+            t.spec.name
+        );
+        fds.insert(target.buffered);
+        fds.extend(target.direct);
+    }
+    fds
 }
 
 /// Environment variable for tests of the server's supervision: the engine panics once
@@ -373,7 +423,12 @@ impl Engine {
             }
             Intent::Io(id) => {
                 let (io, target) = core.transfer(id);
-                io.entry(target).user_data(id)
+                let e = io.entry(target).user_data(id);
+                if self.offload.contains(&target.buffered) {
+                    e.flags(io_uring::squeue::Flags::ASYNC)
+                } else {
+                    e
+                }
             }
             Intent::ShutRead(slot) => {
                 shutdown(&socket(&self.sockets, slot).fd, libc::SHUT_RD);

@@ -301,7 +301,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 type Field = fn(&TenantCounters) -> f64;
 
 /// The per-tenant series: name, type, help, value.
-const SERIES: [(&str, &str, &str, Field); 14] = [
+const SERIES: [(&str, &str, &str, Field); 16] = [
     (
         "ioshare_requests_arrived_total",
         "counter",
@@ -319,6 +319,18 @@ const SERIES: [(&str, &str, &str, Field); 14] = [
         "counter",
         "Requests the backend finished with an error",
         |t| t.errors as f64,
+    ),
+    (
+        "ioshare_backend_timeouts_total",
+        "counter",
+        "Requests answered EIO because the backend had not answered within server.backend_timeout_s (its backend is degraded); counted in ioshare_request_errors_total too",
+        |t| t.backend_timeouts as f64,
+    ),
+    (
+        "ioshare_writes_fenced_total",
+        "counter",
+        "Writes answered EIO at once because an older write answered EIO past the backend timeout had not come back from the backend; counted in ioshare_request_errors_total too",
+        |t| t.fenced as f64,
     ),
     (
         "ioshare_requests_refused_total",

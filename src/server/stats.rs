@@ -41,6 +41,13 @@ pub struct TenantCounters {
     pub completed: u64,
     /// Requests the backend failed.
     pub errors: u64,
+    /// Requests answered `EIO` because the backend had not answered within
+    /// `server.backend_timeout_s` (counted in `errors` too).
+    pub backend_timeouts: u64,
+    /// Writes and trims answered `EIO` at once because an older one, answered `EIO`
+    /// past the backend timeout, had not come back from the backend (counted in
+    /// `errors` too).
+    pub fenced: u64,
     /// Requests refused at admission (queue full, or the policy could not meet their `rt`
     /// with `refuse = "error"`).
     pub refused: u64,
@@ -105,6 +112,8 @@ impl LiveStats {
                         arrived: 0,
                         completed: 0,
                         errors: 0,
+                        backend_timeouts: 0,
+                        fenced: 0,
                         refused: 0,
                         held_back: 0,
                         dispatched: 0,
@@ -175,6 +184,22 @@ impl LiveStats {
     /// A request of `tenant` refused by the policy was held back by the host.
     pub fn held_back(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].held_back += 1;
+    }
+
+    /// A request of `tenant` was answered `EIO` past the backend timeout.
+    pub fn backend_timed_out(&self, tenant: TenantId) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].backend_timeouts += 1;
+    }
+
+    /// Requests of `tenant` answered `EIO` past the backend timeout or fenced behind one.
+    pub fn timed_out_or_fenced(&self, tenant: TenantId) -> u64 {
+        let all = self.tenants.lock().expect("stats lock");
+        all[tenant as usize].backend_timeouts + all[tenant as usize].fenced
+    }
+
+    /// A write of `tenant` was failed at once behind an unanswered one.
+    pub fn fenced(&self, tenant: TenantId) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].fenced += 1;
     }
 
     /// A request finished on the backend; `ok`: it succeeded (its bytes and latency count).

@@ -167,6 +167,8 @@ impl Scenario {
             queue_limit: rng.random_range(1..=8),
             refuse: Refuse::Hold,
             drain_timeout: rng.random_range(200..=2000) * MS,
+            stall: None,
+            backend_timeout: None,
             max_inflight_bytes: rng.random_range(64..=1024) << 10,
             pdc: JournalParams::default(),
             tenants: (0..tenants)
@@ -182,6 +184,16 @@ impl Scenario {
             let held = budget::held_by((n * SECTOR) as u32);
             config.max_inflight_bytes =
                 rng.random_range(2..=40) * held - u64::from(rng.random_bool(0.75));
+        }
+        // Half the runs hold stalled tenants to a share of the queue (the live default),
+        // a third answer requests the disk holds too long with EIO.
+        if rng.random_bool(0.5) {
+            config.stall = Some(crate::host::Stall {
+                after: rng.random_range(5..=200) * MS,
+            });
+        }
+        if rng.random_bool(1.0 / 3.0) {
+            config.backend_timeout = Some(rng.random_range(20..=120) * MS);
         }
         let mut clients = Vec::new();
         for tenant in 0..tenants {
@@ -472,6 +484,8 @@ struct World {
     /// Per tenant, per sector: its changes in the order they were sent.
     history: Vec<Vec<Vec<Change>>>,
     flushes: Vec<Vec<Flush>>,
+    /// The core's counters (backend timeouts explain error replies too).
+    stats: Arc<LiveStats>,
     /// Per tenant: error replies a disk fault explains, and those seen.
     faults: Vec<u64>,
     fault_replies: Vec<u64>,
@@ -527,7 +541,7 @@ impl World {
             policy,
             crate::policy::cost::CostModel::generic_ssd(),
             sc.model.map(Model::build),
-            stats,
+            stats.clone(),
             None,
             false,
         );
@@ -543,6 +557,7 @@ impl World {
             rng: ChaCha8Rng::seed_from_u64(sc.seed ^ 0x5157_4152_4d00),
             sc: sc.clone(),
             core,
+            stats,
             now: 0,
             clients: sc.clients.iter().map(Client::new).collect(),
             disk: Disk {
@@ -1001,9 +1016,10 @@ impl World {
             ));
         }
         for t in 0..self.faults.len() {
-            if self.fault_replies[t] > self.faults[t] {
+            let timeouts = self.stats.timed_out_or_fenced(t as crate::types::TenantId);
+            if self.fault_replies[t] > self.faults[t] + timeouts {
                 return Err(format!(
-                    "replies: tenant {t} got {} EIO/ENOSPC replies for {} disk faults",
+                    "replies: tenant {t} got {} EIO/ENOSPC replies for {} disk faults and {timeouts} backend timeouts",
                     self.fault_replies[t], self.faults[t]
                 ));
             }

@@ -442,6 +442,7 @@ fn drive<O: Observer>(
         queue_depth: scenario.queue_depth,
         queue_limit: scenario.queue_limit,
         refuse: scenario.refuse,
+        stall: None,
     };
     let mut run = Run {
         scenario,
