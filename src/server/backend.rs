@@ -108,28 +108,7 @@ impl Files {
         let mut named = Vec::new();
         let shared = match (&config.shared, config.backend) {
             (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
-                let regions = config
-                    .tenants
-                    .iter()
-                    .filter(|t| matches!(t.storage, Storage::Region { .. }));
-                let need = regions
-                    .clone()
-                    .filter_map(|t| match t.storage {
-                        Storage::Region { offset } => Some(offset + t.size),
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(0)
-                    .max(size.unwrap_or(0));
-                // One direct descriptor serves every region that needs one.
-                let cache = regions
-                    .map(|t| t.cache)
-                    .max_by_key(|c| match c {
-                        Cache::Writeback => 0,
-                        Cache::None => 1,
-                        Cache::Pdc => 2,
-                    })
-                    .unwrap_or(config.cache);
+                let (need, cache) = shared_needs(config, size.unwrap_or(0));
                 // The shared file (or the emulated device's) is created when missing.
                 let (buffered, direct, index) = open_pair(path, need, true, cache)?;
                 named.push(("backend.path".to_string(), path.clone(), index));
@@ -241,6 +220,33 @@ pub enum BackendError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// What the shared file must hold (its regions' end, at least `size`), and the cache
+/// mode its direct descriptor serves (one serves every region that needs one).
+fn shared_needs(config: &ServerConfig, size: u64) -> (u64, Cache) {
+    let regions = config
+        .tenants
+        .iter()
+        .filter(|t| matches!(t.storage, Storage::Region { .. }));
+    let need = regions
+        .clone()
+        .filter_map(|t| match t.storage {
+            Storage::Region { offset } => Some(offset + t.size),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(size);
+    let cache = regions
+        .map(|t| t.cache)
+        .max_by_key(|c| match c {
+            Cache::Writeback => 0,
+            Cache::None => 1,
+            Cache::Pdc => 2,
+        })
+        .unwrap_or(config.cache);
+    (need, cache)
 }
 
 /// Who holds an `flock` on the file `meta` describes, from `/proc/locks`: its pid and
@@ -361,21 +367,26 @@ fn open_sized(
         && meta.file_type().is_file()
         && !marker.exists()
     {
-        let text = format!(
-            "ioshare served {} here. While this file exists, `create = true` does not create\n\
-             an empty image in its place when it is missing (deleted or moved): the server\n\
-             refuses to start instead. Delete this file to start over with an empty image.\n",
-            path.display()
-        );
-        if let Err(e) = std::fs::write(&marker, text) {
-            eprintln!(
-                "ioshare: {}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
-                path.display(),
-                marker.display()
-            );
-        }
+        leave_marker(path, &marker);
     }
     Ok((f, backing))
+}
+
+/// Writes `image`'s marker (see [`marker_of`]); a failure is said, not fatal.
+fn leave_marker(image: &std::path::Path, marker: &std::path::Path) {
+    let text = format!(
+        "ioshare served {} here. While this file exists, `create = true` does not create\n\
+         an empty image in its place when it is missing (deleted or moved): the server\n\
+         refuses to start instead. Delete this file to start over with an empty image.\n",
+        image.display()
+    );
+    if let Err(e) = std::fs::write(marker, text) {
+        eprintln!(
+            "ioshare: {}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
+            image.display(),
+            marker.display()
+        );
+    }
 }
 
 /// For a loop device bound to a file: that file, opened and locked as an image is, so

@@ -632,6 +632,43 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             format!("must be in (0, 3600] seconds, got {handshake_timeout_s}"),
         ));
     }
+    let (drain_timeout, backend_stall, backend_timeout) = waits(&s)?;
+    let policy = match s.policy {
+        Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
+        None => PolicyChoice::named("none"),
+    };
+    let unix = match (s.unix, &s.tcp) {
+        (Some(u), _) => Some(at(u)),
+        (None, Some(_)) => None,
+        (None, None) => Some(at(PathBuf::from("ioshare.sock"))),
+    };
+    Ok(Server {
+        unix,
+        tcp: s.tcp,
+        queue_depth,
+        queue_limit,
+        refuse,
+        policy,
+        interval_s,
+        metrics: s.metrics,
+        drain_timeout,
+        backend_stall,
+        backend_timeout,
+        max_inflight_bytes,
+        handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
+        max_connections,
+        max_connections_per_tenant: s.max_connections_per_tenant,
+        max_connections_per_peer: s.max_connections_per_peer,
+        tls,
+    })
+}
+
+/// `server.drain_timeout_s` (default 30), `server.backend_stall_ms` (default 500) and
+/// `server.backend_timeout_s` (default 30), checked; 0 turns either of the last two off.
+type Waits = (Nanos, Option<Nanos>, Option<Nanos>);
+
+fn waits(s: &ServerFile) -> Result<Waits, Invalid> {
+    let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
     let drain_timeout_s = s.drain_timeout_s.unwrap_or(30.0);
     if !(0.0..=86_400.0).contains(&drain_timeout_s) {
         return Err(field(
@@ -653,34 +690,11 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             format!("must be 0 (never) ..= 86400 seconds, got {backend_timeout_s}"),
         ));
     }
-    let policy = match s.policy {
-        Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
-        None => PolicyChoice::named("none"),
-    };
-    let unix = match (s.unix, &s.tcp) {
-        (Some(u), _) => Some(at(u)),
-        (None, Some(_)) => None,
-        (None, None) => Some(at(PathBuf::from("ioshare.sock"))),
-    };
-    Ok(Server {
-        unix,
-        tcp: s.tcp,
-        queue_depth,
-        queue_limit,
-        refuse,
-        policy,
-        interval_s,
-        metrics: s.metrics,
-        drain_timeout: secs_to_nanos(drain_timeout_s),
-        backend_stall: (backend_stall_ms > 0.0).then(|| secs_to_nanos(backend_stall_ms / 1000.0)),
-        backend_timeout: (backend_timeout_s > 0.0).then(|| secs_to_nanos(backend_timeout_s)),
-        max_inflight_bytes,
-        handshake_timeout: std::time::Duration::from_secs_f64(handshake_timeout_s),
-        max_connections,
-        max_connections_per_tenant: s.max_connections_per_tenant,
-        max_connections_per_peer: s.max_connections_per_peer,
-        tls,
-    })
+    Ok((
+        secs_to_nanos(drain_timeout_s),
+        (backend_stall_ms > 0.0).then(|| secs_to_nanos(backend_stall_ms / 1000.0)),
+        (backend_timeout_s > 0.0).then(|| secs_to_nanos(backend_timeout_s)),
+    ))
 }
 
 /// `[backend]`, checked.

@@ -211,55 +211,64 @@ fn serve(listener: &TcpListener, source: &MetricsSource) {
         if fds[0].revents & libc::POLLIN == 0 {
             continue;
         }
-        for _ in 0..ACCEPT_BATCH {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    if held.len() >= MAX_CONNECTIONS && !close_oldest_idle(&mut held) {
-                        // Every place is writing an answer: the newcomer waits its turn
-                        // by being closed (a scraper retries).
-                        continue;
-                    }
-                    let mut scrape = Scrape {
-                        stream,
-                        accepted: Instant::now(),
-                        request: Vec::new(),
-                        answer: None,
-                    };
-                    // Its request is usually here already (the accept was deferred).
-                    if scrape.progress(source) == Progress::Waiting {
-                        held.push_back(scrape);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                    ) =>
-                {
-                    // A descriptor freed, the next accept can succeed; with none to free,
-                    // rest rather than spin on an accept that fails at once.
-                    if !close_oldest_idle(&mut held) {
-                        resting_until = Some(Instant::now() + ACCEPT_REST);
-                        break;
-                    }
-                }
-                // A connection reset before its accept, a signal: the next one.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO)
-                    ) => {}
-                Err(_) => {
-                    resting_until = Some(Instant::now() + ACCEPT_REST);
-                    break;
-                }
-            }
+        if let Some(rest) = accept_batch(listener, &mut held, source) {
+            resting_until = Some(rest);
         }
     }
+}
+
+/// Accepts what waits (at most [`ACCEPT_BATCH`]), answering at once what has its
+/// request already; when the listener must rest, until when.
+fn accept_batch(
+    listener: &TcpListener,
+    held: &mut VecDeque<Scrape>,
+    source: &MetricsSource,
+) -> Option<Instant> {
+    for _ in 0..ACCEPT_BATCH {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if held.len() >= MAX_CONNECTIONS && !close_oldest_idle(held) {
+                    // Every place is writing an answer: the newcomer waits its turn
+                    // by being closed (a scraper retries).
+                    continue;
+                }
+                let mut scrape = Scrape {
+                    stream,
+                    accepted: Instant::now(),
+                    request: Vec::new(),
+                    answer: None,
+                };
+                // Its request is usually here already (the accept was deferred).
+                if scrape.progress(source) == Progress::Waiting {
+                    held.push_back(scrape);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                ) =>
+            {
+                // A descriptor freed, the next accept can succeed; with none to free,
+                // rest rather than spin on an accept that fails at once.
+                if !close_oldest_idle(held) {
+                    return Some(Instant::now() + ACCEPT_REST);
+                }
+            }
+            // A connection reset before its accept, a signal: the next one.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO)
+                ) => {}
+            Err(_) => return Some(Instant::now() + ACCEPT_REST),
+        }
+    }
+    None
 }
 
 /// The answer to a request (its request line decides).

@@ -153,6 +153,31 @@ pub struct Scenario {
     pub fixed_len: Option<u64>,
 }
 
+/// Half the runs make every read and write one size and draw the memory budget just
+/// under a whole number of them (where an off-by-one shows): that size, in sectors.
+fn draw_fixed_len(rng: &mut ChaCha8Rng, config: &mut CoreConfig) -> Option<u64> {
+    let fixed_len = rng.random_bool(0.5).then(|| 8 * rng.random_range(1..=8u64));
+    if let Some(n) = fixed_len {
+        let held = budget::held_by((n * SECTOR) as u32);
+        config.max_inflight_bytes =
+            rng.random_range(2..=40) * held - u64::from(rng.random_bool(0.75));
+    }
+    fixed_len
+}
+
+/// Half the runs hold stalled tenants to a share of the queue (the live default), a
+/// third answer requests the disk holds too long with `EIO`.
+fn draw_backend_guards(rng: &mut ChaCha8Rng, config: &mut CoreConfig) {
+    if rng.random_bool(0.5) {
+        config.stall = Some(crate::host::Stall {
+            after: rng.random_range(5..=200) * MS,
+        });
+    }
+    if rng.random_bool(1.0 / 3.0) {
+        config.backend_timeout = Some(rng.random_range(20..=120) * MS);
+    }
+}
+
 impl Scenario {
     /// The scenario of `seed`.
     pub fn draw(seed: u64) -> Scenario {
@@ -179,22 +204,8 @@ impl Scenario {
                 })
                 .collect(),
         };
-        let fixed_len = rng.random_bool(0.5).then(|| 8 * rng.random_range(1..=8u64));
-        if let Some(n) = fixed_len {
-            let held = budget::held_by((n * SECTOR) as u32);
-            config.max_inflight_bytes =
-                rng.random_range(2..=40) * held - u64::from(rng.random_bool(0.75));
-        }
-        // Half the runs hold stalled tenants to a share of the queue (the live default),
-        // a third answer requests the disk holds too long with EIO.
-        if rng.random_bool(0.5) {
-            config.stall = Some(crate::host::Stall {
-                after: rng.random_range(5..=200) * MS,
-            });
-        }
-        if rng.random_bool(1.0 / 3.0) {
-            config.backend_timeout = Some(rng.random_range(20..=120) * MS);
-        }
+        let fixed_len = draw_fixed_len(&mut rng, &mut config);
+        draw_backend_guards(&mut rng, &mut config);
         let mut clients = Vec::new();
         for tenant in 0..tenants {
             for _ in 0..rng.random_range(1..=3) {
