@@ -1607,6 +1607,98 @@ fn skipped_without_mounts(test: &str) -> bool {
     true
 }
 
+/// A 64 MiB FUSE file (nbdfuse) on nbdkit's memory plugin whose reads and writes each
+/// take `delay_s` seconds (its delay filter): nbdkit, the mount, and the folder the
+/// file (`nbd`) is in.
+fn delayed_fuse_image(dir: &Path, delay_s: u64) -> (Child, Mounts, PathBuf) {
+    let socket = dir.join("slow.sock");
+    let delay = [format!("rdelay={delay_s}"), format!("wdelay={delay_s}")];
+    let nbdkit = Command::new("nbdkit")
+        .args(["-f", "-U"])
+        .arg(&socket)
+        .args(["--filter=delay", "memory", "64M"])
+        .args(&delay)
+        .spawn()
+        .expect("nbdkit (./test.sh installs it)");
+    let t = Instant::now();
+    while !socket.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nbdkit did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fuse = dir.join("fuse");
+    std::fs::create_dir_all(&fuse).unwrap();
+    let pidfile = dir.join("nbdfuse.pid");
+    let nbdfuse = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(&fuse)
+        .arg(format!("nbd+unix:///?socket={}", socket.display()))
+        .spawn()
+        .expect("nbdfuse (./test.sh installs libnbd-bin)");
+    let mut m = Mounts::default();
+    m.fuse = Some((fuse.clone(), nbdfuse));
+    while !pidfile.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nbdfuse did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (nbdkit, m, fuse)
+}
+
+/// One tenant's image hangs (nbdkit's delay filter at an hour a request, under
+/// nbdfuse) with 32 of its reads outstanding: another tenant's reads go on, none slower
+/// than a second, a new client of it is served, the hung reads are answered `EIO` at
+/// `backend_timeout_s` and logged; once the hung backend dies the server stops cleanly.
+/// (200 requests on a hung image had timed out a fresh client of another tenant.)
+#[test]
+fn a_hung_backend_is_answered_eio_and_stalls_nobody_else() {
+    if skipped_without_mounts("a_hung_backend_is_answered_eio_and_stalls_nobody_else") {
+        return;
+    }
+    let dir = tempdir();
+    let (mut nbdkit, mut m, fuse) = delayed_fuse_image(dir.path(), 3600);
+    let config = format!(
+        "backend_timeout_s = 2\n[[tenant]]\nname = \"hung\"\nfile = \"{}\"\nsize = \"64m\"\n\
+         [[tenant]]\nname = \"fast\"\nfile = \"fast.img\"\ncreate = true\nsize = \"64m\"\n",
+        fuse.join("nbd").display()
+    );
+    let s = Server::start(dir.path(), &config);
+    let mut hung = Raw::connect(&s);
+    assert_eq!(hung.go("hung"), vec![3, 3, 1]);
+    for i in 0..32u64 {
+        hung.request(0, i, i * (1 << 20), 4096, &[]);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let beside = read_latencies(&s, "fast", 200, 64 << 20);
+    let worst = *beside.iter().max().unwrap();
+    println!(
+        "fast tenant beside a hung backend: p99 {:?}, slowest {worst:?}",
+        p99(beside)
+    );
+    assert!(worst < Duration::from_secs(1), "a read waited {worst:?}");
+    let out = run(Command::new("nbdinfo").arg("--size").arg(s.uri("fast")));
+    assert_eq!(stdout(&out).trim(), (64u64 << 20).to_string());
+    let errors: Vec<u32> = (0..32).map(|_| hung.reply(0).1).collect();
+    assert!(
+        errors.iter().all(|&e| e == 5),
+        "EIO for every hung read: {errors:?}"
+    );
+    // The hung backend dies: its operations fail, the server can let the image go.
+    let _ = nbdkit.kill();
+    let _ = nbdkit.wait();
+    let err = s.stopped();
+    m.detach();
+    assert!(
+        err.contains("ioshare: hung: its backend has not answered a read of 4096 bytes"),
+        "{err}"
+    );
+}
+
 /// Latencies of `n` 4 KiB reads, one at a time, at spread offsets of `export`.
 fn read_latencies(s: &Server, export: &str, n: u64, span: u64) -> Vec<Duration> {
     let mut c = Raw::connect(s);
@@ -1639,40 +1731,7 @@ fn a_slow_backend_does_not_stall_another_tenant() {
         return;
     }
     let dir = tempdir();
-    let socket = dir.path().join("slow.sock");
-    let mut nbdkit = Command::new("nbdkit")
-        .args(["-f", "-U"])
-        .arg(&socket)
-        .args(["--filter=delay", "memory", "64M", "rdelay=2", "wdelay=2"])
-        .spawn()
-        .expect("nbdkit (./test.sh installs it)");
-    let t = Instant::now();
-    while !socket.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let fuse = dir.path().join("fuse");
-    std::fs::create_dir_all(&fuse).unwrap();
-    let pidfile = dir.path().join("nbdfuse.pid");
-    let nbdfuse = Command::new("nbdfuse")
-        .arg("-P")
-        .arg(&pidfile)
-        .arg(&fuse)
-        .arg(format!("nbd+unix:///?socket={}", socket.display()))
-        .spawn()
-        .expect("nbdfuse (./test.sh installs libnbd-bin)");
-    let mut m = Mounts::default();
-    m.fuse = Some((fuse.clone(), nbdfuse));
-    while !pidfile.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "nbdfuse did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut nbdkit, mut m, fuse) = delayed_fuse_image(dir.path(), 2);
     let config = format!(
         "[[tenant]]\nname = \"slow\"\nfile = \"{}\"\nsize = \"64m\"\n\
          [[tenant]]\nname = \"fast\"\nfile = \"fast.img\"\ncreate = true\nsize = \"64m\"\n",

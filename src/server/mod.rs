@@ -277,7 +277,8 @@ pub fn serve(
     let specs = config.specs();
     check_policy(&config)?;
     let files = backend::Files::open(&config)?;
-    let mut watch = files.watch();
+    // On a thread of its own: looking at an image on a hung file system blocks.
+    files.watch().spawn();
     let model = emulated_model(&config);
     let stats = Arc::new(LiveStats::new(
         &specs
@@ -342,7 +343,7 @@ pub fn serve(
         source.as_deref(),
         &listeners,
         &handle,
-        (&stats, &mut watch),
+        &stats,
         &offer,
         &|| engine_thread.is_finished(),
     );
@@ -676,7 +677,7 @@ fn accept_until_stopped(
     source: Option<&std::path::Path>,
     listeners: &Listeners,
     handle: &EngineHandle,
-    (stats, watch): (&LiveStats, &mut watch::Watch),
+    stats: &LiveStats,
     offer: &TlsOffer,
     engine_gone: &dyn Fn() -> bool,
 ) -> Registry {
@@ -738,9 +739,6 @@ fn accept_until_stopped(
             );
         });
         print_interval(config.interval_s, stats, &mut last);
-        for line in watch.check(Instant::now()) {
-            eprintln!("{line}");
-        }
     }
     registry
 }

@@ -6,7 +6,9 @@
 //! name leads back to the served file.
 //!
 //! Regular files only: a block device's node can be removed without touching its data.
-//! The accept loop calls [`Watch::check`] every turn; it looks every [`Watch::EVERY`].
+//! [`Watch::spawn`] looks every [`Watch::EVERY`] on a thread of its own: looking at an
+//! image on a hung file system (a FUSE daemon busy with that image) blocks, and nothing
+//! else may wait for it.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -63,6 +65,27 @@ impl Watch {
             })
             .collect();
         Watch { images, last: None }
+    }
+
+    /// Looks at the images every [`Watch::EVERY`] on a thread of its own, for as long as
+    /// the process runs, printing what changed; nothing to watch, no thread.
+    pub fn spawn(mut self) {
+        if self.images.is_empty() {
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("watch".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Self::EVERY);
+                    for line in self.check(Instant::now()) {
+                        eprintln!("{line}");
+                    }
+                }
+            });
+        if let Err(e) = started {
+            eprintln!("ioshare: cannot start the thread that watches the images: {e}");
+        }
     }
 
     /// Looks at the images if [`Watch::EVERY`] has passed since the last look; returns
