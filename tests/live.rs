@@ -1518,8 +1518,11 @@ impl Mounts {
         if let Some(dev) = self.loop_dev.take() {
             run(Command::new("losetup").arg("-d").arg(&dev));
         }
-        if let Some((dir, mut child)) = self.fuse.take() {
-            run(Command::new("umount").arg(&dir));
+        // Unmounted before the child is taken: a failed umount leaves both to Drop.
+        if let Some((dir, _)) = &self.fuse {
+            run(Command::new("umount").arg(dir));
+        }
+        if let Some((_, mut child)) = self.fuse.take() {
             assert!(child.wait().unwrap().success(), "nbdfuse failed");
         }
     }
