@@ -324,17 +324,10 @@ fn open_sized(
         })?;
     // An advisory lock: a second server on the same image would overwrite this one's
     // data under its guests.
-    // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        let holder = f
-            .metadata()
-            .ok()
-            .and_then(|m| lock_holder(&m))
-            .unwrap_or_else(|| "another process".into());
+    if let Err((source, holder)) = lock(&f) {
         return Err(BackendError::Locked {
             path: path_buf(),
-            source: e,
+            source,
             holder,
         });
     }
@@ -389,6 +382,21 @@ fn leave_marker(image: &std::path::Path, marker: &std::path::Path) {
     }
 }
 
+/// Takes this server's exclusive `flock` on `f`; else why, and who holds it.
+fn lock(f: &File) -> Result<(), (std::io::Error, String)> {
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let holder = f
+        .metadata()
+        .ok()
+        .and_then(|m| lock_holder(&m))
+        .unwrap_or_else(|| "another process".into());
+    Err((e, holder))
+}
+
 /// For a loop device bound to a file: that file, opened and locked as an image is, so
 /// that no server serves the file while another serves the loop device over it.
 fn lock_backing_file(device: &std::path::Path) -> Result<Option<File>, BackendError> {
@@ -400,14 +408,7 @@ fn lock_backing_file(device: &std::path::Path) -> Result<Option<File>, BackendEr
         path: path.clone(),
         source,
     })?;
-    // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let source = std::io::Error::last_os_error();
-        let holder = f
-            .metadata()
-            .ok()
-            .and_then(|m| lock_holder(&m))
-            .unwrap_or_else(|| "another process".into());
+    if let Err((source, holder)) = lock(&f) {
         return Err(BackendError::Locked {
             path: device.to_path_buf(),
             source,

@@ -80,6 +80,15 @@ impl Reported {
         self.at = Some(now);
         Some(std::mem::take(&mut self.held))
     }
+
+    /// What a line says of the `between` held back before it.
+    fn since(between: u64) -> String {
+        if between > 0 {
+            format!(", {between} more since the last report")
+        } else {
+            String::new()
+        }
+    }
 }
 /// Log lines held for the shell; more are counted, not kept.
 const LOG_LIMIT: usize = 4096;
@@ -1094,11 +1103,7 @@ impl EngineCore {
         let Some(between) = self.timeouts_logged[tenant].due(now, BACKEND_ERROR_LOG_EVERY) else {
             return;
         };
-        let since = if between > 0 {
-            format!(", {between} more since the last report")
-        } else {
-            String::new()
-        };
+        let since = Reported::since(between);
         let text = format!(
             "ioshare: {}: its backend has not answered a {what} of {len} bytes at byte {offset} in {:.1} s: answered EIO; the backend is degraded (hung or failing storage under the image?), and until its unanswered writes come back its new writes fail at once (reported at most every {} s{since})",
             self.cfg.tenants[tenant].name,
@@ -1124,11 +1129,7 @@ impl EngineCore {
         };
         let name = &self.cfg.tenants[tenant].name;
         let os = std::io::Error::from_raw_os_error(errno);
-        let since = if between > 0 {
-            format!(", {between} more since the last report")
-        } else {
-            String::new()
-        };
+        let since = Reported::since(between);
         let text = format!(
             "ioshare: {name}: the backend failed a {what} of {len} bytes at byte {offset}: {os}; answered {} (reported at most every {} s{since})",
             crate::nbd::proto::error_name(error),
