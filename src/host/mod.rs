@@ -385,20 +385,20 @@ impl<O: Observer> Host<O> {
 
     /// Whether `tenant` is stalled and holds its share of the device queue already.
     fn over_share(&self, tenant: TenantId, now: Nanos) -> bool {
-        let Some(s) = &self.stalls else {
-            return false;
-        };
-        if !s.stalled(tenant, now) {
-            return false;
-        }
+        self.stalls.as_ref().is_some_and(|s| s.stalled(tenant, now))
+            && self.tenants[tenant as usize].in_flight >= self.stalled_share()
+    }
+
+    /// A stalled tenant's share of the device queue: an even one over the tenants with
+    /// work, at least one place.
+    fn stalled_share(&self) -> u32 {
         let with_work = self
             .tenants
             .iter()
             .filter(|c| c.held > 0 || c.in_flight > 0)
             .count()
             .max(1) as u32;
-        let share = (self.limits.queue_depth / with_work).max(1);
-        self.tenants[tenant as usize].in_flight >= share
+        (self.limits.queue_depth / with_work).max(1)
     }
 
     /// The first parked request whose tenant is under its share again.
@@ -407,8 +407,11 @@ impl<O: Observer> Host<O> {
         if s.parked_total() == 0 {
             return None;
         }
-        let t = (0..self.tenants.len() as TenantId)
-            .find(|&t| s.parked(t) > 0 && !self.over_share(t, now))?;
+        // Counted once for every tenant looked at (n tenants, not n² steps).
+        let share = self.stalled_share();
+        let t = (0..self.tenants.len() as TenantId).find(|&t| {
+            s.parked(t) > 0 && !(s.stalled(t, now) && self.tenants[t as usize].in_flight >= share)
+        })?;
         self.stalls.as_mut().expect("present").unpark(t)
     }
 

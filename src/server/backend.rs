@@ -335,7 +335,11 @@ fn open_sized(
         path: path_buf(),
         source,
     };
-    let backing = lock_backing_file(path)?;
+    let backing = if block {
+        lock_backing_file(path)?
+    } else {
+        None
+    };
     let meta = f.metadata().map_err(io)?;
     let len = if meta.file_type().is_block_device() {
         f.seek(SeekFrom::End(0)).map_err(io)?

@@ -293,13 +293,17 @@ impl ServerConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&source))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let config = Self::parse(&text, base).map_err(|e| e.in_file(&source))?;
-        check_server_files(&config, Some(path)).map_err(|e| e.in_file(&source))?;
-        Ok(config)
+        Self::parse_from(&text, base, Some(path)).map_err(|e| e.in_file(&source))
     }
 
     /// Parses a configuration whose relative paths are taken from `base`.
     pub fn parse(text: &str, base: &Path) -> Result<Self, Invalid> {
+        Self::parse_from(text, base, None)
+    }
+
+    /// [`ServerConfig::parse`] of the text of `config_file`, when it came from one (no
+    /// image may be that file).
+    fn parse_from(text: &str, base: &Path, config_file: Option<&Path>) -> Result<Self, Invalid> {
         let file: ConfigFile = toml::from_str(text).map_err(parse_problem)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let server = server_section(file.server, &at)?;
@@ -344,7 +348,7 @@ impl ServerConfig {
             cost_device: backend.cost_device,
             tenants,
         };
-        check_server_files(&config, None)?;
+        check_images(&config, config_file)?;
         Ok(config)
     }
 
@@ -818,9 +822,6 @@ fn tenant_config(
     if let Storage::Region { offset } = storage {
         check_region(offset, size, before, backend)?;
     }
-    if let Storage::Own(path) = &storage {
-        check_own_file(path, before, backend)?;
-    }
     if t.create && t.file.is_none() {
         return Err(Invalid::new(
             "create",
@@ -927,50 +928,16 @@ fn storage(
     }
 }
 
-/// A region of the shared file: aligned, inside the emulated device, and clear of every
-/// other tenant's region.
-/// A tenant's own image must be no other tenant's image and not the shared backend
-/// file or device, under any name (a hard link, a `mknod` alias, a loop device over
-/// it, a partition of it: [`super::identity`]): two exports on the same bytes would
-/// overwrite each other.
-fn check_own_file(path: &Path, before: &[TenantConfig], backend: &Backend) -> Result<(), Invalid> {
-    let id = Identity::of(path);
-    if let Some((shared, _)) = &backend.shared
-        && Identity::of(shared).overlaps(&id)
-    {
-        return Err(Invalid::new(
-            "file",
-            format!(
-                "{} holds the same bytes as backend.path ({}), which other tenants' regions live in",
-                path.display(),
-                shared.display()
-            ),
-        ));
-    }
-    for other in before {
-        if let Storage::Own(p) = &other.storage
-            && Identity::of(p).overlaps(&id)
-        {
-            return Err(Invalid::new(
-                "file",
-                format!(
-                    "{} holds the same bytes as tenant '{}''s image ({})",
-                    path.display(),
-                    other.spec.name,
-                    p.display()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// No image may be one of the server's own files — its configuration (`config_file`),
-/// its TLS certificate, key, client CA or pre-shared keys: a tenant would read them
-/// through its disk, or overwrite them.
-fn check_server_files(config: &ServerConfig, config_file: Option<&Path>) -> Result<(), Invalid> {
+/// Every image holds bytes of its own, under any name (a hard link, a `mknod` alias, a
+/// loop device over it, a partition of it: [`super::identity`]): a tenant's image is no
+/// other tenant's and not the shared backend file or device (two exports on the same
+/// bytes would overwrite each other), and no image is one of the server's own files —
+/// its configuration (`config_file`), TLS certificate, key, client CA or pre-shared
+/// keys (a tenant would read them through its disk, or overwrite them). Each path's
+/// identity is looked up once.
+fn check_images(config: &ServerConfig, config_file: Option<&Path>) -> Result<(), Invalid> {
     let tls = &config.tls;
-    let own: Vec<(&str, &Path)> = [
+    let server_files: Vec<(&str, &Path, Identity)> = [
         ("the configuration file", config_file),
         ("server.tls_cert", tls.cert.as_deref()),
         ("server.tls_key", tls.key.as_deref()),
@@ -978,40 +945,63 @@ fn check_server_files(config: &ServerConfig, config_file: Option<&Path>) -> Resu
         ("server.tls_psk", tls.psk.as_deref()),
     ]
     .into_iter()
-    .filter_map(|(what, p)| Some((what, p?)))
+    .filter_map(|(what, p)| Some((what, p?, Identity::of(p?))))
     .collect();
-    let images = config
-        .tenants
+    let not_a_server_file = |field: &str, image: &Path, id: &Identity| match server_files
         .iter()
-        .enumerate()
-        .filter_map(|(i, t)| match &t.storage {
-            Storage::Own(p) => Some((tenant_field(i + 1, &t.spec.name) + ".file", p)),
-            _ => None,
-        })
-        .chain(
-            config
-                .shared
-                .iter()
-                .map(|(p, _)| ("backend.path".to_string(), p)),
-        );
-    for (field, image) in images {
-        let id = Identity::of(image);
-        for (what, p) in &own {
-            if Identity::of(p).overlaps(&id) {
-                return Err(Invalid::new(
-                    field,
-                    format!(
-                        "{} is {what} ({}): an image must not be one of the server's own files",
-                        image.display(),
-                        p.display()
-                    ),
-                ));
-            }
+        .find(|(_, _, f)| f.overlaps(id))
+    {
+        Some((what, p, _)) => Err(Invalid::new(
+            field,
+            format!(
+                "{} is {what} ({}): an image must not be one of the server's own files",
+                image.display(),
+                p.display()
+            ),
+        )),
+        None => Ok(()),
+    };
+    let shared = config.shared.as_ref().map(|(p, _)| (p, Identity::of(p)));
+    let mut before: Vec<(&str, &Path, Identity)> = Vec::new();
+    for (i, t) in config.tenants.iter().enumerate() {
+        let Storage::Own(path) = &t.storage else {
+            continue;
+        };
+        let field = tenant_field(i + 1, &t.spec.name) + ".file";
+        let id = Identity::of(path);
+        if let Some((shared, shared_id)) = &shared
+            && shared_id.overlaps(&id)
+        {
+            return Err(Invalid::new(
+                field,
+                format!(
+                    "{} holds the same bytes as backend.path ({}), which other tenants' regions live in",
+                    path.display(),
+                    shared.display()
+                ),
+            ));
         }
+        if let Some((name, p, _)) = before.iter().find(|(_, _, other)| other.overlaps(&id)) {
+            return Err(Invalid::new(
+                field,
+                format!(
+                    "{} holds the same bytes as tenant '{name}''s image ({})",
+                    path.display(),
+                    p.display()
+                ),
+            ));
+        }
+        not_a_server_file(&field, path, &id)?;
+        before.push((&t.spec.name, path, id));
+    }
+    if let Some((p, id)) = &shared {
+        not_a_server_file("backend.path", p, id)?;
     }
     Ok(())
 }
 
+/// A region of the shared file: aligned, inside the emulated device, and clear of every
+/// other tenant's region.
 fn check_region(
     offset: u64,
     size: u64,

@@ -144,21 +144,13 @@ impl Identity {
     }
 }
 
-/// The whole disk a partition belongs to (`/sys/dev/block/M:m/partition` exists, and its
-/// folder's parent is the disk's); `None` for a whole disk or where sysfs cannot tell.
+/// The whole disk a partition belongs to (the sysfs folder [`crate::target::disk_dir`]
+/// finds); `None` for a whole disk or where sysfs cannot tell.
 fn whole_disk(rdev: u64) -> Option<u64> {
-    let node = PathBuf::from(format!(
-        "/sys/dev/block/{}:{}",
-        libc::major(rdev),
-        libc::minor(rdev)
-    ));
-    if !node.join("partition").exists() {
-        return None;
-    }
-    let parent = node.canonicalize().ok()?.parent()?.join("dev");
-    let text = std::fs::read_to_string(parent).ok()?;
+    let text = std::fs::read_to_string(crate::target::disk_dir(rdev).ok()?.join("dev")).ok()?;
     let (major, minor) = text.trim().split_once(':')?;
-    Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
+    let disk = libc::makedev(major.parse().ok()?, minor.parse().ok()?);
+    (disk != rdev).then_some(disk)
 }
 
 /// The file behind loop device `rdev` (its device and inode), asked of the device

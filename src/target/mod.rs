@@ -396,18 +396,22 @@ impl Drop for Target {
     }
 }
 
-/// The disk (not partition) name under `/sys/block` of a block device number.
-fn disk_name(rdev: u64) -> Result<String, TargetError> {
+/// The sysfs folder of the disk (not partition) a block device number is or is part of.
+pub(crate) fn disk_dir(rdev: u64) -> Result<std::path::PathBuf, TargetError> {
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
     let link = format!("/sys/dev/block/{major}:{minor}");
     let real = std::fs::canonicalize(&link).at(|| format!("cannot resolve {link}"))?;
     // A partition's directory sits inside its disk's.
-    let dir = if real.join("partition").exists() {
+    Ok(if real.join("partition").exists() {
         real.parent().map(Path::to_path_buf).unwrap_or(real)
     } else {
         real
-    };
-    Ok(dir
+    })
+}
+
+/// The disk (not partition) name under `/sys/block` of a block device number.
+fn disk_name(rdev: u64) -> Result<String, TargetError> {
+    Ok(disk_dir(rdev)?
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default())
