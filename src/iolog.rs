@@ -127,6 +127,124 @@ pub fn finish(files: &[String], time_us: u64) -> String {
     s
 }
 
+/// The first line of a version 2 iolog (no times: `wait` lines space the requests).
+pub const HEADER_V2: &str = "fio version 2 iolog";
+
+/// Which version of the format a file is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// `file action [offset length]`, with `wait` lines (µs since the previous wait).
+    V2,
+    /// `time file action [offset length]`, time in µs since the log began.
+    V3,
+}
+
+impl Version {
+    /// The version whose header `line` is.
+    pub fn of_header(line: &str) -> Option<Version> {
+        match line.trim_end() {
+            HEADER => Some(Version::V3),
+            HEADER_V2 => Some(Version::V2),
+            _ => None,
+        }
+    }
+}
+
+/// One line of an iolog, past its header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line<'a> {
+    /// An I/O (in version 2 its `time_us` is 0: the reader adds the waits).
+    Io(Entry),
+    /// A version 2 `wait` of this many microseconds.
+    Wait(u64),
+    /// `add`, `open` or `close` of this file.
+    File(&'a str),
+    /// Nothing (a blank line).
+    Blank,
+}
+
+/// Parses one line after the header. The error says what is wrong with it; the caller
+/// names the line.
+pub fn parse_line(line: &str, version: Version) -> Result<Line<'_>, String> {
+    let mut f = line.split_ascii_whitespace();
+    let time_us = match version {
+        Version::V2 => 0,
+        Version::V3 => match f.next() {
+            None => return Ok(Line::Blank),
+            Some(t) => t
+                .parse()
+                .map_err(|_| format!("time '{}' is not a whole number", t.escape_debug()))?,
+        },
+    };
+    let Some(file) = f.next() else {
+        return match version {
+            Version::V2 => Ok(Line::Blank),
+            Version::V3 => Err(format!(
+                "'{}': a line is time, file, action and for I/O offset and length",
+                line.escape_debug()
+            )),
+        };
+    };
+    let Some(action) = f.next() else {
+        return Err(format!(
+            "'{}': a line is {}file, action and for I/O offset and length",
+            line.escape_debug(),
+            if version == Version::V3 { "time, " } else { "" }
+        ));
+    };
+    let rest: [Option<&str>; 4] = [f.next(), f.next(), f.next(), f.next()];
+    let action = match action {
+        "add" | "open" | "close" if rest[0].is_none() => return Ok(Line::File(file)),
+        "wait" if version == Version::V2 => {
+            let us = rest[0].ok_or("wait needs a time in microseconds")?;
+            return us
+                .parse()
+                .map(Line::Wait)
+                .map_err(|_| format!("wait '{}' is not a whole number", us.escape_debug()));
+        }
+        "read" => Action::Read,
+        "write" => Action::Write,
+        "trim" => Action::Trim,
+        "datasync" | "sync" => Action::Datasync,
+        other => return Err(format!("unknown action '{}'", other.escape_debug())),
+    };
+    let (Some(offset), Some(len), None) = (rest[0], rest[1], rest[3]) else {
+        return Err(format!(
+            "'{}': {} needs an offset and a length, then optional flags",
+            line.escape_debug(),
+            action.name()
+        ));
+    };
+    let number = |s: &str, what: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{what} '{}' is not a whole number", s.escape_debug()))
+    };
+    let offset = number(offset, "offset")?;
+    let len = number(len, "length")?;
+    offset
+        .checked_add(len)
+        .ok_or_else(|| "offset + length overflows".to_string())?;
+    let (mut fua, mut zero) = (false, false);
+    if let Some(flags) = rest[2] {
+        for flag in flags.split(',') {
+            match flag {
+                "fua" => fua = true,
+                "zero" => zero = true,
+                other => return Err(format!("unknown flag '{}'", other.escape_debug())),
+            }
+        }
+    }
+    Ok(Line::Io(Entry {
+        time_us,
+        file: file.to_string(),
+        action,
+        offset,
+        len,
+        fua,
+        zero,
+    }))
+}
+
 /// The I/O lines of a version 3 iolog (file `add`/`open`/`close` lines are checked and
 /// skipped). Every error names its line.
 pub fn parse(text: &str) -> Result<Vec<Entry>, ParseError> {
@@ -148,63 +266,11 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, ParseError> {
     }
     let mut out = Vec::new();
     for (i, line) in lines {
-        let bad = |what: String| ParseError { line: i + 1, what };
-        let f: Vec<&str> = line.split_ascii_whitespace().collect();
-        if f.is_empty() {
-            continue;
+        match parse_line(line, Version::V3) {
+            Ok(Line::Io(e)) => out.push(e),
+            Ok(_) => {}
+            Err(what) => return Err(ParseError { line: i + 1, what }),
         }
-        if f.len() < 3 {
-            return Err(bad(format!(
-                "'{}': a line is time, file, action and for I/O offset and length",
-                line.escape_debug()
-            )));
-        }
-        let time_us: u64 = f[0]
-            .parse()
-            .map_err(|_| bad(format!("time '{}' is not a whole number", f[0])))?;
-        let action = match f[2] {
-            "add" | "open" | "close" if f.len() == 3 => continue,
-            "read" => Action::Read,
-            "write" => Action::Write,
-            "trim" => Action::Trim,
-            "datasync" | "sync" => Action::Datasync,
-            other => return Err(bad(format!("unknown action '{}'", other.escape_debug()))),
-        };
-        if !(5..=6).contains(&f.len()) {
-            return Err(bad(format!(
-                "'{}': {} needs an offset and a length, then optional flags",
-                line.escape_debug(),
-                f[2]
-            )));
-        }
-        let number = |s: &str, what: &str| {
-            s.parse::<u64>()
-                .map_err(|_| bad(format!("{what} '{s}' is not a whole number")))
-        };
-        let offset = number(f[3], "offset")?;
-        let len = number(f[4], "length")?;
-        offset
-            .checked_add(len)
-            .ok_or_else(|| bad("offset + length overflows".into()))?;
-        let (mut fua, mut zero) = (false, false);
-        if let Some(flags) = f.get(5) {
-            for flag in flags.split(',') {
-                match flag {
-                    "fua" => fua = true,
-                    "zero" => zero = true,
-                    other => return Err(bad(format!("unknown flag '{}'", other.escape_debug()))),
-                }
-            }
-        }
-        out.push(Entry {
-            time_us,
-            file: f[1].to_string(),
-            action,
-            offset,
-            len,
-            fua,
-            zero,
-        });
     }
     Ok(out)
 }

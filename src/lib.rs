@@ -32,6 +32,7 @@ pub mod scenario;
 pub mod server;
 pub mod sim;
 pub mod target;
+pub mod trace;
 pub mod types;
 pub mod units;
 pub mod workload;
