@@ -139,6 +139,10 @@ enum Command {
     /// and what the first pass over the journal costs (the detector needs the log to
     /// wrap). The journal's place comes from `debugfs -R "stat <8>" DEVICE`.
     JournalCheck(cli::journal_check::Args),
+    /// Recorded block traces (MSR Cambridge, UMass/SPC, Alibaba, Tencent CBS, blkparse,
+    /// fio iologs and `serve --capture`): their figures, and conversion between formats.
+    /// A scenario replays one with `workload = { trace = "FILE" }`.
+    Trace(cli::trace::Args),
     /// List policies, device presets and workload stand-ins.
     List,
     /// Run the live engine's core on a simulated network and disk with faults (slow and
@@ -229,6 +233,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),
         Command::List => cli::list::run(),
+        Command::Trace(a) => cli::trace::run(a),
         Command::EngineSwarm(a) => cli::engine_swarm::run(a),
         Command::Precondition {
             preset,

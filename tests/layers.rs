@@ -2,7 +2,7 @@
 //! or below, never above. Lowest first:
 //!
 //! * core — the sans-I/O parts: `types`, `units`, `buffer`, `config`, `scenario`, `host`,
-//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`;
+//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`, `trace`;
 //! * io — `io` (a request's file I/O) and `target` (real devices on io_uring);
 //! * server — the live NBD server;
 //! * tools — `characterize`, `calibrate`, `conformance`, `report`;
@@ -22,7 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "core",
         &[
             "types", "units", "buffer", "config", "scenario", "host", "policy", "device", "sim",
-            "workload", "metrics", "nbd", "journal", "iolog",
+            "workload", "metrics", "nbd", "journal", "iolog", "trace",
         ],
     ),
     ("io", &["io", "target", "output"]),

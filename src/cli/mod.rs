@@ -9,6 +9,7 @@ pub(crate) mod journal_check;
 pub(crate) mod list;
 pub(crate) mod precondition;
 pub(crate) mod sim;
+pub(crate) mod trace;
 
 use crate::*;
 

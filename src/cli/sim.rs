@@ -179,5 +179,36 @@ fn simulate(
             dir.join("report.html").display()
         );
     }
+    let stopped = trace_problems(&result);
+    if stopped > 0 {
+        bail!(
+            "{stopped} trace replays stopped early (above); their tenants' figures cover what was replayed"
+        );
+    }
     Ok(())
+}
+
+/// Says, on standard error, what trace replays skipped or why they stopped (once per
+/// tenant: every policy replays the same trace); how many stopped.
+fn trace_problems(result: &ioshare::metrics::ScenarioResult) -> usize {
+    let mut stopped = 0;
+    let Some(run) = result.runs.first() else {
+        return 0;
+    };
+    for t in &run.tenants {
+        let Some(replay) = &t.trace else { continue };
+        if replay.skipped > 0 {
+            eprintln!(
+                "tenant '{}': {} bad lines of its trace skipped (on_error = \"stop\" stops at the first); the first: {}",
+                t.name,
+                replay.skipped,
+                replay.skipped_lines.first().map_or("", String::as_str)
+            );
+        }
+        if let Some(why) = &replay.stopped {
+            eprintln!("tenant '{}': its trace replay stopped: {why}", t.name);
+            stopped += 1;
+        }
+    }
+    stopped
 }

@@ -78,6 +78,9 @@ impl LatencySummary {
 pub struct TenantResult {
     /// The tenant's name.
     pub name: String,
+    /// A trace workload's replay: records issued, lines skipped, why it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::replay::ReplayStats>,
     /// Its proportional-share weight.
     pub weight: f64,
     /// Its workload, in one line.
@@ -817,6 +820,7 @@ impl Recorder {
         let t = &self.tenants[i];
         TenantResult {
             name: spec.name.clone(),
+            trace: None,
             weight: spec.weight,
             workload,
             bytes: t.bytes,

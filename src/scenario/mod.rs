@@ -108,6 +108,8 @@ pub struct Points {
     sweep: sweep::Sweep,
     source_name: String,
     default_name: String,
+    /// The scenario file's folder: relative trace paths are taken from it.
+    base_dir: Option<std::path::PathBuf>,
 }
 
 impl Points {
@@ -133,6 +135,10 @@ impl Points {
         } else {
             format!("{} [{label}]", self.source_name)
         };
+        let mut doc = doc;
+        if let Some(base) = &self.base_dir {
+            trace_paths_from(&mut doc, base);
+        }
         let file: ScenarioFile = toml::Value::Table(doc)
             .try_into()
             .map_err(|e| parse_problem(e).in_file(&source))?;
@@ -163,7 +169,9 @@ impl Scenario {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "scenario".into());
-        Scenario::points(&text, &name, &stem)
+        let mut points = Scenario::points(&text, &name, &stem)?;
+        points.base_dir = path.parent().map(|p| p.to_path_buf());
+        Ok(points)
     }
 
     /// Parses scenario text with its sweep expanded; `source_name` names it in errors
@@ -193,6 +201,7 @@ impl Scenario {
             sweep,
             source_name: source_name.to_string(),
             default_name: default_name.to_string(),
+            base_dir: None,
         })
     }
 
@@ -231,7 +240,13 @@ impl Scenario {
                     .filter(|p| !matches!(p.arrivals, crate::workload::Arrivals::Idle))
                     .peekable();
                 active.peek().is_some()
-                    && active.all(|p| matches!(p.arrivals, crate::workload::Arrivals::Open { .. }))
+                    && active.all(|p| {
+                        matches!(
+                            p.arrivals,
+                            crate::workload::Arrivals::Open { .. }
+                                | crate::workload::Arrivals::Trace
+                        )
+                    })
             })
             .collect()
     }
@@ -254,6 +269,25 @@ impl Scenario {
         starts.sort_unstable();
         starts.dedup();
         starts
+    }
+}
+
+/// Makes the tenants' relative `workload.trace` paths (those not starting with `/` or
+/// `$`) relative to `base`, the scenario file's folder.
+fn trace_paths_from(doc: &mut toml::Table, base: &Path) {
+    let Some(toml::Value::Array(tenants)) = doc.get_mut("tenant") else {
+        return;
+    };
+    for t in tenants {
+        if let Some(toml::Value::String(path)) = t
+            .get_mut("workload")
+            .and_then(|w| w.as_table_mut())
+            .and_then(|w| w.get_mut("trace"))
+            && !path.starts_with('/')
+            && !path.starts_with('$')
+        {
+            *path = base.join(&*path).display().to_string();
+        }
     }
 }
 

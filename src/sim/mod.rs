@@ -12,6 +12,8 @@ use crate::metrics::{Recorder, RunResult, ScenarioResult};
 use crate::policy::cost::CostModel;
 use crate::policy::{self, Admission, Observation, Policy, PolicyError};
 use crate::scenario::Scenario;
+use crate::trace::replay::{Replay, ReplayStats};
+use crate::types::Op;
 use crate::types::{Completion, Nanos, Request, TenantId};
 use crate::workload::{Arrivals, Generator};
 use checker::Checker;
@@ -61,6 +63,9 @@ impl Ord for Event {
 
 struct TenantRun {
     generator: Generator,
+    /// A trace workload's replay, and with original timing the record due next.
+    replay: Option<Replay>,
+    due: Option<(Op, u64, u32)>,
     phase: Option<usize>,
     epoch: u32,
     /// Requests issued and not yet completed or refused (a closed loop keeps `iodepth`).
@@ -97,7 +102,16 @@ impl<O: Observer> Run<'_, O> {
         let Some(phase) = t.phase.map(|p| &setup.workload.phases[p]) else {
             return;
         };
-        let (op, offset, len) = t.generator.next_io(phase);
+        let (op, offset, len) = match &mut t.replay {
+            None => t.generator.next_io(phase),
+            Some(replay) => match t.due.take() {
+                Some(due) => due,
+                None => match replay.next_io() {
+                    Some((_, op, offset, len)) => (op, offset, len),
+                    None => return,
+                },
+            },
+        };
         self.next_id += 1;
         let request = Request {
             id: self.next_id,
@@ -147,8 +161,20 @@ impl<O: Observer> Run<'_, O> {
                 let epoch = t.epoch;
                 self.push(at, EventKind::Arrival { tenant, epoch });
             }
+            Arrivals::Trace => self.schedule_trace(tenant),
             Arrivals::Idle => {}
         }
+    }
+
+    /// Reads a replayed trace's next record and sets an arrival at its time.
+    fn schedule_trace(&mut self, tenant: TenantId) {
+        let t = &mut self.tenants[tenant as usize];
+        let Some((at, op, offset, len)) = t.replay.as_mut().and_then(|r| r.next_io()) else {
+            return;
+        };
+        t.due = Some((op, offset, len));
+        let epoch = t.epoch;
+        self.push(at, EventKind::Arrival { tenant, epoch });
     }
 
     /// Hands the device everything the host releases while there is a free slot, then
@@ -230,12 +256,17 @@ impl<O: Observer> Run<'_, O> {
                     return;
                 }
                 let Some(p) = t.phase else { return };
-                if let Arrivals::Open { rate_iops, process } =
-                    self.scenario.tenants[tenant as usize].workload.phases[p].arrivals
-                {
-                    let next = now + t.generator.interarrival(rate_iops, process);
-                    self.push(next, EventKind::Arrival { tenant, epoch });
-                    self.issue(tenant, now);
+                match self.scenario.tenants[tenant as usize].workload.phases[p].arrivals {
+                    Arrivals::Open { rate_iops, process } => {
+                        let next = now + t.generator.interarrival(rate_iops, process);
+                        self.push(next, EventKind::Arrival { tenant, epoch });
+                        self.issue(tenant, now);
+                    }
+                    Arrivals::Trace => {
+                        self.issue(tenant, now);
+                        self.schedule_trace(tenant);
+                    }
+                    Arrivals::Closed { .. } | Arrivals::Idle => {}
                 }
             }
             EventKind::Phase { tenant, phase } => self.start_phase(tenant, phase, now),
@@ -364,8 +395,8 @@ pub fn run_policy_priced(
     .with_phases(&scenario.phase_starts())
     .with_open_loop(&scenario.open_loop());
     let wall = Instant::now();
-    let (recorder, observation, device) = if options.check || cfg!(debug_assertions) {
-        let (checker, observation, device) = drive(
+    let (recorder, observation, device, replays) = if options.check || cfg!(debug_assertions) {
+        let (checker, observation, device, replays) = drive(
             scenario,
             policy,
             Checker::new(recorder),
@@ -374,7 +405,7 @@ pub fn run_policy_priced(
             progress,
             Some(checker::check_run),
         );
-        (checker.finish(), observation, device)
+        (checker.finish(), observation, device, replays)
     } else {
         drive(scenario, policy, recorder, device, cost, progress, None)
     };
@@ -393,6 +424,9 @@ pub fn run_policy_priced(
         observation,
     );
     result.policy_name = choice.name.clone();
+    for (t, replay) in result.tenants.iter_mut().zip(replays) {
+        t.trace = replay;
+    }
     Ok(result)
 }
 
@@ -428,7 +462,7 @@ pub fn run_observed<O: Observer>(
 type CheckFn<O> = fn(&Host<O>, &dyn DeviceModel, Nanos);
 
 /// Runs the scenario's events with one host and device; returns the observer, the
-/// policy's full observation and the device.
+/// policy's full observation, the device and what each tenant's trace replay did.
 fn drive<O: Observer>(
     scenario: &Scenario,
     policy: Box<dyn Policy>,
@@ -437,7 +471,12 @@ fn drive<O: Observer>(
     cost: CostModel,
     progress: Option<&ProgressBar>,
     check: Option<CheckFn<O>>,
-) -> (O, Observation, Box<dyn DeviceModel>) {
+) -> (
+    O,
+    Observation,
+    Box<dyn DeviceModel>,
+    Vec<Option<ReplayStats>>,
+) {
     let limits = Limits {
         queue_depth: scenario.queue_depth,
         queue_limit: scenario.queue_limit,
@@ -457,6 +496,12 @@ fn drive<O: Observer>(
             .enumerate()
             .map(|(i, t)| TenantRun {
                 generator: Generator::new(scenario.seed, i as u64 + 1, t.offset, t.size),
+                replay: t
+                    .workload
+                    .trace
+                    .as_ref()
+                    .map(|spec| Replay::open(spec, t.offset, t.size)),
+                due: None,
                 phase: None,
                 epoch: 0,
                 outstanding: 0,
@@ -474,8 +519,13 @@ fn drive<O: Observer>(
             check(&run.host, run.device.model(), now);
         }
     });
+    let replays = run
+        .tenants
+        .iter()
+        .map(|t| t.replay.as_ref().map(Replay::stats))
+        .collect();
     let (observer, observation) = run.host.finish();
-    (observer, observation, run.device.into_model())
+    (observer, observation, run.device.into_model(), replays)
 }
 
 /// Devices kept built (and aged) between the points of a sweep: points with the same

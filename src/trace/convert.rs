@@ -78,7 +78,7 @@ impl<W: Write> Writer<W> {
             ))),
         };
         let sectors = |bytes: u64, what: &str| {
-            if bytes % 512 == 0 {
+            if bytes.is_multiple_of(512) {
                 Ok(bytes / 512)
             } else {
                 Err(bad(format!("{what} {bytes} is not whole 512 B sectors")))

@@ -181,7 +181,7 @@ fn csv_line<const N: usize>(
     for (i, slot) in fields.iter_mut().enumerate() {
         *slot = it
             .next()
-            .ok_or_else(|| format!("{} fields, expected {N}", i.max(1)))?
+            .ok_or_else(|| format!("{i} of its {N} fields"))?
             .trim();
     }
     if number == 1 && fields[0].eq_ignore_ascii_case(header) {

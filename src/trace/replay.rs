@@ -12,8 +12,10 @@
 //!   Either way offsets are rounded down to 512 B, lengths up to whole 512 B sectors,
 //!   and a request that would cross the region's end is moved back to end at it (a
 //!   request longer than the region is cut to the region).
-//! * **Loop**: at the trace's end it starts again, its times after the last arrival; a
-//!   pass that yields no record ends the replay instead of spinning.
+//! * **Times** count from the first record replayed (a slice `select = { from_s = 60 }`
+//!   starts at once, not after a minute).
+//! * **Loop**: at the trace's end it starts again, one mean gap of the pass after its
+//!   last arrival; a pass that yields no record ends the replay instead of spinning.
 //! * Bad lines are skipped and counted or end the replay (`on_error`); what happened is
 //!   in [`ReplayStats`], which the simulator writes to results.json beside the tenant.
 
@@ -96,6 +98,9 @@ pub struct Replay {
     base: Nanos,
     last: Nanos,
     in_pass: u64,
+    /// Trace times of the pass's first and last records.
+    pass_first: Option<Nanos>,
+    pass_last: Nanos,
     stats: ReplayStats,
 }
 
@@ -113,6 +118,8 @@ impl Replay {
             base: 0,
             last: 0,
             in_pass: 0,
+            pass_first: None,
+            pass_last: 0,
             stats: ReplayStats {
                 file: spec.path.display().to_string(),
                 ..ReplayStats::default()
@@ -134,6 +141,7 @@ impl Replay {
                 self.reader = Some(reader);
                 self.stats.passes += 1;
                 self.in_pass = 0;
+                self.pass_first = None;
                 self.base = self.last;
             }
             Err(e) => {
@@ -164,9 +172,11 @@ impl Replay {
                 Some(Ok(rec)) => {
                     self.in_pass += 1;
                     self.stats.records += 1;
+                    let first = *self.pass_first.get_or_insert(rec.time);
+                    self.pass_last = self.pass_last.max(rec.time);
                     let at = match self.spec.timing {
                         Timing::Original { speed } => {
-                            self.base + (rec.time as f64 / speed) as Nanos
+                            self.base + (rec.time.saturating_sub(first) as f64 / speed) as Nanos
                         }
                         Timing::Closed { .. } => self.last,
                     };
@@ -185,7 +195,13 @@ impl Replay {
                     if !self.spec.looped || empty {
                         return None;
                     }
-                    self.last += 1_000;
+                    // The next pass starts one mean gap of this one after its last record.
+                    if let (Timing::Original { speed }, Some(first)) =
+                        (self.spec.timing, self.pass_first)
+                    {
+                        let gap = (self.pass_last - first) / (self.in_pass - 1).max(1);
+                        self.last += ((gap as f64 / speed) as Nanos).max(1);
+                    }
                     self.start_pass();
                 }
             }

@@ -3,6 +3,7 @@
 //! load changes over time. Every random choice comes from the tenant's seeded RNG.
 
 pub mod standins;
+pub mod trace;
 
 use crate::config::Invalid;
 use crate::types::{Nanos, Op, secs_to_nanos};
@@ -68,6 +69,43 @@ pub struct WorkloadTable {
     pub idle: Option<bool>,
     /// Segments run one after another; after the last one ends the tenant is idle.
     pub phases: Option<Vec<WorkloadTable>>,
+    /// A recorded trace to replay instead of drawn requests ([`crate::trace::replay`]):
+    /// its path (`${VAR}` and `$VAR` read from the environment; relative to the
+    /// scenario file).
+    pub trace: Option<String>,
+    /// The trace's format (`auto`, the default, recognises it from its first line).
+    pub format: Option<String>,
+    /// Which of the trace's records this tenant replays.
+    pub select: Option<SelectTable>,
+    /// `original` (the default: the trace's arrival times, scaled by `speed`) or
+    /// `closed` (as fast as `iodepth` allows).
+    pub timing: Option<String>,
+    /// With `timing = "original"`: how much faster than recorded (default 1).
+    pub speed: Option<f64>,
+    /// Start the trace again at its end (default false: the tenant goes idle).
+    #[serde(rename = "loop")]
+    pub looped: Option<bool>,
+    /// How offsets land in the tenant's region: `wrap` (the default) or `scale`.
+    pub remap: Option<String>,
+    /// What a bad line does: `skip` (the default: counted in results.json) or `stop`.
+    pub on_error: Option<String>,
+}
+
+/// Which records of a trace a tenant replays.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectTable {
+    /// Only this volume (MSR's disk number, UMass's ASU, Alibaba's device id, Tencent's
+    /// volume id, an iolog's file index from 0).
+    pub disk: Option<u64>,
+    /// The same as `disk`.
+    pub volume: Option<u64>,
+    /// Only records this many seconds or more after the trace's first.
+    pub from_s: Option<f64>,
+    /// Only records before this many seconds after the trace's first.
+    pub to_s: Option<f64>,
+    /// `blkparse`: the event taken as the request (`Q`, the default; `D`; `C`).
+    pub event: Option<String>,
 }
 
 /// A workload in a scenario: a stand-in name or a table ([`WorkloadConfig::from_value`]).
@@ -76,7 +114,7 @@ pub enum WorkloadConfig {
     /// A stand-in's name, with its defaults.
     Named(String),
     /// A workload table.
-    Table(WorkloadTable),
+    Table(Box<WorkloadTable>),
 }
 
 /// How request sizes are drawn.
@@ -139,6 +177,8 @@ pub enum Arrivals {
         /// How arrivals are spaced.
         process: RateProcess,
     },
+    /// At the times of a recorded trace ([`Workload::trace`], `timing = "original"`).
+    Trace,
     /// No I/O.
     Idle,
 }
@@ -167,8 +207,11 @@ pub struct Phase {
 pub struct Workload {
     /// Short description for reports (`fileserver (synthetic stand-in)`, `randwrite 4 KiB qd32`).
     pub label: String,
-    /// The phases in time order, back to back from time 0.
+    /// The phases in time order, back to back from time 0 (a trace workload has one:
+    /// its arrivals, closed or [`Arrivals::Trace`]).
     pub phases: Vec<Phase>,
+    /// The trace replayed, for a trace workload.
+    pub trace: Option<crate::trace::replay::TraceSpec>,
 }
 
 impl Workload {
@@ -208,6 +251,12 @@ pub const MAX_RATE_IOPS: f64 = 10_000_000.0;
 
 /// Settings one table may not give together: one of them would silently win.
 fn conflicts(t: &WorkloadTable) -> Result<(), Invalid> {
+    if let Some(key) = trace::trace_keys(t) {
+        return Err(Invalid::new(
+            key,
+            "applies to a trace workload (set `trace`)",
+        ));
+    }
     if t.iodepth.is_some() && t.rate_iops.is_some() {
         return Err(Invalid::new(
             "iodepth/rate_iops",
@@ -372,7 +421,7 @@ impl WorkloadConfig {
         match value {
             toml::Value::String(name) => Ok(WorkloadConfig::Named(name)),
             toml::Value::Table(_) => serde_path_to_error::deserialize::<_, WorkloadTable>(value)
-                .map(WorkloadConfig::Table)
+                .map(|t| WorkloadConfig::Table(Box::new(t)))
                 .map_err(|e| {
                     let problem = e.inner().message().trim_end().to_string();
                     match e.path().to_string().as_str() {
@@ -390,12 +439,20 @@ impl WorkloadConfig {
     /// Validates and resolves the workload. Errors say what is wrong; the caller adds
     /// where (file, tenant).
     pub fn resolve(&self) -> Result<Workload, Invalid> {
+        match self {
+            WorkloadConfig::Table(t) if t.trace.is_some() => trace::trace_workload(t),
+            _ => self.resolve_drawn(),
+        }
+    }
+
+    /// Resolves a stand-in or a table of drawn requests.
+    fn resolve_drawn(&self) -> Result<Workload, Invalid> {
         let table = match self {
             WorkloadConfig::Named(n) => WorkloadTable {
                 standin: Some(n.clone()),
                 ..WorkloadTable::default()
             },
-            WorkloadConfig::Table(t) => t.clone(),
+            WorkloadConfig::Table(t) => (**t).clone(),
         };
         let mut base = Knobs {
             pattern: None,
@@ -480,7 +537,11 @@ impl WorkloadConfig {
                 label.push_str(&format!(" (+{} phases)", phases.len() - 1));
             }
         }
-        Ok(Workload { label, phases })
+        Ok(Workload {
+            label,
+            phases,
+            trace: None,
+        })
     }
 }
 
@@ -499,6 +560,7 @@ fn describe(p: &Phase) -> String {
             process: RateProcess::Poisson,
         } => format!("{rate_iops} IOPS"),
         Arrivals::Open { rate_iops, .. } => format!("{rate_iops} IOPS linear"),
+        Arrivals::Trace => "at the trace's times".into(),
         Arrivals::Idle => "idle".into(),
     };
     format!("{pat} {size} {load}")
@@ -580,7 +642,7 @@ mod tests {
 
     fn table(toml_text: &str) -> WorkloadConfig {
         toml::from_str::<WorkloadTable>(toml_text)
-            .map(WorkloadConfig::Table)
+            .map(|t| WorkloadConfig::Table(Box::new(t)))
             .unwrap()
     }
 
