@@ -358,3 +358,99 @@ fn trace_workloads_refuse_what_does_not_apply() {
         }
     }
 }
+
+/// The shipped `*-trace.toml` scenarios say which variable to set when it is not, and run
+/// on a trace when it is.
+#[test]
+fn the_trace_scenarios_take_their_trace_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    msr_trace(&trace, 2000);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for name in ["mcfq-trace", "feedbac-trace"] {
+        let scenario = root.join(format!("scenarios/{name}.toml"));
+        let out = ioshare()
+            .args([
+                "sim",
+                scenario.to_str().unwrap(),
+                "-q",
+                "--duration",
+                "0.3",
+                "--policy",
+                "sfq",
+            ])
+            .env_remove("IOSHARE_TRACE")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the environment variable IOSHARE_TRACE is not set"),
+            "{name}: {err}"
+        );
+        let out = ioshare()
+            .args([
+                "sim",
+                scenario.to_str().unwrap(),
+                "-q",
+                "--duration",
+                "5.2",
+                "--policy",
+                "sfq",
+            ])
+            .env("IOSHARE_TRACE", &trace)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("trace t.csv (msr, closed qd"),
+            "{name}: {text}"
+        );
+    }
+}
+
+/// The stand-ins are what they say: `trace stats` on a stand-in's own requests gives
+/// its table's read fraction and mean size.
+#[test]
+fn the_stand_ins_match_their_tables_by_trace_stats() {
+    use ioshare::trace::{Record, stats::Collector};
+    use ioshare::workload::{Generator, WorkloadConfig, standins};
+    for name in standins::names() {
+        let s = standins::standin(name).unwrap();
+        let w = WorkloadConfig::Named(name.to_string()).resolve().unwrap();
+        let mut g = Generator::new(1, 1, 0, 1 << 34);
+        let mut c = Collector::new();
+        let n = 200_000u64;
+        for i in 0..n {
+            let (op, offset, len) = g.next_io(&w.phases[0]);
+            c.add(&Record {
+                time: i * 1000,
+                op,
+                offset,
+                len,
+                volume: 0,
+            });
+        }
+        let st = c.finish();
+        assert_eq!(st.requests, n);
+        // Sampling error of 200,000 draws: well under a point of read fraction, and the
+        // mean size within 1 % of the table's.
+        assert!(
+            (st.read_fraction - s.read_mix).abs() < 0.005,
+            "{name}: {} vs {}",
+            st.read_fraction,
+            s.read_mix
+        );
+        let mean = s.mean_size as f64;
+        assert!(
+            (st.mean_size - mean).abs() / mean < 0.01,
+            "{name}: {} vs {mean}",
+            st.mean_size
+        );
+    }
+}

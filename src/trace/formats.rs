@@ -54,8 +54,8 @@ impl LineParser {
 
     /// One line; `number` is its 1-based number (a header is looked for on line 1).
     pub(crate) fn parse(&mut self, line: &str, number: u64) -> Result<Option<Record>, String> {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
+        let start = line.trim_start();
+        if start.is_empty() || start.starts_with('#') {
             return Ok(None);
         }
         match self.format {
@@ -177,12 +177,24 @@ fn csv_line<const N: usize>(
     parse: fn([&str; N]) -> Result<Record, String>,
 ) -> Result<Option<Record>, String> {
     let mut fields = [""; N];
-    let mut it = line.split(',');
+    let bytes = line.as_bytes();
+    let mut start = 0;
     for (i, slot) in fields.iter_mut().enumerate() {
-        *slot = it
-            .next()
-            .ok_or_else(|| format!("{i} of its {N} fields"))?
-            .trim();
+        if start > bytes.len() {
+            return Err(format!("{i} of its {N} fields"));
+        }
+        // Commas are ASCII: the slice boundaries are character boundaries.
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b == b',')
+            .map_or(bytes.len(), |p| start + p);
+        let field = &line[start..end];
+        *slot = if field.starts_with([' ', '\t']) || field.ends_with([' ', '\t']) {
+            field.trim()
+        } else {
+            field
+        };
+        start = end + 1;
     }
     if number == 1 && fields[0].eq_ignore_ascii_case(header) {
         return Ok(None);

@@ -297,13 +297,14 @@ impl Reader {
                 }
             }
             self.line += 1;
-            let Ok(text) = std::str::from_utf8(&self.buf) else {
+            let mut end = self.buf.len();
+            while end > 0 && matches!(self.buf[end - 1], b'\n' | b'\r') {
+                end -= 1;
+            }
+            let Ok(text) = std::str::from_utf8(&self.buf[..end]) else {
                 return Some(Err(self.error("not text (invalid UTF-8)".into())));
             };
-            match self
-                .parser
-                .parse(text.trim_end_matches(['\n', '\r']), self.line)
-            {
+            match self.parser.parse(text, self.line) {
                 Ok(None) => continue,
                 Ok(Some(r)) => return Some(Ok(r)),
                 Err(problem) => return Some(Err(self.error(problem))),

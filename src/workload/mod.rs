@@ -122,23 +122,38 @@ pub enum WorkloadConfig {
 pub enum SizeDist {
     /// Every request this many bytes.
     Fixed(u32),
-    /// Uniform over multiples of `align` in `[min, max]`; mean (min + max) / 2.
+    /// Uniform over multiples of `align` in `[min, max]`, or — with probability
+    /// `wider` per million — in `[min, max + align]`: a mean that is not a whole number
+    /// of half steps from `min` is kept exactly (the mixture of the two ranges).
     Uniform {
         /// Smallest size, bytes.
         min: u32,
-        /// Largest size, bytes.
+        /// Largest size of the narrower range, bytes.
         max: u32,
         /// Step between sizes, bytes.
         align: u32,
+        /// Draws per million that take the range one step wider.
+        wider: u32,
     },
 }
+
+/// [`SizeDist::Uniform`]'s `wider` is per this many draws.
+pub const PER_MILLION: u32 = 1_000_000;
 
 impl SizeDist {
     /// Mean request size in bytes.
     pub fn mean(&self) -> f64 {
         match *self {
             SizeDist::Fixed(s) => s as f64,
-            SizeDist::Uniform { min, max, .. } => (min as f64 + max as f64) / 2.0,
+            SizeDist::Uniform {
+                min,
+                max,
+                wider,
+                align,
+            } => {
+                (min as f64 + max as f64) / 2.0
+                    + align as f64 / 2.0 * wider as f64 / PER_MILLION as f64
+            }
         }
     }
 
@@ -146,7 +161,9 @@ impl SizeDist {
     pub fn max(&self) -> u32 {
         match *self {
             SizeDist::Fixed(s) => s,
-            SizeDist::Uniform { max, .. } => max,
+            SizeDist::Uniform {
+                max, wider, align, ..
+            } => max + if wider > 0 { align } else { 0 },
         }
     }
 }
@@ -353,9 +370,14 @@ impl Knobs {
             }
             (Some(s), _) => SizeDist::Fixed(s as u32),
             (None, Some(mean)) => {
-                // Uniform over aligned sizes in [align, 2·mean − align]: mean preserved.
-                let max = (2 * mean).saturating_sub(align).max(align) / align * align;
-                if max > MAX_REQUEST {
+                // Uniform over aligned sizes in [align, 2·mean − align]. Where that end
+                // is not a multiple of align, a share of the draws goes one step wider
+                // so that the mean is `mean` (the financial stand-in's 2,437 B in 512 B
+                // steps: 7.52 steps, drawn as 7 or 8).
+                let twice = (2 * mean).saturating_sub(align).max(align);
+                let max = twice / align * align;
+                let wider = ((twice - max) as f64 / align as f64 * PER_MILLION as f64) as u32;
+                if max + if wider > 0 { align } else { 0 } > MAX_REQUEST {
                     return Err(Invalid::new(
                         "size_mean",
                         format!("{mean} draws sizes past the 32 MiB request cap"),
@@ -365,6 +387,7 @@ impl Knobs {
                     min: align as u32,
                     max: max as u32,
                     align: align as u32,
+                    wider,
                 }
             }
             (None, None) => SizeDist::Fixed(4096),
@@ -593,8 +616,17 @@ impl Generator {
     pub fn next_io(&mut self, phase: &Phase) -> (Op, u64, u32) {
         let len = match phase.size {
             SizeDist::Fixed(s) => s,
-            SizeDist::Uniform { min, max, align } => {
-                let steps = (max - min) / align;
+            SizeDist::Uniform {
+                min,
+                max,
+                align,
+                wider,
+            } => {
+                let mut steps = (max - min) / align;
+                // Only a mixture draws twice: the other distributions' sequences stay.
+                if wider > 0 && self.rng.random_range(0..PER_MILLION) < wider {
+                    steps += 1;
+                }
                 min + self.rng.random_range(0..=steps) * align
             }
         };
