@@ -264,10 +264,21 @@ fn trace_stats_prints_exact_figures_and_names_bad_lines() {
         .open(&trace)
         .unwrap();
     writeln!(f, "1,src1,0,Erase,0,4096,1").unwrap();
+    let page = dir.path().join("stats.html");
     let out = ioshare()
-        .args(["trace", "stats", "--json", trace.to_str().unwrap()])
+        .args([
+            "trace",
+            "stats",
+            "--json",
+            trace.to_str().unwrap(),
+            "--html",
+            page.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html.matches("<svg").count(), 3, "IOPS, sizes and gaps");
+    assert!(html.contains("<td>requests</td><td>300</td>"), "{html}");
     assert!(
         out.status.success(),
         "{}",

@@ -24,6 +24,9 @@ pub(crate) enum TraceCommand {
         /// Print the figures as JSON (one object per file, in a list).
         #[arg(long)]
         json: bool,
+        /// Also write a page with the figures and plots (IOPS over time, sizes, gaps) here.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// Write a trace in another format (`fio3`: `fio --read_iolog=OUT --ioengine=nbd`
     /// replays it against an export).
@@ -73,7 +76,12 @@ impl Input {
 
 pub(crate) fn run(args: Args) -> Result<()> {
     match args.command {
-        TraceCommand::Stats { files, input, json } => stats(&files, &input, json),
+        TraceCommand::Stats {
+            files,
+            input,
+            json,
+            html,
+        } => stats(&files, &input, json, html.as_deref()),
         TraceCommand::Convert {
             file,
             out,
@@ -98,8 +106,9 @@ fn report_skipped(path: &Path, reader: &Reader) {
     }
 }
 
-fn stats(files: &[PathBuf], input: &Input, json: bool) -> Result<()> {
+fn stats(files: &[PathBuf], input: &Input, json: bool, html: Option<&Path>) -> Result<()> {
     let mut all = Vec::new();
+    let mut pages = Vec::new();
     for path in files {
         let mut reader = input.open(path)?;
         let mut c = trace::stats::Collector::new();
@@ -108,6 +117,9 @@ fn stats(files: &[PathBuf], input: &Input, json: bool) -> Result<()> {
         }
         report_skipped(path, &reader);
         let s = c.finish();
+        if html.is_some() {
+            pages.push((path.display().to_string(), s.clone()));
+        }
         if json {
             let mut v = serde_json::to_value(&s)?;
             v["file"] = path.display().to_string().into();
@@ -127,6 +139,10 @@ fn stats(files: &[PathBuf], input: &Input, json: bool) -> Result<()> {
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&all)?);
+    }
+    if let Some(page) = html {
+        report::write_trace_html(&pages, page)?;
+        eprintln!("wrote {}", page.display());
     }
     Ok(())
 }

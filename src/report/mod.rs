@@ -4,11 +4,13 @@
 mod characterize;
 mod compare;
 mod html;
+mod trace;
 
 pub use characterize::{characterize_html, write_characterization};
 pub use compare::{PolicyFigures, figures};
 
 pub use html::write_html;
+pub use trace::{trace_html, write_trace_html};
 
 use crate::metrics::ScenarioResult;
 use crate::output::{self, WriteError};

@@ -181,7 +181,7 @@ fn csv_line<const N: usize>(
     let mut start = 0;
     for (i, slot) in fields.iter_mut().enumerate() {
         if start > bytes.len() {
-            return Err(format!("{i} of its {N} fields"));
+            return Err(format!("only {i} of the {N} fields"));
         }
         // Commas are ASCII: the slice boundaries are character boundaries.
         let end = bytes[start..]

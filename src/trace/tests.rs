@@ -141,7 +141,7 @@ fn bad_lines_name_file_and_line_and_are_skipped_or_stop() {
     assert_eq!(e.to_string(), "t:2: type 'Erase': expected Read or Write");
     for (line, problem) in [
         ("3,h,0,Read,x,4096,1", "offset 'x' is not a whole number"),
-        ("4,h,0,Read", "4 of its 7 fields"),
+        ("4,h,0,Read", "only 4 of the 7 fields"),
         ("5,h,0,Write,0,0,1", "length 0"),
         ("5,h,0,Write,0,67108864,1", "above the 32 MiB"),
         ("5,h,0,Write,18446744073709551615,4096,1", "overflows"),
