@@ -465,3 +465,63 @@ fn the_stand_ins_match_their_tables_by_trace_stats() {
         );
     }
 }
+
+/// A bad line: skipped and said (results.json keeps it), or, with `on_error = "stop"`,
+/// the end of that tenant's replay and a failing exit after the report is written.
+#[test]
+fn a_bad_line_is_skipped_and_said_or_stops_the_run_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    msr_trace(&trace, 100);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&trace)
+        .unwrap();
+    writeln!(f, "1,src1,0,Read,0,4096").unwrap();
+    msr_trace(&dir.path().join("tail.csv"), 10);
+    let tail = std::fs::read_to_string(dir.path().join("tail.csv")).unwrap();
+    write!(f, "{tail}").unwrap();
+    drop(f);
+    for (on_error, ok) in [("skip", true), ("stop", false)] {
+        let text = format!(
+            "duration_s = 1\npolicies = [\"none\"]\n[device]\nmodel = \"ssd\"\npreset = \"nvme-p4500\"\ncapacity_gib = 1\n[[tenant]]\nname = \"a\"\nworkload = {{ trace = \"t.csv\", timing = \"closed\", on_error = \"{on_error}\" }}\n"
+        );
+        std::fs::write(dir.path().join("s.toml"), text).unwrap();
+        let out_dir = dir.path().join(format!("out-{on_error}"));
+        let out = ioshare()
+            .args([
+                "sim",
+                dir.path().join("s.toml").to_str().unwrap(),
+                "-q",
+                "--out",
+                out_dir.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), ok, "{on_error}: {err}");
+        assert!(
+            err.contains("t.csv:101: only 6 of the 7 fields"),
+            "{on_error}: {err}"
+        );
+        let results: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+                .unwrap();
+        let replay = &results["runs"][0]["tenants"][0]["trace"];
+        if ok {
+            assert_eq!(
+                (replay["records"].as_u64(), replay["skipped"].as_u64()),
+                (Some(110), Some(1))
+            );
+            assert!(replay["stopped"].is_null());
+        } else {
+            assert_eq!(replay["records"], 100);
+            assert!(
+                replay["stopped"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("t.csv:101: only 6 of the 7 fields")
+            );
+        }
+    }
+}
