@@ -57,7 +57,7 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
         /// Override the scenario's duration, seconds.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         duration: Option<f64>,
         /// No progress bar.
         #[arg(long, short)]

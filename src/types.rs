@@ -32,7 +32,9 @@ pub type TenantId = u32;
 pub struct Slo {
     /// Agreed mean request rate (requests per second).
     pub iops: f64,
-    /// Agreed mean request size in bytes.
+    /// Agreed mean request size in bytes (a file writes it as sizes are written:
+    /// `4096`, `"4k"`; under 512 it needs its unit).
+    #[serde(deserialize_with = "crate::units::size_u32")]
     pub size: u32,
     /// Required response time in microseconds.
     pub rt_us: u64,

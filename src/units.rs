@@ -42,7 +42,18 @@ pub enum SizeError {
     /// A fraction of a byte.
     #[error("'{0}' is not a whole number of bytes")]
     NotWhole(String),
+    /// A number of bytes under [`SMALLEST_BARE`] without a unit: nearly always a size
+    /// meant in KiB or MiB.
+    #[error(
+        "{0} without a unit is {0} bytes, less than a sector: write \"{0}k\" for {0} KiB (or \"{0}b\" if you mean bytes)"
+    )]
+    NoUnit(u64),
 }
+
+/// The smallest size a bare number (no unit) may give: a sector. Below it a size needs
+/// its unit (`"4k"`, or `"4b"` for bytes), so that `size = 4` cannot mean 4-byte
+/// requests by accident.
+pub const SMALLEST_BARE: u64 = 512;
 
 /// Parses `"4k"`, `"4KiB"`, `"1.5g"`, `"512"`. Binary multiples.
 pub fn parse_bytes(text: &str) -> Result<u64, SizeError> {
@@ -78,6 +89,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, SizeError> {
                 not_a_size()
             }
         })?;
+        if suffix.trim().is_empty() && (1..SMALLEST_BARE).contains(&n) {
+            return Err(SizeError::NoUnit(n));
+        }
         return n.checked_mul(mult).ok_or_else(too_large);
     }
     let value: f64 = num.parse().map_err(|_| not_a_size())?;
@@ -117,6 +131,9 @@ impl<'de> Deserialize<'de> for ByteSize {
             Text(String),
         }
         match Raw::deserialize(d)? {
+            Raw::Int(v) if (1..SMALLEST_BARE as i64).contains(&v) => {
+                Err(serde::de::Error::custom(SizeError::NoUnit(v as u64)))
+            }
             Raw::Int(v) if v >= 0 => Ok(ByteSize(v as u64)),
             Raw::Int(v) => Err(serde::de::Error::custom(format!("size {v} is negative"))),
             Raw::Text(s) => parse_bytes(&s)
@@ -126,9 +143,42 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// A [`ByteSize`] field held as `u32` (an SLO's request size): the same forms, and a
+/// size of 4 GiB or more refused.
+pub fn size_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let ByteSize(bytes) = ByteSize::deserialize(d)?;
+    u32::try_from(bytes)
+        .map_err(|_| serde::de::Error::custom(format!("{} is 4 GiB or more", format_bytes(bytes))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_number_under_a_sector_needs_its_unit() {
+        let e = parse_bytes("4").unwrap_err();
+        assert_eq!(e, SizeError::NoUnit(4));
+        assert_eq!(
+            e.to_string(),
+            "4 without a unit is 4 bytes, less than a sector: write \"4k\" for 4 KiB (or \"4b\" if you mean bytes)"
+        );
+        assert_eq!(parse_bytes("4b"), Ok(4));
+        assert_eq!(parse_bytes("0"), Ok(0), "an offset of 0 needs no unit");
+        assert_eq!(parse_bytes("511").unwrap_err(), SizeError::NoUnit(511));
+        assert_eq!(parse_bytes("512"), Ok(512));
+        let toml_int: Result<ByteSize, _> = toml::from_str::<toml::Table>("s = 256")
+            .unwrap()
+            .remove("s")
+            .unwrap()
+            .try_into();
+        assert!(
+            toml_int
+                .unwrap_err()
+                .to_string()
+                .contains("256 without a unit")
+        );
+    }
 
     #[test]
     fn parses_common_forms() {

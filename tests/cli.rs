@@ -73,7 +73,7 @@ fn bad_scenario_names_file_field_and_problem() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8(o.stderr).unwrap();
     assert!(
-        err.contains("bad.toml: tenant 1 ('x').weight: must be in (0, 1000000], got -1"),
+        err.contains("bad.toml:10: tenant 1 ('x').weight: must be in (0, 1000000], got -1"),
         "{err}"
     );
 
@@ -386,5 +386,67 @@ fn a_real_file_is_measured_and_an_existing_one_is_protected() {
         std::fs::read(&keep).unwrap(),
         vec![9u8; 8 << 20],
         "untouched"
+    );
+}
+
+/// Hostile sizes and keys in a scenario: each refused naming the file, the line, the
+/// tenant (number and name) and the field, never run with a surprising unit.
+#[test]
+fn bad_sizes_and_keys_name_the_file_line_tenant_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.toml");
+    for (edit, want) in [
+        (
+            ("size = \"64k\"", "size = 4"),
+            "s.toml:14: tenant 2 ('y').workload.size: 4 without a unit is 4 bytes, less than a sector: write \"4k\"",
+        ),
+        (
+            ("weight = 2", "wieght = 2"),
+            "s.toml:10: tenant 1 ('x').wieght: unknown field `wieght`",
+        ),
+        (
+            ("weight = 2", "weight = \"heavy\""),
+            "s.toml:10: tenant 1 ('x').weight: invalid type: string \"heavy\", expected f64",
+        ),
+        (
+            ("size = \"64k\"", "size = \"64q\""),
+            "s.toml:14: tenant 2 ('y').workload.size: '64q': unknown size suffix 'q'",
+        ),
+        (
+            (
+                "name = \"y\"",
+                "name = \"y\"\nslo = { iops = 10.0, size = 8, rt_us = 1000 }",
+            ),
+            "s.toml:14: tenant 2 ('y').slo.size: 8 without a unit is 8 bytes",
+        ),
+        (
+            ("duration_s = 2", "duration_s = -2"),
+            "s.toml:4: duration_s: must be > 0, got -2",
+        ),
+    ] {
+        std::fs::write(&scenario, SCENARIO.replacen(edit.0, edit.1, 1)).unwrap();
+        let o = ioshare()
+            .arg("sim")
+            .arg(&scenario)
+            .arg("-q")
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{edit:?} ran");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(want),
+            "{edit:?}: wanted\n  {want}\nin\n  {err}"
+        );
+    }
+    // A negative number on the command line is read as one, and answered as one.
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let o = ioshare()
+        .args(["sim", scenario.to_str().unwrap(), "-q", "--duration", "-5"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "error: --duration must be > 0"
     );
 }

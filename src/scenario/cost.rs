@@ -246,7 +246,7 @@ mod tests {
     fn the_ssd_bound_counts_pages_directions_and_commands() {
         let ssd = |extra: &str| {
             scenario(&format!(
-                "duration_s = 10\n[device]\nmodel = 'ssd'\npreset = 'sata-840pro'\ncapacity_gib = 1\n{extra}\n[[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = 512, iodepth = 4 }}\n[[tenant]]\nname = 'b'\nworkload = {{ pattern = 'randread', size = 256, rate_iops = 10.0 }}\n"
+                "duration_s = 10\n[device]\nmodel = 'ssd'\npreset = 'sata-840pro'\ncapacity_gib = 1\n{extra}\n[[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = 512, iodepth = 4 }}\n[[tenant]]\nname = 'b'\nworkload = {{ pattern = 'randread', size = '256b', rate_iops = 10.0 }}\n"
             ))
         };
         // 10 µs commands: 100 K a second, under the link's 2 × 550 MB/s / 4 KiB.

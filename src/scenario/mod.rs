@@ -3,6 +3,7 @@
 //! names the file, the field and the problem.
 
 pub mod cost;
+pub mod locate;
 mod sweep;
 
 use crate::config::{
@@ -110,6 +111,8 @@ pub struct Points {
     default_name: String,
     /// The scenario file's folder: relative trace paths are taken from it.
     base_dir: Option<std::path::PathBuf>,
+    /// The file's text, to say on which line a field is ([`locate`]).
+    text: String,
 }
 
 impl Points {
@@ -130,21 +133,45 @@ impl Points {
             .sweep
             .point(index)
             .map_err(|e| e.in_file(&self.source_name))?;
-        let source = if label.is_empty() {
-            self.source_name.clone()
-        } else {
-            format!("{} [{label}]", self.source_name)
-        };
+        // The point's label goes after the file and its line ([`Points::located`]).
+        let point = label.clone();
         let mut doc = doc;
         if let Some(base) = &self.base_dir {
             trace_paths_from(&mut doc, base);
         }
-        let file: ScenarioFile = toml::Value::Table(doc)
-            .try_into()
-            .map_err(|e| parse_problem(e).in_file(&source))?;
-        let mut s = validate(file, &self.default_name).map_err(|e| e.in_file(&source))?;
+        let names = tenant_names(&doc);
+        let file: ScenarioFile = serde_path_to_error::deserialize(toml::Value::Table(doc))
+            .map_err(|e| {
+                let field = field_of(&e.path().to_string(), &names);
+                let problem = e.inner().message().trim_end().to_string();
+                self.located(Invalid { field, problem }, &point)
+            })?;
+        let mut s = validate(file, &self.default_name).map_err(|e| self.located(e, &point))?;
         s.variant = label;
         Ok(s)
+    }
+
+    /// The error naming the file and, where the field is found in it, the line
+    /// (`file.toml:12`); an unknown key is looked for by its own name.
+    fn located(&self, e: Invalid, point: &str) -> ConfigError {
+        let unknown = e
+            .problem
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split('`').next());
+        let path = match unknown {
+            Some(key) if e.field.is_empty() => key.to_string(),
+            Some(key) => format!("{}.{key}", e.field),
+            None => e.field.clone(),
+        };
+        let file = match locate::line_of(&self.text, &path) {
+            Some(line) => format!("{}:{line}", self.source_name),
+            None => self.source_name.clone(),
+        };
+        if point.is_empty() {
+            e.in_file(&file)
+        } else {
+            e.in_file(&format!("{file} [{point}]"))
+        }
     }
 
     /// The points in order, each built when reached.
@@ -202,6 +229,7 @@ impl Scenario {
             source_name: source_name.to_string(),
             default_name: default_name.to_string(),
             base_dir: None,
+            text: text.to_string(),
         })
     }
 
@@ -270,6 +298,38 @@ impl Scenario {
         starts.dedup();
         starts
     }
+}
+
+/// The tenants' names in a parsed file, in order (`?` where one has none).
+fn tenant_names(doc: &toml::Table) -> Vec<String> {
+    match doc.get("tenant") {
+        Some(toml::Value::Array(ts)) => ts
+            .iter()
+            .map(|t| {
+                t.get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A deserializer's path as errors name fields: `tenant[1].weight` → `tenant 2
+/// ('b').weight`; `.` (the whole file) → empty.
+fn field_of(path: &str, names: &[String]) -> String {
+    if path == "." {
+        return String::new();
+    }
+    if let Some(rest) = path.strip_prefix("tenant[")
+        && let Some((index, tail)) = rest.split_once(']')
+        && let Ok(i) = index.parse::<usize>()
+    {
+        let name = names.get(i).map_or("?", String::as_str);
+        return format!("{}{tail}", tenant_field(i + 1, name));
+    }
+    path.to_string()
 }
 
 /// Makes the tenants' relative `workload.trace` paths (those not starting with `/` or
@@ -536,7 +596,8 @@ mod tests {
 
     fn expect_err(text: &str, want: &str) {
         let e = parse(text).unwrap_err().to_string();
-        assert!(e.starts_with("test.toml: "), "{e}");
+        // The file, then the line where the field is found.
+        assert!(e.starts_with("test.toml:"), "{e}");
         assert!(e.contains(want), "wanted '{want}' in: {e}");
     }
 
@@ -714,7 +775,7 @@ mod tests {
             .to_string();
         assert!(
             e.contains(
-                "test.toml [tenant.a.weight=0]: tenant 1 ('a').weight: must be in (0, 1000000]"
+                "test.toml:11 [tenant.a.weight=0]: tenant 1 ('a').weight: must be in (0, 1000000]"
             ),
             "{e}"
         );
@@ -758,7 +819,7 @@ mod tests {
         let points = Scenario::points(&bad, "test.toml", "test").unwrap();
         assert!(points.get(1).is_ok());
         let e = points.get(2).unwrap_err().to_string();
-        assert!(e.contains("test.toml [tenant.a.weight=-3]"), "{e}");
+        assert!(e.contains("test.toml:11 [tenant.a.weight=-3]"), "{e}");
         assert_eq!(points.iter().filter(|p| p.is_err()).count(), 1);
         // Keys in the file's reverse alphabetical order still vary in alphabetical
         // order: "seed" slowest, then "tenant.a.weight".

@@ -94,6 +94,10 @@ struct TenantFile {
     /// Create `file` when it is missing (otherwise a missing image is an error).
     #[serde(default)]
     create: bool,
+    /// Serve `file` at `size` although the image holds another size (a smaller image
+    /// is grown; of a larger one the first `size` bytes are served).
+    #[serde(default)]
+    resize: bool,
     /// Region of the shared backend file.
     offset: Option<ByteSize>,
     size: Option<ByteSize>,
@@ -828,6 +832,12 @@ fn tenant_config(
             "applies only to a tenant's own file",
         ));
     }
+    if t.resize && t.file.is_none() {
+        return Err(Invalid::new(
+            "resize",
+            "applies only to a tenant's own file",
+        ));
+    }
     let cache = match &t.cache {
         Some(c) => Cache::parse("cache", c)?,
         None => backend.cache,
@@ -900,9 +910,26 @@ fn storage(
         )),
         (BackendKind::File, Some(f), None) => {
             let path = at(f.clone());
-            let size = match size {
-                Some(s) => s,
-                None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+            let held = std::fs::metadata(&path)
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len());
+            let size = match (size, held) {
+                (Some(s), Some(len)) if s != len && !t.resize => {
+                    return Err(Invalid::new(
+                        "size",
+                        format!(
+                            "is {}, but {} holds {}: leave size out to serve the image as it is, or set resize = true to serve it at {} (a smaller image is grown; of a larger one the first {} are served)",
+                            format_bytes(s),
+                            path.display(),
+                            format_bytes(len),
+                            format_bytes(s),
+                            format_bytes(s)
+                        ),
+                    ));
+                }
+                (Some(s), _) => s,
+                (None, _) => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
                     Invalid::new(
                         "size",
                         format!("not given and {} cannot be read ({e})", path.display()),
@@ -1080,6 +1107,57 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    /// A size that differs from an existing image's is refused unless the tenant says
+    /// `resize = true`; without a size the image is served as it is; a size under a
+    /// sector needs its unit.
+    #[test]
+    fn an_image_is_served_at_its_own_size_unless_resize_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::File::create(dir.path().join("a.img"))
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+        let at = |tenant: &str| {
+            ServerConfig::parse(
+                &format!("[[tenant]]\nname = \"a\"\nfile = \"a.img\"\n{tenant}"),
+                dir.path(),
+            )
+            .map_err(|e| e.in_file("serve.toml").to_string())
+        };
+        let e = at("size = \"1m\"").unwrap_err();
+        assert!(
+            e.starts_with("serve.toml: tenant 1 ('a').size: is 1 MiB, but ")
+                && e.contains("a.img holds 256 MiB: leave size out")
+                && e.contains("set resize = true"),
+            "{e}"
+        );
+        assert_eq!(
+            at("size = \"1m\"\nresize = true").unwrap().tenants[0].size,
+            1 << 20
+        );
+        assert_eq!(
+            at("size = \"1g\"\nresize = true").unwrap().tenants[0].size,
+            1 << 30
+        );
+        assert_eq!(at("").unwrap().tenants[0].size, 256 << 20);
+        assert_eq!(at("size = \"256m\"").unwrap().tenants[0].size, 256 << 20);
+        let e = at("size = 256\nresize = true").unwrap_err();
+        assert!(
+            e.contains("line 4") && e.contains("256 without a unit is 256 bytes"),
+            "{e}"
+        );
+        let e = ServerConfig::parse(
+            "[backend]\npath = \"s.img\"\n[[tenant]]\nname = \"a\"\noffset = 0\nsize = \"4k\"\nresize = true",
+            dir.path(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("resize: applies only to a tenant's own file"),
+            "{e}"
+        );
     }
 
     /// The per-export share of connections: even over the exports, at least 4, never
