@@ -1148,6 +1148,43 @@ fn refused(dir: &Path, name: &str, config: &str) -> String {
     err
 }
 
+/// A start that fails after it bound its socket and created images (here: its TCP
+/// address is taken) leaves neither behind: no socket file, no image, no marker that
+/// would stop the next start from creating the image again.
+#[test]
+fn a_failed_start_leaves_no_socket_or_created_image_behind() {
+    let dir = tempdir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap();
+    let err = refused(
+        dir.path(),
+        "busy.toml",
+        &format!(
+            "tcp = \"{at}\"\n[[tenant]]\nname = \"a\"\nfile = \"new.img\"\ncreate = true\nsize = \"1m\"\n"
+        ),
+    );
+    assert!(err.contains("server.tcp"), "{err}");
+    assert!(err.contains("removed") && err.contains("new.img"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "busy.toml")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // An image that was there before is not the start's to remove.
+    std::fs::write(dir.path().join("old.img"), vec![1u8; 4096]).unwrap();
+    refused(
+        dir.path(),
+        "busy.toml",
+        &format!("tcp = \"{at}\"\n[[tenant]]\nname = \"a\"\nfile = \"old.img\"\n"),
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("old.img")).unwrap(),
+        vec![1u8; 4096]
+    );
+    drop(taken);
+}
+
 /// A tenant's image may not be the server's own configuration file, under any name.
 #[test]
 fn an_image_that_is_the_configuration_file_is_refused() {

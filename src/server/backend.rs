@@ -38,6 +38,35 @@ pub struct Files {
     /// Whose each image is (a tenant's name, or `backend.path`), its path and its
     /// buffered descriptor's place in `files`.
     named: Vec<(String, PathBuf, usize)>,
+    /// Images this opening created (they did not exist): removed again, with their
+    /// markers, if the server fails to start ([`Files::take_created`]).
+    created: Created,
+}
+
+/// Images a start created, removed again (with their markers) when dropped before
+/// [`Created::keep`]: a server that fails to start leaves nothing it made behind.
+#[derive(Debug, Default)]
+pub struct Created(Vec<PathBuf>);
+
+impl Created {
+    /// The start succeeded: the images stay.
+    pub fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        for path in self.0.drain(..) {
+            if std::fs::remove_file(&path).is_ok() {
+                let _ = std::fs::remove_file(marker_of(&path));
+                eprintln!(
+                    "ioshare: removed {}, which this failed start had created",
+                    path.display()
+                );
+            }
+        }
+    }
 }
 
 impl Files {
@@ -69,13 +98,18 @@ impl Files {
     pub fn open(config: &ServerConfig) -> Result<Files, BackendError> {
         let mut files = Vec::new();
         let mut targets = Vec::new();
+        let mut created = Created::default();
         // `cache` needs a direct descriptor; with pdc it carries POSIX_FADV_NOREUSE.
         let mut open_pair = |path: &std::path::Path,
                              size: u64,
                              create: bool,
                              cache: Cache|
          -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
+            let existed = std::fs::symlink_metadata(path).is_ok();
             let (f, backing) = open_sized(path, size, create)?;
+            if !existed {
+                created.0.push(path.to_path_buf());
+            }
             let buffered = f.as_raw_fd();
             let index = files.len();
             files.push(f);
@@ -144,7 +178,14 @@ impl Files {
             files,
             targets,
             named,
+            created,
         })
+    }
+
+    /// The images this opening created, to keep once the server has started (dropped
+    /// unkept, they are removed).
+    pub fn take_created(&mut self) -> Created {
+        std::mem::take(&mut self.created)
     }
 }
 
@@ -440,7 +481,7 @@ mod tests {
         std::fs::write(dir.path().join("big.img"), vec![7u8; 3 << 20]).unwrap();
         let text = "[backend]\npath = 'shared.img'\nsize = '1m'\n\
                     [[tenant]]\nname = 'new'\nfile = 'new.img'\ncreate = true\nsize = '2m'\n\
-                    [[tenant]]\nname = 'big'\nfile = 'big.img'\nsize = '1m'\n\
+                    [[tenant]]\nname = 'big'\nfile = 'big.img'\nsize = '1m'\nresize = true\n\
                     [[tenant]]\nname = 'r'\noffset = '4m'\nsize = '1m'\n";
         let config = ServerConfig::parse(text, dir.path()).unwrap();
         let files = Files::open(&config).unwrap();

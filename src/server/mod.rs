@@ -276,7 +276,9 @@ pub fn serve(
     }
     let specs = config.specs();
     check_policy(&config)?;
-    let files = backend::Files::open(&config)?;
+    let mut files = backend::Files::open(&config)?;
+    // Removed again if anything below fails: a failed start leaves nothing it made.
+    let created = files.take_created();
     // On a thread of its own: looking at an image on a hung file system blocks.
     files.watch().spawn();
     let model = emulated_model(&config);
@@ -330,6 +332,7 @@ pub fn serve(
             })
             .map_err(ServeError::Thread)?
     };
+    created.keep();
     warn_of_exposure(&config, metrics_at, &listeners);
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
@@ -522,6 +525,18 @@ struct Listeners {
     tcp: Option<TcpListener>,
     /// When an accept failure (out of descriptors, say) was last logged.
     failure_logged: std::cell::Cell<Option<Instant>>,
+    /// The unix socket's file, removed when the listeners go (a start that fails after
+    /// binding leaves no socket behind).
+    _socket: Option<SocketFile>,
+}
+
+/// A socket file this server bound; removed when dropped.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Accept failures are logged at most this often; the loop backs off after one.
@@ -556,9 +571,9 @@ fn close_overdue_handshakes(registry: &Registry, now: Instant) {
 impl Listeners {
     /// Listens where the configuration says; non-blocking, so one poll serves both.
     fn bind(config: &ServerConfig) -> Result<Listeners, ServeError> {
-        let unix = match &config.unix {
-            Some(path) => Some(bind_unix(path)?),
-            None => None,
+        let (unix, socket) = match &config.unix {
+            Some(path) => (Some(bind_unix(path)?), Some(SocketFile(path.clone()))),
+            None => (None, None),
         };
         let tcp = match &config.tcp {
             Some(addr) => Some(
@@ -576,6 +591,7 @@ impl Listeners {
             unix,
             tcp,
             failure_logged: std::cell::Cell::new(None),
+            _socket: socket,
         })
     }
 
