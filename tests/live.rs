@@ -1656,8 +1656,20 @@ fn skipped_without_mounts(test: &str) -> bool {
         std::env::var_os("IOSHARE_REQUIRE_MOUNT").is_none(),
         "{test}: cannot run: {why}"
     );
-    eprintln!("SKIPPED {test}: {why}");
+    say_skipped(test, why);
     true
+}
+
+/// Says a test was skipped: on stderr, and in `IOSHARE_SKIPPED_LOG` (`./test.sh` lists
+/// that file's lines at the end).
+fn say_skipped(test: &str, why: &str) {
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(log) = std::env::var_os("IOSHARE_SKIPPED_LOG") {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(log) {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
 }
 
 /// A 64 MiB FUSE file (nbdfuse) on nbdkit's memory plugin whose reads and writes each

@@ -125,9 +125,18 @@ fn report_opens_on_the_comparison_and_uses_the_page_width() {
             std::env::var_os("IOSHARE_REQUIRE_CHROMIUM").is_none(),
             "cannot run: no chromium on PATH"
         );
-        eprintln!(
-            "SKIPPED report_opens_on_the_comparison_and_uses_the_page_width: no chromium on PATH"
+        let (test, why) = (
+            "report_opens_on_the_comparison_and_uses_the_page_width",
+            "no chromium on PATH",
         );
+        eprintln!("SKIPPED {test}: {why}");
+        // `./test.sh` lists the skipped tests at the end.
+        if let Some(log) = std::env::var_os("IOSHARE_SKIPPED_LOG") {
+            use std::io::Write as _;
+            if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(log) {
+                let _ = writeln!(f, "{test}: {why}");
+            }
+        }
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -38,20 +38,26 @@ pub struct Files {
     /// Whose each image is (a tenant's name, or `backend.path`), its path and its
     /// buffered descriptor's place in `files`.
     named: Vec<(String, PathBuf, usize)>,
-    /// Images this opening created (they did not exist): removed again, with their
-    /// markers, if the server fails to start ([`Files::take_created`]).
-    created: Created,
+    /// Images this opening created (they did not exist): the server removes them again,
+    /// with their markers, if it fails to start ([`Files::take_created`]).
+    created: Vec<PathBuf>,
 }
 
 /// Images a start created, removed again (with their markers) when dropped before
-/// [`Created::keep`]: a server that fails to start leaves nothing it made behind.
+/// [`Created::keep`]: a server that fails to start — or an opening that fails half-way —
+/// leaves nothing it made behind.
 #[derive(Debug, Default)]
 pub struct Created(Vec<PathBuf>);
 
 impl Created {
     /// The start succeeded: the images stay.
-    pub fn keep(mut self) {
-        self.0.clear();
+    pub fn keep(self) {
+        let _ = self.into_paths();
+    }
+
+    /// The paths, no longer removed on drop.
+    fn into_paths(mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.0)
     }
 }
 
@@ -178,14 +184,15 @@ impl Files {
             files,
             targets,
             named,
-            created,
+            // Opened whole: what to remove is now the server's to say.
+            created: created.into_paths(),
         })
     }
 
     /// The images this opening created, to keep once the server has started (dropped
     /// unkept, they are removed).
     pub fn take_created(&mut self) -> Created {
-        std::mem::take(&mut self.created)
+        Created(std::mem::take(&mut self.created))
     }
 }
 
