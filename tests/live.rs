@@ -1227,8 +1227,8 @@ fn loop_devices_and_their_aliases_are_the_same_image() {
     assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
     let tenants = |a: &str, b: &str| {
         format!(
-            "[[tenant]]\nname = \"a\"\nfile = \"{a}\"\nsize = \"1m\"\n\
-             [[tenant]]\nname = \"b\"\nfile = \"{b}\"\nsize = \"1m\"\n"
+            "[[tenant]]\nname = \"a\"\nfile = \"{a}\"\nsize = \"4m\"\n\
+             [[tenant]]\nname = \"b\"\nfile = \"{b}\"\nsize = \"4m\"\n"
         )
     };
     let alias = alias.to_str().unwrap();
@@ -1245,7 +1245,7 @@ fn loop_devices_and_their_aliases_are_the_same_image() {
         );
     }
     // One server on the loop device; a second on any of the three names is refused.
-    let one = "[[tenant]]\nname = \"a\"\nfile = \"{}\"\nsize = \"1m\"\n";
+    let one = "[[tenant]]\nname = \"a\"\nfile = \"{}\"\nsize = \"4m\"\n";
     let s = Server::start(dir.path(), &one.replace("{}", &dev));
     let err = refused(dir.path(), "alias.toml", &one.replace("{}", alias));
     assert!(

@@ -128,11 +128,17 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
         devices
             .iter()
             .map(|d| {
+                // Its key, or its name as the tables print it ("sata-840pro aged", also
+                // written "sata-840pro-aged").
+                let plain = |s: &str| s.to_ascii_lowercase().replace(", ", "-").replace(' ', "-");
                 Device::ALL
                     .into_iter()
-                    .find(|x| x.key() == d.as_str())
+                    .find(|x| x.key() == d.as_str() || plain(x.name()) == plain(d))
                     .ok_or_else(|| {
-                        let known: Vec<&str> = Device::ALL.iter().map(|x| x.key()).collect();
+                        let known: Vec<String> = Device::ALL
+                            .iter()
+                            .map(|x| format!("{} ({})", x.key(), x.name()))
+                            .collect();
                         anyhow::anyhow!(
                             "--device: unknown device '{d}' (known: {})",
                             known.join(", ")

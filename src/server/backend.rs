@@ -25,6 +25,7 @@
 
 use super::config::{BackendKind, Cache, ServerConfig, Storage};
 use crate::io::transfer::Target;
+use crate::units::format_bytes;
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsRawFd, RawFd};
@@ -109,9 +110,22 @@ impl Files {
         let mut open_pair = |path: &std::path::Path,
                              size: u64,
                              create: bool,
+                             resize: bool,
                              cache: Cache|
          -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
             let existed = std::fs::symlink_metadata(path).is_ok();
+            if existed && !resize {
+                match std::fs::metadata(path) {
+                    Ok(m) if m.is_file() && m.len() != size => {
+                        return Err(BackendError::SizeDiffers {
+                            path: path.to_path_buf(),
+                            len: m.len(),
+                            size,
+                        });
+                    }
+                    _ => {}
+                }
+            }
             let (f, backing) = open_sized(path, size, create)?;
             if !existed {
                 created.0.push(path.to_path_buf());
@@ -150,7 +164,8 @@ impl Files {
             (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
                 let (need, cache) = shared_needs(config, size.unwrap_or(0));
                 // The shared file (or the emulated device's) is created when missing.
-                let (buffered, direct, index) = open_pair(path, need, true, cache)?;
+                // The shared file grows to hold every region.
+                let (buffered, direct, index) = open_pair(path, need, true, true, cache)?;
                 named.push(("backend.path".to_string(), path.clone(), index));
                 Some((buffered, direct))
             }
@@ -160,7 +175,8 @@ impl Files {
             targets.push(match &t.storage {
                 Storage::Nothing => None,
                 Storage::Own(path) => {
-                    let (buffered, direct, index) = open_pair(path, t.size, t.create, t.cache)?;
+                    let (buffered, direct, index) =
+                        open_pair(path, t.size, t.create, t.resize, t.cache)?;
                     named.push((t.spec.name.clone(), path.clone(), index));
                     Some(Target {
                         buffered,
@@ -247,6 +263,20 @@ pub enum BackendError {
         source: std::io::Error,
         /// Who holds it, as far as `/proc/locks` says.
         holder: String,
+    },
+    /// An existing image file whose size is not the one configured, without
+    /// `resize = true`.
+    #[error(
+        "{}: holds {}, but the tenant's size is {}: leave size out to serve the image as it is, or set resize = true to serve it at {} (a smaller image is grown; of a larger one the first {} are served)",
+        path.display(), format_bytes(*len), format_bytes(*size), format_bytes(*size), format_bytes(*size)
+    )]
+    SizeDiffers {
+        /// The image.
+        path: PathBuf,
+        /// What it holds, bytes.
+        len: u64,
+        /// What the configuration says, bytes.
+        size: u64,
     },
     /// A block device smaller than the size configured.
     #[error("{}: the device holds {len} bytes, fewer than the {size} configured", path.display())]
@@ -506,6 +536,64 @@ mod tests {
             "writeback: no O_DIRECT"
         );
         files.sync_all().unwrap();
+    }
+
+    /// A size that differs from an existing image's is refused unless the tenant says
+    /// `resize = true`; without a size the image is served as it is; a size under a
+    /// sector needs its unit.
+    #[test]
+    fn an_image_is_served_at_its_own_size_unless_resize_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("a.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+        let open = |tenant: &str| {
+            let c = ServerConfig::parse(
+                &format!("[[tenant]]\nname = \"a\"\nfile = \"a.img\"\n{tenant}"),
+                dir.path(),
+            )
+            .map_err(|e| e.in_file("serve.toml").to_string())?;
+            Files::open(&c)
+                .map(|_| c.tenants[0].size)
+                .map_err(|e| e.to_string())
+        };
+        let e = open("size = \"1m\"").unwrap_err();
+        assert!(
+            e.contains("a.img: holds 256 MiB, but the tenant's size is 1 MiB: leave size out")
+                && e.contains("set resize = true"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::metadata(&image).unwrap().len(),
+            256 << 20,
+            "untouched"
+        );
+        assert_eq!(open("size = \"1m\"\nresize = true"), Ok(1 << 20));
+        assert_eq!(
+            std::fs::metadata(&image).unwrap().len(),
+            256 << 20,
+            "not shrunk"
+        );
+        assert_eq!(open(""), Ok(256 << 20));
+        assert_eq!(open("size = \"1g\"\nresize = true"), Ok(1 << 30));
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 1 << 30, "grown");
+        let e = open("size = 256\nresize = true").unwrap_err();
+        assert!(
+            e.contains("line 4") && e.contains("256 without a unit is 256 bytes"),
+            "{e}"
+        );
+        let e = ServerConfig::parse(
+            "[backend]\npath = \"s.img\"\n[[tenant]]\nname = \"a\"\noffset = 0\nsize = \"4k\"\nresize = true",
+            dir.path(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("resize: applies only to a tenant's own file"),
+            "{e}"
+        );
     }
 
     /// An image `create = true` made (or served) leaves a marker; with the image gone

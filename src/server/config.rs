@@ -197,6 +197,10 @@ pub struct TenantConfig {
     /// Its own image may be created when missing (`create = true`); a missing image
     /// is otherwise an error, not a blank disk served to a guest that expects its data.
     pub create: bool,
+    /// Its own image is served at `size` although it holds another (`resize = true`: a
+    /// smaller image is grown, of a larger one the first `size` bytes are served);
+    /// otherwise a differing size is refused when the image is opened.
+    pub resize: bool,
     /// How its requests use the host's page cache (`cache`, default `backend.cache`).
     pub cache: Cache,
 }
@@ -859,6 +863,7 @@ fn tenant_config(
         read_only: t.read_only,
         storage,
         create: t.create,
+        resize: t.resize,
         cache,
     })
 }
@@ -910,26 +915,11 @@ fn storage(
         )),
         (BackendKind::File, Some(f), None) => {
             let path = at(f.clone());
-            let held = std::fs::metadata(&path)
-                .ok()
-                .filter(|m| m.is_file())
-                .map(|m| m.len());
-            let size = match (size, held) {
-                (Some(s), Some(len)) if s != len && !t.resize => {
-                    return Err(Invalid::new(
-                        "size",
-                        format!(
-                            "is {}, but {} holds {}: leave size out to serve the image as it is, or set resize = true to serve it at {} (a smaller image is grown; of a larger one the first {} are served)",
-                            format_bytes(s),
-                            path.display(),
-                            format_bytes(len),
-                            format_bytes(s),
-                            format_bytes(s)
-                        ),
-                    ));
-                }
-                (Some(s), _) => s,
-                (None, _) => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+            // A size that differs from an existing image's is refused when the image
+            // is opened (`BackendError::SizeDiffers`), unless the tenant says resize.
+            let size = match size {
+                Some(s) => s,
+                None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
                     Invalid::new(
                         "size",
                         format!("not given and {} cannot be read ({e})", path.display()),
@@ -1107,57 +1097,6 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
-    }
-
-    /// A size that differs from an existing image's is refused unless the tenant says
-    /// `resize = true`; without a size the image is served as it is; a size under a
-    /// sector needs its unit.
-    #[test]
-    fn an_image_is_served_at_its_own_size_unless_resize_is_said() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::File::create(dir.path().join("a.img"))
-            .unwrap()
-            .set_len(256 << 20)
-            .unwrap();
-        let at = |tenant: &str| {
-            ServerConfig::parse(
-                &format!("[[tenant]]\nname = \"a\"\nfile = \"a.img\"\n{tenant}"),
-                dir.path(),
-            )
-            .map_err(|e| e.in_file("serve.toml").to_string())
-        };
-        let e = at("size = \"1m\"").unwrap_err();
-        assert!(
-            e.starts_with("serve.toml: tenant 1 ('a').size: is 1 MiB, but ")
-                && e.contains("a.img holds 256 MiB: leave size out")
-                && e.contains("set resize = true"),
-            "{e}"
-        );
-        assert_eq!(
-            at("size = \"1m\"\nresize = true").unwrap().tenants[0].size,
-            1 << 20
-        );
-        assert_eq!(
-            at("size = \"1g\"\nresize = true").unwrap().tenants[0].size,
-            1 << 30
-        );
-        assert_eq!(at("").unwrap().tenants[0].size, 256 << 20);
-        assert_eq!(at("size = \"256m\"").unwrap().tenants[0].size, 256 << 20);
-        let e = at("size = 256\nresize = true").unwrap_err();
-        assert!(
-            e.contains("line 4") && e.contains("256 without a unit is 256 bytes"),
-            "{e}"
-        );
-        let e = ServerConfig::parse(
-            "[backend]\npath = \"s.img\"\n[[tenant]]\nname = \"a\"\noffset = 0\nsize = \"4k\"\nresize = true",
-            dir.path(),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("resize: applies only to a tenant's own file"),
-            "{e}"
-        );
     }
 
     /// The per-export share of connections: even over the exports, at least 4, never
