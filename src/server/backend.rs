@@ -114,17 +114,8 @@ impl Files {
                              cache: Cache|
          -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
             let existed = std::fs::symlink_metadata(path).is_ok();
-            if existed && !resize {
-                match std::fs::metadata(path) {
-                    Ok(m) if m.is_file() && m.len() != size => {
-                        return Err(BackendError::SizeDiffers {
-                            path: path.to_path_buf(),
-                            len: m.len(),
-                            size,
-                        });
-                    }
-                    _ => {}
-                }
+            if !resize {
+                same_size(path, size)?;
             }
             let (f, backing) = open_sized(path, size, create)?;
             if !existed {
@@ -354,6 +345,19 @@ fn lock_holder(meta: &std::fs::Metadata) -> Option<String> {
     } else {
         format!("process {pid} ({command})")
     })
+}
+
+/// An existing image file holds `size` bytes (a missing one or a block device: nothing
+/// to say here).
+fn same_size(path: &std::path::Path, size: u64) -> Result<(), BackendError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() != size => Err(BackendError::SizeDiffers {
+            path: path.to_path_buf(),
+            len: m.len(),
+            size,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Opens (with `create`, creating a sparse file readable by its owner only when missing;
