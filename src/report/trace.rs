@@ -4,7 +4,7 @@
 
 use super::html::escape;
 use crate::output::WriteError;
-use crate::trace::stats::TraceStats;
+use crate::trace::stats::{TraceStats, format_gap};
 use crate::units::format_bytes;
 use plotters::prelude::*;
 use std::fmt::Write as _;
@@ -82,15 +82,6 @@ fn buckets_plot(title: &str, buckets: &[(u64, u64)], label: fn(u64) -> String) -
     Ok(svg)
 }
 
-fn gap(ns: u64) -> String {
-    match ns {
-        0..1_000 => format!("{ns}ns"),
-        1_000..1_000_000 => format!("{}µs", ns / 1_000),
-        1_000_000..1_000_000_000 => format!("{}ms", ns / 1_000_000),
-        _ => format!("{}s", ns / 1_000_000_000),
-    }
-}
-
 fn figures(out: &mut String, s: &TraceStats) {
     let pct = |x: f64| format!("{:.1} %", 100.0 * x);
     let rows = [
@@ -147,7 +138,7 @@ pub fn trace_html(traces: &[(String, TraceStats)]) -> Result<String, Box<dyn std
         out.push_str(&buckets_plot(
             "gaps between requests",
             &s.interarrival_ns,
-            gap,
+            format_gap,
         )?);
         out.push('\n');
     }

@@ -270,8 +270,9 @@ impl Collector {
     }
 }
 
-/// `ns` as "850 ns", "12 µs", "3 ms", "2 s".
-fn duration(ns: u64) -> String {
+/// `ns` as "850 ns", "12 µs", "3 ms", "2 s" (the gap buckets' labels, here and in the
+/// page's histogram).
+pub fn format_gap(ns: u64) -> String {
     match ns {
         0..1_000 => format!("{ns} ns"),
         1_000..1_000_000 => format!("{} µs", ns / 1_000),
@@ -327,7 +328,7 @@ impl TraceStats {
         }
         let _ = writeln!(s, "gaps between requests:");
         for (low, n) in &self.interarrival_ns {
-            let _ = writeln!(s, "  >= {:<10} {n}", duration(*low));
+            let _ = writeln!(s, "  >= {:<10} {n}", format_gap(*low));
         }
         let peak = self.per_bin.iter().max().copied().unwrap_or(0);
         let _ = writeln!(
