@@ -133,8 +133,6 @@ impl Points {
             .sweep
             .point(index)
             .map_err(|e| e.in_file(&self.source_name))?;
-        // The point's label goes after the file and its line ([`Points::located`]).
-        let point = label.clone();
         let mut doc = doc;
         if let Some(base) = &self.base_dir {
             trace_paths_from(&mut doc, base);
@@ -144,9 +142,10 @@ impl Points {
             .map_err(|e| {
                 let field = field_of(&e.path().to_string(), &names);
                 let problem = e.inner().message().trim_end().to_string();
-                self.located(Invalid { field, problem }, &point)
+                // The point's label goes after the file and its line.
+                self.located(Invalid { field, problem }, &label)
             })?;
-        let mut s = validate(file, &self.default_name).map_err(|e| self.located(e, &point))?;
+        let mut s = validate(file, &self.default_name).map_err(|e| self.located(e, &label))?;
         s.variant = label;
         Ok(s)
     }

@@ -151,15 +151,10 @@ impl Replay {
         }
     }
 
-    /// Counts what the current pass's reader skipped.
+    /// Counts what the current pass's reader skipped, and closes it.
     fn keep_skipped(&mut self) {
         if let Some(reader) = self.reader.take() {
-            self.stats.skipped += reader.skipped();
-            for e in reader.errors() {
-                if self.stats.skipped_lines.len() < super::KEPT_ERRORS {
-                    self.stats.skipped_lines.push(e.to_string());
-                }
-            }
+            add_skipped(&mut self.stats, &reader);
         }
     }
 
@@ -228,14 +223,19 @@ impl Replay {
     pub fn stats(&self) -> ReplayStats {
         let mut s = self.stats.clone();
         if let Some(r) = &self.reader {
-            s.skipped += r.skipped();
-            for e in r.errors() {
-                if s.skipped_lines.len() < super::KEPT_ERRORS {
-                    s.skipped_lines.push(e.to_string());
-                }
-            }
+            add_skipped(&mut s, r);
         }
         s
+    }
+}
+
+/// Adds what `reader` skipped to `stats` (the first [`super::KEPT_ERRORS`] lines kept).
+fn add_skipped(stats: &mut ReplayStats, reader: &Reader) {
+    stats.skipped += reader.skipped();
+    for e in reader.errors() {
+        if stats.skipped_lines.len() < super::KEPT_ERRORS {
+            stats.skipped_lines.push(e.to_string());
+        }
     }
 }
 
