@@ -67,6 +67,31 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Say which policy keeps a scenario's promises best: run it under every policy (or
+    /// those named) and print the verdict — one paragraph, then a table with each
+    /// policy's promises kept and missed and its throughput against `none`. A promise
+    /// is a tenant's weight, reservation, limit or SLO; `sim` and every report end on
+    /// the same verdict.
+    Advise {
+        /// Scenario file (see scenarios/ for examples).
+        scenario: PathBuf,
+        /// Write the full report (results.json, timeseries.csv, report.html) here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Judge only these policies (repeatable; default: every registered policy and
+        /// the scenario's own variants).
+        #[arg(long = "policy", value_name = "P")]
+        policies: Vec<String>,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override the scenario's duration, seconds.
+        #[arg(long, allow_negative_numbers = true)]
+        duration: Option<f64>,
+        /// Run even when the scenario's estimated cost is past the limits.
+        #[arg(long)]
+        force: bool,
+    },
     /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD: two busy, one
     /// that idles and returns, one with an SLO and a reservation; every policy) and write
     /// its report.
@@ -202,7 +227,37 @@ fn run(cli: Cli) -> Result<()> {
             duration,
             quiet,
             force,
-        } => cli::sim::run(scenario, out, policies, seed, duration, quiet, force),
+        } => cli::sim::run(
+            cli::sim::SimArgs {
+                scenario,
+                out,
+                policies,
+                seed,
+                duration,
+                quiet,
+                force,
+            },
+            cli::sim::Show::Table,
+        ),
+        Command::Advise {
+            scenario,
+            out,
+            policies,
+            seed,
+            duration,
+            force,
+        } => cli::sim::run(
+            cli::sim::SimArgs {
+                scenario,
+                out,
+                policies,
+                seed,
+                duration,
+                quiet: false,
+                force,
+            },
+            cli::sim::Show::Verdict,
+        ),
         Command::Demo { out } => cli::sim::demo(out),
         Command::Serve {
             config,

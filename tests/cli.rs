@@ -450,3 +450,73 @@ fn bad_sizes_and_keys_name_the_file_line_tenant_and_field() {
         "error: --duration must be > 0"
     );
 }
+
+/// The policy that passes the most cells of the conformance matrix
+/// (docs/conformance.md, seed 1, column "all").
+fn conformance_leader() -> String {
+    let doc = std::fs::read_to_string("docs/conformance.md").unwrap();
+    let table = doc
+        .split("### Seed 1: cells passed per policy and device")
+        .nth(1)
+        .expect("the cells-passed table");
+    let mut best = (0u32, String::new());
+    for row in table.lines().skip_while(|l| !l.starts_with("|---")).skip(1) {
+        if !row.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let all = cells[cells.len() - 2];
+        let passed: u32 = all.split('/').next().unwrap().parse().unwrap();
+        if passed > best.0 {
+            best = (passed, cells[1].to_string());
+        }
+    }
+    best.1
+}
+
+#[test]
+fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
+    let o = ioshare()
+        .args(["advise", "scenarios/demo.toml"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let leader = conformance_leader();
+    assert!(!leader.is_empty());
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "Verdict: {leader} keeps every promise here: weights within "
+        )),
+        "{first}"
+    );
+    // Every registered policy judged, each with its reasons.
+    for p in [
+        "none", "cfq", "mots", "bfq", "feedbac", "sfq", "ta1", "ta2", "ta3", "mclock",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{p:<14} "))),
+            "{p} missing:\n{text}"
+        );
+    }
+    assert!(text.contains("weights 28.9 % off (not its aim)"), "{text}");
+    // Judging fewer policies: only those.
+    let o = ioshare()
+        .args([
+            "advise",
+            "scenarios/mclock-reservations.toml",
+            "--policy",
+            "none",
+            "--policy",
+            "mclock",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.starts_with("Verdict: mclock keeps every promise here"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 4, "{text}");
+}

@@ -3,19 +3,51 @@
 
 use super::*;
 
-/// `ioshare sim`: every point of the scenario checked first, then run.
-pub(crate) fn run(
-    scenario: PathBuf,
-    out: Option<PathBuf>,
-    policies: Vec<String>,
-    seed: Option<u64>,
-    duration: Option<f64>,
-    quiet: bool,
-    force: bool,
-) -> Result<()> {
+/// What `ioshare sim` and `ioshare advise` are given.
+pub(crate) struct SimArgs {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    /// Where the report goes.
+    pub out: Option<PathBuf>,
+    /// The policies to run (empty: the scenario's; for `advise`, every one).
+    pub policies: Vec<String>,
+    /// The seed in place of the scenario's.
+    pub seed: Option<u64>,
+    /// The duration in place of the scenario's, seconds.
+    pub duration: Option<f64>,
+    /// No progress bar.
+    pub quiet: bool,
+    /// Run past the cost limits.
+    pub force: bool,
+}
+
+/// What a run prints.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Show {
+    /// The table of every tenant, then the verdict (`sim`).
+    Table,
+    /// The verdict alone, of every policy unless some were named (`advise`).
+    Verdict,
+}
+
+/// `ioshare sim` and `ioshare advise`: every point of the scenario checked first, then
+/// run.
+pub(crate) fn run(args: SimArgs, show: Show) -> Result<()> {
+    let SimArgs {
+        scenario,
+        out,
+        policies,
+        seed,
+        duration,
+        quiet,
+        force,
+    } = args;
     let points = Scenario::load_points(&scenario)?;
     let point = |i: usize| -> Result<Scenario> {
         let mut s = points.get(i)?;
+        if show == Show::Verdict && policies.is_empty() {
+            every_policy(&mut s);
+        }
         override_scenario(&mut s, seed, duration, &policies)?;
         Ok(s)
     };
@@ -64,7 +96,7 @@ pub(crate) fn run(
         std::iter::once(first).chain(rest),
         aged,
         out.as_deref(),
-        !quiet,
+        (!quiet, show, ""),
     );
     match failed {
         Some(e) => Err(e),
@@ -80,23 +112,21 @@ pub(crate) fn demo(out: PathBuf) -> Result<()> {
         .map(PolicyChoice::named)
         .collect();
     let aged = aged_ssd(&s);
-    simulate([s], aged, Some(&out), true)?;
-    print!("{DEMO_LEGEND}");
-    Ok(())
+    simulate([s], aged, Some(&out), (true, Show::Table, DEMO_LEGEND))
 }
 
 /// What the demo's columns mean, printed under its table.
-const DEMO_LEGEND: &str = "
-How to read it (one block per policy; vm1, vm2 and vm3 keep the drive busy, vm3 is idle from 10 s to 20 s, vm4 agreed 300 reads/s within 20 ms):
+const DEMO_LEGEND: &str = "How to read it (one block per policy; vm1, vm2 and vm3 keep the drive busy, vm3 is idle from 10 s to 20 s, vm4 agreed 300 reads/s within 20 ms):
   weight      the tenant's share weight (10:7:4:1)
   MB/s, IOPS  what the tenant completed, per second, after the warm-up
-  share       its part of all bytes moved; ideal: what its weight entitles it to among the backlogged tenants (- when it is not: busy under half the time, or, like vm4, an open loop that got what it asked for)
+  share       its part of the device time all tenants used; ideal: what its weight entitles it to among the backlogged tenants, with reservations and limits as mClock's definition splits them (- when it is not: busy under half the time, or, like vm4, an open loop that got what it asked for)
   p50, p99    its response times (arrival to completion)
   SLO         the part of its requests answered within its rt (refused ones count as misses)
   summary     total throughput and its ratio to none; share error (how far shares are from ideal over the whole run, and per interval: read this one here, as the whole-run figure counts vm3 short for its idle phase); Jain's fairness index; GC's write amplification
   phase lines IOPS per tenant in each part of the run (vm3's idle phase in the middle); on: how long a token bucket was switched in
+  verdict     below: each policy checked against every promise the tenants hold (weights, vm4's reservation and SLO), ranked by promises missed, then throughput; `ioshare advise SCENARIO` prints it for your own tenants
 Policies: none (no scheduling), cfq/bfq/sfq/feedbac/mots (shares by weight), ta1/ta2/ta3 (token buckets for SLOs), mclock (reservations, weights, limits).
-The report (report.html) opens on the policies compared (share error per interval, throughput vs none, worst p99, worst SLO satisfaction), then shares, phases and each tenant's bandwidth over time.
+The report (report.html) opens on the same verdict, then the policies compared (share error per interval, throughput vs none, worst p99, worst SLO satisfaction), shares, phases and each tenant's bandwidth over time.
 ";
 
 /// Applies the command line's overrides to one scenario.
@@ -142,6 +172,26 @@ fn override_scenario(
     Ok(())
 }
 
+/// Every registered policy (with the scenario's parameters where it names one), then
+/// the scenario's own labelled variants.
+fn every_policy(s: &mut Scenario) {
+    let own = std::mem::take(&mut s.policies);
+    s.policies = policy::names()
+        .into_iter()
+        .map(|name| {
+            own.iter()
+                .find(|c| c.label == name)
+                .cloned()
+                .unwrap_or_else(|| PolicyChoice::named(name))
+        })
+        .collect();
+    let registered = policy::names();
+    s.policies.extend(
+        own.into_iter()
+            .filter(|c| !registered.contains(&c.label.as_str())),
+    );
+}
+
 /// Whether the scenario starts from an aged SSD model (which takes a while to build).
 fn aged_ssd(s: &Scenario) -> bool {
     matches!(
@@ -159,7 +209,7 @@ fn simulate(
     all: impl IntoIterator<Item = Scenario>,
     aged: bool,
     out: Option<&Path>,
-    progress: bool,
+    (progress, what, legend): (bool, Show, &str),
 ) -> Result<()> {
     if let Some(dir) = out {
         check_out(dir)?;
@@ -169,7 +219,10 @@ fn simulate(
         eprintln!("preconditioning the device (aging)...");
     }
     let result = ioshare::sim::run_each(all, show, ioshare::sim::RunOptions::default())?;
-    print!("{}", report::table(&result));
+    if what == Show::Table {
+        println!("{}{legend}", report::table(&result));
+    }
+    print!("{}", report::verdict::text(&result));
     if let Some(dir) = out {
         report::write_all(&result, dir)?;
         println!(

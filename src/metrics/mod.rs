@@ -13,6 +13,9 @@ use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_se
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+pub mod entitled;
+use entitled::{Claim, entitlements};
+
 /// What every tenant's figures are taken against.
 struct Totals<'a> {
     secs: f64,
@@ -21,12 +24,20 @@ struct Totals<'a> {
     device_time: &'a [f64],
     total_device: f64,
     backlogged: &'a [bool],
-    backlogged_w: f64,
+    /// Each tenant's entitlement in device time ([`entitled::entitlements`]).
+    entitled: &'a [f64],
+    /// Their sum over the backlogged tenants.
+    entitled_total: f64,
 }
 
 /// A tenant counts as backlogged when it had I/O outstanding for at least this fraction
 /// of the measured time; only backlogged tenants enter the fairness figures.
 pub const BACKLOG_FRACTION: f64 = 0.5;
+
+/// How far an interval's completions may fall short of a reservation, or pass a limit,
+/// before the interval counts as missed: requests in flight across an interval's edge
+/// move a few percent from one interval to the next.
+pub const PROMISE_TOLERANCE: f64 = 0.05;
 
 /// An open-loop tenant (requests at a rate, not a queue depth) that had at least this
 /// fraction of its arrivals served got what it asked for: it is not backlogged, however
@@ -99,8 +110,29 @@ pub struct TenantResult {
     pub device_time_s: f64,
     /// Fraction of all tenants' device time this tenant got: what the weights share.
     pub device_share: f64,
-    /// w / Σw over the backlogged tenants; 0 for a tenant that was not backlogged.
+    /// What its promise entitles it to of the backlogged tenants' device time: w / Σw
+    /// over them, or with reservations and limits among them the allocation mClock's
+    /// definition implies ([`entitled`]); 0 for a tenant that was not backlogged.
     pub ideal_share: f64,
+    /// Its SLO, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::types::Slo>,
+    /// Its reservation (requests a second), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_iops: Option<f64>,
+    /// Its limit (requests a second), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_iops: Option<f64>,
+    /// Of the intervals in which it asked for its reservation (backlogged, or as many
+    /// requests arrived), the fraction in which it got less than
+    /// [`PROMISE_TOLERANCE`] short of it. Absent without a reservation or when it never
+    /// asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_missed: Option<f64>,
+    /// The fraction of intervals in which it completed more than its limit (past
+    /// [`PROMISE_TOLERANCE`] and one request). Absent without a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_exceeded: Option<f64>,
     /// The longest it had requests outstanding without one completing, seconds
     /// (within the measured span).
     pub longest_wait_s: f64,
@@ -290,9 +322,13 @@ impl Timeseries {
 }
 
 /// Mean over backlogged tenants of |s − s*| / s*, with s the tenant's share of the
-/// backlogged tenants' bandwidth and s* = w / Σw over them. 0 with fewer than one.
+/// backlogged tenants' bandwidth and s* = w / Σw over them (`weights` may be
+/// [`entitled::entitlements`]; a tenant weighted 0 is not judged). 0 with fewer than one.
 pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f64 {
-    let idx: Vec<usize> = (0..bandwidth.len()).filter(|&i| backlogged[i]).collect();
+    // A tenant entitled to nothing (reservations took the device) has no share to miss.
+    let idx: Vec<usize> = (0..bandwidth.len())
+        .filter(|&i| backlogged[i] && weights[i] > 0.0)
+        .collect();
     let total_bw: f64 = idx.iter().map(|&i| bandwidth[i]).sum();
     let total_w: f64 = idx.iter().map(|&i| weights[i]).sum();
     if idx.is_empty() || total_w <= 0.0 {
@@ -356,15 +392,24 @@ pub fn measurable(
 /// phase leaves the ideal while idle, a starved one stays in it); intervals in which
 /// they moved nothing are skipped.
 pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[Vec<bool>]) -> f64 {
-    interval_share_error_judged(bytes, weights, backlogged, None).0
+    let claims: Vec<Claim> = weights
+        .iter()
+        .map(|&weight| Claim {
+            weight,
+            reservation_iops: None,
+            limit_iops: None,
+        })
+        .collect();
+    interval_share_error_judged(bytes, &claims, backlogged, None).0
 }
 
 /// [`interval_share_error`] and how many intervals it averaged; with `mean` (each
 /// tenant's mean request in the series' unit) and the interval's length in seconds, of
-/// the tenants whose share in the interval is [`measurable`].
+/// the tenants whose share in the interval is [`measurable`], each judged against its
+/// [`entitled::entitlements`] in the interval.
 fn interval_share_error_judged(
     bytes: &[Vec<u64>],
-    weights: &[f64],
+    claims: &[Claim],
     backlogged: &[Vec<bool>],
     mean: Option<(&[f64], f64)>,
 ) -> (f64, u64) {
@@ -378,13 +423,17 @@ fn interval_share_error_judged(
             bw[i] = series.get(b).copied().unwrap_or(0) as f64;
             now[i] = backlogged[i].get(b).copied().unwrap_or(false);
         }
-        let judged = match mean {
-            Some((mean, secs)) => measurable(&bw, weights, &now, mean, secs),
-            None => now.clone(),
+        let (weights, judged) = match mean {
+            Some((mean, secs)) => {
+                let weights = entitlements(&bw, claims, &now, mean, secs);
+                let judged = measurable(&bw, &weights, &now, mean, secs);
+                (weights, judged)
+            }
+            None => (claims.iter().map(|c| c.weight).collect(), now.clone()),
         };
         let moved: f64 = (0..bw.len()).filter(|&i| judged[i]).map(|i| bw[i]).sum();
         if moved > 0.0 {
-            sum += share_error(&bw, weights, &judged);
+            sum += share_error(&bw, &weights, &judged);
             n += 1;
         }
     }
@@ -491,6 +540,9 @@ pub struct Recorder {
     /// Time each tenant had requests outstanding, ns, per interval `[tenant][interval]`:
     /// who was backlogged when, for the per-interval share error.
     busy_bins: Vec<Vec<u64>>,
+    /// Requests that arrived in each interval `[tenant][interval]`: what an open loop
+    /// asked for, to judge its reservation.
+    arrived_bins: Vec<Vec<u64>>,
 }
 
 impl Recorder {
@@ -539,6 +591,7 @@ impl Recorder {
             completed: 0,
             phase_starts: vec![0],
             busy_bins: vec![vec![0; bins]; n],
+            arrived_bins: vec![vec![0; bins]; n],
         }
         .with_phases(&[0])
     }
@@ -614,6 +667,12 @@ impl Recorder {
         t.phases[p].decidable += decidable as u64;
         if now >= self.start && now < self.end {
             t.arrived += 1;
+            let bin = ((now - self.start) / self.series.interval) as usize;
+            let bins = &mut self.arrived_bins[tenant as usize];
+            if bins.len() <= bin {
+                bins.resize(bin + 1, 0);
+            }
+            bins[bin] += 1;
         }
     }
 
@@ -724,8 +783,8 @@ impl Recorder {
         self.close_waits();
         let bw: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64 / secs).collect();
         let weights: Vec<f64> = tenants.iter().map(|t| t.weight).collect();
+        let claims: Vec<Claim> = tenants.iter().map(Claim::from).collect();
         let (backlogged, backlogged_per_interval) = self.backlogged();
-        let iv = self.series.interval;
         let per_request = |total: fn(&TenantMeter) -> u64| -> Vec<f64> {
             self.tenants
                 .iter()
@@ -734,28 +793,25 @@ impl Recorder {
         };
         let mean_device = per_request(|t| t.device_ns);
         let mean_bytes = per_request(|t| t.bytes);
-        let (interval_share_error, intervals_judged) = interval_share_error_judged(
-            &self.series.device_ns,
-            &weights,
-            &backlogged_per_interval,
-            Some((&mean_device, nanos_to_secs(iv))),
-        );
-        let interval_byte_share_error = interval_share_error_judged(
-            &self.series.bytes,
-            &weights,
-            &backlogged_per_interval,
-            Some((&mean_bytes, nanos_to_secs(iv))),
-        )
-        .0;
+        let (interval_share_error, intervals_judged, interval_byte_share_error) =
+            self.interval_errors(&claims, &backlogged_per_interval, &mean_device, &mean_bytes);
         let device_time: Vec<f64> = self.tenants.iter().map(|t| t.device_ns as f64).collect();
         let total_device: f64 = device_time.iter().sum();
-        let judged_device = measurable(&device_time, &weights, &backlogged, &mean_device, secs);
+        let entitled = entitlements(&device_time, &claims, &backlogged, &mean_device, secs);
+        let judged_device = measurable(&device_time, &entitled, &backlogged, &mean_device, secs);
         let bytes_total: Vec<f64> = self.tenants.iter().map(|t| t.bytes as f64).collect();
-        let judged_bytes = measurable(&bytes_total, &weights, &backlogged, &mean_bytes, secs);
+        let entitled_bytes = entitlements(&bytes_total, &claims, &backlogged, &mean_bytes, secs);
+        let judged_bytes = measurable(
+            &bytes_total,
+            &entitled_bytes,
+            &backlogged,
+            &mean_bytes,
+            secs,
+        );
         let total_bw: f64 = bw.iter().sum();
-        let backlogged_w: f64 = (0..tenants.len())
+        let entitled_total: f64 = (0..tenants.len())
             .filter(|&i| backlogged[i])
-            .map(|i| weights[i])
+            .map(|i| entitled[i])
             .sum();
         let totals = Totals {
             secs,
@@ -764,8 +820,10 @@ impl Recorder {
             device_time: &device_time,
             total_device,
             backlogged: &backlogged,
-            backlogged_w,
+            entitled: &entitled,
+            entitled_total,
         };
+        let promises = self.promises_kept(tenants, &backlogged_per_interval);
         let results = (0..self.tenants.len())
             .map(|i| {
                 self.tenant_result(
@@ -773,6 +831,7 @@ impl Recorder {
                     &tenants[i],
                     workloads.get(i).cloned().unwrap_or_default(),
                     &totals,
+                    promises[i],
                 )
             })
             .collect();
@@ -783,10 +842,10 @@ impl Recorder {
             currency: policy.currency,
             total_bandwidth_bytes_per_s: total_bw,
             device_work_rate: total_device / 1e9 / secs,
-            share_error: share_error(&device_time, &weights, &judged_device),
+            share_error: share_error(&device_time, &entitled, &judged_device),
             interval_share_error,
             intervals_judged,
-            byte_share_error: share_error(&bw, &weights, &judged_bytes),
+            byte_share_error: share_error(&bw, &entitled_bytes, &judged_bytes),
             interval_byte_share_error,
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
@@ -816,6 +875,7 @@ impl Recorder {
         spec: &TenantSpec,
         workload: String,
         x: &Totals,
+        (reservation_missed, limit_exceeded): (Option<f64>, Option<f64>),
     ) -> TenantResult {
         let t = &self.tenants[i];
         TenantResult {
@@ -840,10 +900,15 @@ impl Recorder {
             },
             longest_wait_s: nanos_to_secs(t.longest_wait),
             ideal_share: if x.backlogged[i] {
-                spec.weight / x.backlogged_w
+                x.entitled[i] / x.entitled_total
             } else {
                 0.0
             },
+            slo: spec.slo,
+            reservation_iops: spec.reservation_iops,
+            limit_iops: spec.limit_iops,
+            reservation_missed,
+            limit_exceeded,
             backlogged: x.backlogged[i],
             latency_us: LatencySummary::from_histogram(&t.hist),
             // Nothing judged is no figure: a tenant that completed nothing showed
@@ -856,6 +921,76 @@ impl Recorder {
             queue_full: t.queue_full,
             held_back: t.held_back,
         }
+    }
+
+    /// The per-interval share errors of device time (and how many intervals it
+    /// averages) and of bytes.
+    fn interval_errors(
+        &self,
+        claims: &[Claim],
+        backlogged: &[Vec<bool>],
+        mean_device: &[f64],
+        mean_bytes: &[f64],
+    ) -> (f64, u64, f64) {
+        let secs = nanos_to_secs(self.series.interval);
+        let (device, judged) = interval_share_error_judged(
+            &self.series.device_ns,
+            claims,
+            backlogged,
+            Some((mean_device, secs)),
+        );
+        let bytes = interval_share_error_judged(
+            &self.series.bytes,
+            claims,
+            backlogged,
+            Some((mean_bytes, secs)),
+        );
+        (device, judged, bytes.0)
+    }
+
+    /// Per tenant, the fraction of intervals in which its reservation was missed and in
+    /// which its limit was passed (see [`TenantResult::reservation_missed`]).
+    fn promises_kept(
+        &self,
+        tenants: &[TenantSpec],
+        backlogged: &[Vec<bool>],
+    ) -> Vec<(Option<f64>, Option<f64>)> {
+        let iv = self.series.interval;
+        let spans: Vec<f64> = (0..self.series.ios.first().map_or(0, Vec::len))
+            .map(|b| {
+                let lo = self.start + b as u64 * iv;
+                nanos_to_secs((lo + iv).min(self.end).saturating_sub(lo))
+            })
+            .collect();
+        let fraction = |n: usize, of: usize| (of > 0).then(|| n as f64 / of as f64);
+        tenants
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let ios = |b: usize| self.series.ios[i].get(b).copied().unwrap_or(0) as f64;
+                let reservation = spec.reservation_iops.and_then(|r| {
+                    let need = |b: usize| {
+                        let asked = self.arrived_bins[i].get(b).copied().unwrap_or(0) as f64;
+                        let backlogged = backlogged[i].get(b).copied().unwrap_or(false);
+                        let r = r * spans[b];
+                        if backlogged { r } else { r.min(asked) }
+                    };
+                    let asked: Vec<usize> = (0..spans.len()).filter(|&b| need(b) >= 1.0).collect();
+                    let missed = asked
+                        .iter()
+                        .filter(|&&b| ios(b) < (1.0 - PROMISE_TOLERANCE) * need(b))
+                        .count();
+                    fraction(missed, asked.len())
+                });
+                let limit = spec.limit_iops.and_then(|l| {
+                    let over = (0..spans.len())
+                        .filter(|&b| ios(b) > (1.0 + PROMISE_TOLERANCE) * l * spans[b] + 1.0)
+                        .count();
+                    fraction(over, spans.iter().filter(|&&s| s > 0.0).count())
+                });
+                (reservation, limit)
+            })
+            .collect()
     }
 
     /// Tenants still waiting at the end: their busy time ends, and that wait counts.

@@ -470,12 +470,45 @@ impl PolicyParams {
 pub type PolicyBuilder =
     fn(&mut PolicyParams, &[TenantSpec]) -> Result<Box<dyn Policy>, PolicyError>;
 
+/// The promises a policy makes, which it is judged on: a token bucket does not aim at
+/// weights, a proportional-share scheduler not at response times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Aims {
+    /// It splits the device by the tenants' weights.
+    pub weights: bool,
+    /// It holds each tenant's reservation (minimum IOPS).
+    pub reservations: bool,
+    /// It caps each tenant at its limit (maximum IOPS).
+    pub limits: bool,
+    /// It keeps each SLO tenant's response time.
+    pub slo: bool,
+}
+
+impl Aims {
+    const NOTHING: Aims = Aims {
+        weights: false,
+        reservations: false,
+        limits: false,
+        slo: false,
+    };
+    const WEIGHTS: Aims = Aims {
+        weights: true,
+        ..Aims::NOTHING
+    };
+    const SLO: Aims = Aims {
+        slo: true,
+        ..Aims::NOTHING
+    };
+}
+
 /// One registered policy.
 pub struct PolicyInfo {
     /// Name a configuration selects it by.
     pub name: &'static str,
     /// What it does, in one line.
     pub summary: &'static str,
+    /// The promises it makes.
+    pub aims: Aims,
     /// Builds it from its parameters.
     pub build: PolicyBuilder,
 }
@@ -486,54 +519,77 @@ pub fn registry() -> &'static [PolicyInfo] {
         PolicyInfo {
             name: "none",
             summary: "FIFO across tenants, no control (the baseline)",
+            aims: Aims::NOTHING,
             build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
         },
         PolicyInfo {
             name: "cfq",
             summary: "time slices proportional to weight, round-robin, optional idling (Linux CFQ style)",
+            aims: Aims::WEIGHTS,
             build: Cfq::build,
         },
         PolicyInfo {
             name: "mots",
             summary: "CFQ slices corrected every second by the MoTS feedback controller (MCFQ)",
+            aims: Aims::WEIGHTS,
             build: Mots::build,
         },
         PolicyInfo {
             name: "bfq",
             summary: "budget fair queueing: one tenant at a time, budgets by weight, idles on an empty queue (Linux BFQ style)",
+            aims: Aims::WEIGHTS,
             build: Bfq::build,
         },
         PolicyInfo {
             name: "feedbac",
             summary: "credits by weight each period, total forecast by Holt smoothing, early refill, bounded carry-over",
+            aims: Aims::WEIGHTS,
             build: FeedBac::build,
         },
         PolicyInfo {
             name: "sfq",
             summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by bytes",
+            aims: Aims::WEIGHTS,
             build: Sfq::build,
         },
         PolicyInfo {
             name: "ta1",
             summary: "a token bucket per SLO tenant (iops / τ per tick, 1.5 ρ deep), always on",
+            aims: Aims::SLO,
             build: ta1::build,
         },
         PolicyInfo {
             name: "ta2",
             summary: "TA1's buckets behind one switch, on above the high water mark of rt, off below the low",
+            aims: Aims::SLO,
             build: ta2::build,
         },
         PolicyInfo {
             name: "ta3",
             summary: "TA2 with a switch per tenant: only tenants above their agreed rate are throttled",
+            aims: Aims::SLO,
             build: ta3::build,
         },
         PolicyInfo {
             name: "mclock",
             summary: "mClock: reservation, weight and limit tags; reservations first, weights share the rest",
+            aims: Aims {
+                weights: true,
+                reservations: true,
+                limits: true,
+                slo: false,
+            },
             build: mclock::MClock::build,
         },
     ]
+}
+
+/// The promises the registered policy `name` makes; nothing for an unknown name.
+pub fn aims(name: &str) -> Aims {
+    registry()
+        .iter()
+        .find(|p| p.name == name)
+        .map_or(Aims::NOTHING, |p| p.aims)
 }
 
 /// Names of all registered policies.

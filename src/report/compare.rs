@@ -47,11 +47,12 @@ pub fn figures(result: &ScenarioResult) -> Vec<PolicyFigures> {
     result
         .runs
         .iter()
-        .map(|run| run_figures(result, run))
+        .map(|run| figures_of(result, run))
         .collect()
 }
 
-fn run_figures(result: &ScenarioResult, run: &RunResult) -> PolicyFigures {
+/// One run's figures in the comparison.
+pub(super) fn figures_of(result: &ScenarioResult, run: &RunResult) -> PolicyFigures {
     let none_total = result
         .runs
         .iter()

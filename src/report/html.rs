@@ -434,6 +434,7 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
                 .join(", ")
         )
     );
+    super::verdict::section(&mut out, result);
     super::compare::section(&mut out, result)?;
     out.push_str("<h2>Shares</h2>\n");
     let (svg, key) = share_plot(result)?;

@@ -5,6 +5,7 @@ mod characterize;
 mod compare;
 mod html;
 mod trace;
+pub mod verdict;
 
 pub use characterize::{characterize_html, write_characterization};
 pub use compare::{PolicyFigures, figures};
