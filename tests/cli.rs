@@ -491,6 +491,12 @@ fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
         )),
         "{first}"
     );
+    // The README shows the demo's verdict as it is.
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    assert!(
+        readme.lines().any(|l| l == first),
+        "README.md's verdict is not the demo's: {first}"
+    );
     // Every registered policy judged, each with its reasons.
     for p in [
         "none", "cfq", "mots", "bfq", "feedbac", "sfq", "ta1", "ta2", "ta3", "mclock",

@@ -1,17 +1,29 @@
-//! The README's scenario format is the code's: its example parses (every point of its
-//! sweep), and every key the parser accepts, in every table and device model, is named
-//! in the section. The parser's own "unknown field, expected one of …" message is the
-//! list of keys, so a key added to the code without the README fails here.
+//! The README and the reference pages it links are the code's:
+//! * the README's first screen names the two commands, and every page it links exists;
+//! * `docs/scenarios.md`'s example parses (every point of its sweep), and every key the
+//!   scenario parser accepts, in every table and device model, is named in its "Scenario
+//!   format" section;
+//! * every key the server's configuration accepts is named in `docs/serve.md`'s table,
+//!   and the README's live walkthrough's configuration loads with the tenants it names;
+//! * every `ioshare` subcommand the README and the pages name exists.
+//!
+//! The parsers' own "unknown field, expected one of …" messages are the lists of keys, so
+//! a key added to the code without the page fails here.
 
 use ioshare::scenario::Scenario;
+use std::path::Path;
+
+fn page(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
 
 fn section() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
+    let doc = page("docs/scenarios.md");
+    let start = doc
         .find("## Scenario format")
         .expect("a 'Scenario format' section");
-    let rest = &readme[start + 3..];
+    let rest = &doc[start + 3..];
     let end = rest.find("\n## ").map_or(rest.len(), |e| e);
     rest[..end].to_string()
 }
@@ -58,7 +70,7 @@ fn named(text: &str, key: &str) -> bool {
 }
 
 #[test]
-fn every_scenario_key_is_in_the_readme() {
+fn every_scenario_key_is_in_the_scenario_page() {
     let readme = section();
     let probes: [(&str, Edit); 8] = [
         ("top level", |b: &str| format!("zzz = 1\n{b}")),
@@ -96,19 +108,162 @@ fn every_scenario_key_is_in_the_readme() {
     }
     assert!(
         missing.is_empty(),
-        "keys the parser accepts that README.md's 'Scenario format' does not name: {missing:?}"
+        "keys the parser accepts that docs/scenarios.md's 'Scenario format' does not name: {missing:?}"
     );
 }
 
 #[test]
-fn the_readme_example_scenario_parses() {
+fn the_scenario_pages_example_parses() {
     let readme = section();
     let start = readme.find("```toml\n").expect("a toml example") + "```toml\n".len();
     let example = &readme[start..start + readme[start..].find("```").expect("its end")];
     let points = Scenario::points(example, "README example", "example")
-        .unwrap_or_else(|e| panic!("the README's example does not parse: {e}"));
+        .unwrap_or_else(|e| panic!("docs/scenarios.md's example does not parse: {e}"));
     assert!(points.len() > 1, "the example shows a sweep");
     for p in points.iter() {
-        p.unwrap_or_else(|e| panic!("a point of the README's example: {e}"));
+        p.unwrap_or_else(|e| panic!("a point of docs/scenarios.md's example: {e}"));
+    }
+}
+
+/// The keys the server's configuration lists when it meets an unknown one in `table`.
+fn server_keys(config: &str) -> Vec<String> {
+    let base = Path::new("/nonexistent");
+    let e = match ioshare::server::config::ServerConfig::parse(config, base) {
+        Ok(_) => panic!("an unknown key is accepted: {config}"),
+        Err(e) => e.to_string(),
+    };
+    let at = e
+        .find("expected one of ")
+        .unwrap_or_else(|| panic!("no list in: {e}"));
+    e[at + "expected one of ".len()..]
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split(", ")
+        .map(|k| k.trim().trim_matches('`').to_string())
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_server_key_is_in_the_server_page() {
+    let doc = page("docs/serve.md");
+    let tenant = "[[tenant]]\nname = \"a\"\nfile = \"a.img\"\n";
+    let mut missing = Vec::new();
+    for (table, config) in [
+        ("server", format!("[server]\nzzz = 1\n{tenant}")),
+        ("backend", format!("[backend]\nzzz = 1\n{tenant}")),
+        ("tenant", format!("{tenant}zzz = 1\n")),
+    ] {
+        let keys = server_keys(&config);
+        assert!(keys.len() >= 5, "{table}: too few keys: {keys:?}");
+        for k in keys {
+            let shown = match table {
+                "tenant" => named(&doc, &k),
+                _ => doc.contains(&format!("`{table}.{k}")) || named(&doc, &format!("{table}.{k}")),
+            };
+            if !shown {
+                missing.push(format!("{table}.{k}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys the server accepts that docs/serve.md does not name: {missing:?}"
+    );
+}
+
+#[test]
+fn the_readme_opens_on_the_two_commands_and_links_pages_that_exist() {
+    let readme = page("README.md");
+    let first_screen: String = readme.lines().take(40).collect::<Vec<_>>().join("\n");
+    for command in ["cargo run --release -- demo", "./test.sh"] {
+        assert!(
+            first_screen.contains(command),
+            "the first screen lacks `{command}`"
+        );
+    }
+    assert!(
+        readme.lines().count() <= 200,
+        "the README is a front door, not the reference"
+    );
+    let mut links = 0;
+    for (at, _) in readme.match_indices("](") {
+        let target: String = readme[at + 2..].chars().take_while(|&c| c != ')').collect();
+        if target.starts_with("http") {
+            continue;
+        }
+        links += 1;
+        assert!(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(&target).exists(),
+            "README links {target}, which does not exist"
+        );
+    }
+    assert!(links >= 5, "the README links its reference pages");
+    for linked in ["docs/policies.md", "docs/scenarios.md", "docs/serve.md"] {
+        assert!(
+            readme.contains(&format!("]({linked})")),
+            "README does not link {linked}"
+        );
+    }
+}
+
+#[test]
+fn the_live_walkthrough_loads_and_names_its_tenants() {
+    let readme = page("README.md");
+    let walk = &readme[readme
+        .find("## Five minutes live")
+        .expect("the walkthrough")..];
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/emulated.toml");
+    assert!(walk.contains("ioshare serve examples/emulated.toml"));
+    let text = std::fs::read_to_string(&config).unwrap();
+    let loaded = ioshare::server::config::ServerConfig::parse(&text, config.parent().unwrap())
+        .unwrap_or_else(|e| panic!("examples/emulated.toml: {e}"));
+    let names: Vec<&str> = loaded.tenants.iter().map(|t| t.spec.name.as_str()).collect();
+    assert_eq!(names, ["t1", "t2", "t3", "t4"]);
+    assert!(walk.contains("for t in t1 t2 t3 t4; do"));
+    assert!(walk.contains("socket=examples/ioshare-emulated.sock"));
+}
+
+#[test]
+fn every_subcommand_the_pages_name_exists() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let known: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        known.contains(&"advise") && known.contains(&"serve"),
+        "{known:?}"
+    );
+    for name in [
+        "README.md",
+        "docs/policies.md",
+        "docs/scenarios.md",
+        "docs/serve.md",
+    ] {
+        let text = page(name);
+        for (at, _) in text.match_indices("ioshare ") {
+            let word: String = text[at + 8..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                .collect();
+            let before = text[..at].chars().next_back();
+            // `ioshare <word>` as a command: after a backtick, a line start or `$ `.
+            if word.len() < 3 || !matches!(before, Some('`') | Some('\n') | None) {
+                continue;
+            }
+            assert!(
+                known.contains(&word.as_str()),
+                "{name} names `ioshare {word}`, which is no subcommand ({known:?})"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! Times are the trace's own, in ns since its first record ([`Record::time`]); what
 //! replays them ([`replay`]) decides what an arrival time means. The formats' fields and
-//! units are in [`formats`] and in the README's "Traces".
+//! units are in [`formats`] and in `docs/scenarios.md`, "Traces".
 
 pub mod convert;
 pub mod formats;

@@ -68,7 +68,7 @@ pub fn expand(path: &str) -> Result<String, String> {
             return Err(format!("'{path}': a '$' names no variable"));
         }
         let value = std::env::var(name).map_err(|_| {
-            format!("'{path}': the environment variable {name} is not set (it says where the trace is; README, \"Traces\")")
+            format!("'{path}': the environment variable {name} is not set (it says where the trace is; docs/scenarios.md, \"Traces\")")
         })?;
         out.push_str(&value);
         rest = tail;
