@@ -219,7 +219,11 @@ fn the_live_walkthrough_loads_and_names_its_tenants() {
     let text = std::fs::read_to_string(&config).unwrap();
     let loaded = ioshare::server::config::ServerConfig::parse(&text, config.parent().unwrap())
         .unwrap_or_else(|e| panic!("examples/emulated.toml: {e}"));
-    let names: Vec<&str> = loaded.tenants.iter().map(|t| t.spec.name.as_str()).collect();
+    let names: Vec<&str> = loaded
+        .tenants
+        .iter()
+        .map(|t| t.spec.name.as_str())
+        .collect();
     assert_eq!(names, ["t1", "t2", "t3", "t4"]);
     assert!(walk.contains("for t in t1 t2 t3 t4; do"));
     assert!(walk.contains("socket=examples/ioshare-emulated.sock"));

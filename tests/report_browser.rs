@@ -1,7 +1,12 @@
 //! `report.html` as a browser shows it: rendered by headless Chromium, the screenshot is
 //! read back and checked — the page opens on the policy comparison (its bars, drawn in
 //! a colour no other chart uses, are on the first screen), and the charts scale with the
-//! page: the same bar is as much longer in a wider window as the page's column is wider.
+//! page: the same bar is as much longer in a wider window as the page's column is wider;
+//! and laid out 1000, 800 and 390 px wide, measured from inside the page, it does not
+//! scroll sideways, no text is under 10 px, and no chart text reaches outside its chart
+//! (a clipped last tick label). Before the report's style was reworked this probe
+//! found, on the demo's report, the last time tick cut off at every width, the page
+//! 811 px wide in an 800 px window, and chart text at 7.4 px there.
 //!
 //! Skipped, and saying so, where no Chromium is installed (`./test.sh` installs Debian's
 //! `chromium`); `IOSHARE_REQUIRE_CHROMIUM=1` turns the skip into a failure.
@@ -121,23 +126,7 @@ fn report(dir: &Path) -> PathBuf {
 #[test]
 fn report_opens_on_the_comparison_and_uses_the_page_width() {
     let Some(browser) = chromium() else {
-        assert!(
-            std::env::var_os("IOSHARE_REQUIRE_CHROMIUM").is_none(),
-            "cannot run: no chromium on PATH"
-        );
-        let (test, why) = (
-            "report_opens_on_the_comparison_and_uses_the_page_width",
-            "no chromium on PATH",
-        );
-        eprintln!("SKIPPED {test}: {why}");
-        // `./test.sh` lists the skipped tests at the end.
-        if let Some(log) = std::env::var_os("IOSHARE_SKIPPED_LOG") {
-            use std::io::Write as _;
-            if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(log) {
-                let _ = writeln!(f, "{test}: {why}");
-            }
-        }
-        return;
+        return skip("report_opens_on_the_comparison_and_uses_the_page_width");
     };
     let dir = tempfile::tempdir().unwrap();
     let page = report(dir.path());
@@ -176,4 +165,173 @@ fn report_opens_on_the_comparison_and_uses_the_page_width() {
         bars[0],
         bars[1]
     );
+}
+
+/// Says that a test is skipped and why (no Chromium), unless the skip must fail.
+fn skip(test: &str) {
+    let why = "no chromium on PATH";
+    assert!(
+        std::env::var_os("IOSHARE_REQUIRE_CHROMIUM").is_none(),
+        "cannot run: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+    // `./test.sh` lists the skipped tests at the end.
+    if let Some(log) = std::env::var_os("IOSHARE_SKIPPED_LOG") {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(log) {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+}
+
+/// Measures a page as laid out, from inside it: the page's own width against the
+/// window's, the smallest text as rendered (an SVG text's font size times its scale on
+/// the screen), and every SVG text that reaches outside its SVG (a clipped tick label).
+const PROBE: &str = r#"<script>
+window.addEventListener('load', () => {
+  const de = document.documentElement;
+  const out = { width: window.innerWidth, scrollWidth: Math.max(de.scrollWidth, document.body.scrollWidth),
+                minFontPx: 1e9, small: [], clipped: [], svgTexts: 0 };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const n = walker.currentNode, text = n.textContent.trim();
+    if (!text) continue;
+    const el = n.parentElement;
+    if (el.closest('script')) continue;
+    let px = parseFloat(getComputedStyle(el).fontSize);
+    const svg = el.closest('svg');
+    if (svg) {
+      out.svgTexts++;
+      const m = el.getScreenCTM();
+      px *= Math.hypot(m.a, m.b);
+      const r = el.getBoundingClientRect(), s = svg.getBoundingClientRect();
+      if (r.left < s.left - 0.5 || r.right > s.right + 0.5 || r.top < s.top - 0.5 || r.bottom > s.bottom + 0.5)
+        out.clipped.push(text.slice(0, 40));
+    }
+    out.minFontPx = Math.min(out.minFontPx, px);
+    if (px < 10) out.small.push(text.slice(0, 30) + ' at ' + px.toFixed(1) + ' px');
+  }
+  parent.postMessage(JSON.stringify(out), '*');
+});
+</script>"#;
+
+/// The probe's figures for each page at each width, laid out in frames of that width
+/// (a headless window is not made narrower than 500 px; a frame is).
+fn probe(browser: &Path, dir: &Path, pages: &[&Path], widths: &[u32]) -> Vec<(String, String)> {
+    let mut frames = String::new();
+    for (i, page) in pages.iter().enumerate() {
+        let html = std::fs::read_to_string(page).unwrap();
+        let probed = dir.join(format!("probed-{i}.html"));
+        std::fs::write(&probed, html.replace("</body>", &format!("{PROBE}</body>"))).unwrap();
+        for w in widths {
+            frames.push_str(&format!(
+                "<iframe id=\"page{i}-{w}px\" src=\"{}\" style=\"width:{w}px;height:900px;border:0\"></iframe>\n",
+                probed.file_name().unwrap().to_string_lossy()
+            ));
+        }
+    }
+    let frame = dir.join("frames.html");
+    std::fs::write(
+        &frame,
+        format!(
+            "<!doctype html><html><body>{frames}<script>
+window.addEventListener('message', e => {{
+  for (const f of document.querySelectorAll('iframe')) if (f.contentWindow === e.source) {{
+    const pre = document.createElement('pre'); pre.className = 'probe';
+    pre.textContent = f.id + ' ' + e.data; document.body.appendChild(pre);
+  }}
+}});
+</script></body></html>"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--force-device-scale-factor=1",
+            "--allow-file-access-from-files",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("file://{}", frame.display()))
+        .current_dir(dir)
+        .output()
+        .expect("run chromium");
+    let dom = String::from_utf8_lossy(&out.stdout).replace("&quot;", "\"");
+    let results: Vec<(String, String)> = dom
+        .split("<pre class=\"probe\">")
+        .skip(1)
+        .map(|p| {
+            let p = &p[..p.find("</pre>").unwrap_or(p.len())];
+            let (id, json) = p.split_once(' ').unwrap_or((p, ""));
+            (id.to_string(), json.to_string())
+        })
+        .collect();
+    assert_eq!(
+        results.len(),
+        pages.len() * widths.len(),
+        "not every frame reported: {results:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    results
+}
+
+fn number(json: &str, key: &str) -> f64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} in {json}"))
+        + key.len()
+        + 3;
+    json[at..]
+        .split([',', '}'])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} in {json}: {e}"))
+}
+
+#[test]
+fn report_reads_at_800_and_390_px_without_sideways_scroll_small_text_or_clipped_labels() {
+    let test =
+        "report_reads_at_800_and_390_px_without_sideways_scroll_small_text_or_clipped_labels";
+    let Some(browser) = chromium() else {
+        return skip(test);
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let many = report(dir.path());
+    // Reservations and limits (an IOPS chart with their lines), the verdict's long
+    // reasons, and phases.
+    let text = std::fs::read_to_string("scenarios/mclock-reservations.toml").unwrap();
+    let s = Scenario::parse(&text, "m.toml", "m").unwrap();
+    let result = ioshare::sim::run_scenario(&s, false).unwrap();
+    let marks = dir.path().join("marks.html");
+    ioshare::report::write_html(&result, &marks).unwrap();
+    let html = std::fs::read_to_string(&marks).unwrap();
+    assert!(
+        html.contains("gold: reservation 3000 IOPS") && html.contains("capped: limit 800 IOPS")
+    );
+    for (id, json) in probe(&browser, dir.path(), &[&many, &marks], &[1000, 800, 390]) {
+        let width = number(&json, "width");
+        assert!(
+            number(&json, "scrollWidth") <= width,
+            "{id}: the page scrolls sideways: {json}"
+        );
+        assert!(
+            number(&json, "svgTexts") > 20.0,
+            "{id}: no chart text measured: {json}"
+        );
+        assert!(
+            number(&json, "minFontPx") >= 10.0,
+            "{id}: text under 10 px: {json}"
+        );
+        assert!(
+            json.contains("\"clipped\":[]"),
+            "{id}: chart text clipped: {json}"
+        );
+    }
 }

@@ -17,28 +17,41 @@ const LINE_COLORS: [RGBColor; 4] = [
 ];
 
 /// Baseline bandwidth per pattern over the sizes, one axis step per size (a log-2 axis
-/// for the default doubling sizes).
-fn baseline_plot(m: &Characterization, policy: &str) -> Result<String, Box<dyn std::error::Error>> {
+/// for the default doubling sizes), and the legend to go under it. Patterns that move
+/// the same bandwidth (sequential and random reads on a device without a seek) would
+/// hide one under the other: each is drawn a little to the side of its size, with its
+/// own marker and dash, and the legend says which coincide.
+fn baseline_plot(
+    m: &Characterization,
+    policy: &str,
+) -> Result<(String, String), Box<dyn std::error::Error>> {
     let mut svg = String::new();
+    let n = m.sizes.len().max(1);
+    let lines: Vec<Vec<(f64, f64)>> = PATTERNS
+        .into_iter()
+        .map(|p| {
+            (m.sizes.iter().enumerate())
+                .filter_map(|(i, &s)| {
+                    m.cell(p, s, Background::None, policy)
+                        .map(|cell| (i as f64, cell.foreground_bytes_per_s / 1e6))
+                })
+                .collect()
+        })
+        .collect();
+    let max = lines.iter().flatten().map(|p| p.1).fold(1e-3, f64::max);
     {
-        let root = SVGBackend::with_string(&mut svg, (1000, 360)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (super::CHART_W, 380)).into_drawing_area();
         root.fill(&WHITE)?;
-        let n = m.sizes.len().max(1);
-        let max = m
-            .cells
-            .iter()
-            .filter(|c| c.background == Background::None && c.policy == policy)
-            .map(|c| c.foreground_bytes_per_s / 1e6)
-            .fold(1e-3, f64::max);
         let sizes = m.sizes.clone();
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 format!("baseline bandwidth, no background ({policy})"),
-                ("sans-serif", 16),
+                ("sans-serif", super::TITLE_FONT),
             )
             .margin(8)
-            .x_label_area_size(44)
-            .y_label_area_size(60)
+            .margin_right(24)
+            .x_label_area_size(52)
+            .y_label_area_size(70)
             .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..max * 1.1)?;
         chart
             .configure_mesh()
@@ -53,38 +66,70 @@ fn baseline_plot(m: &Characterization, policy: &str) -> Result<String, Box<dyn s
             })
             .x_desc("foreground request size")
             .y_desc("foreground bandwidth (MB/s)")
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 13))
+            .label_style(("sans-serif", super::FONT))
+            .axis_desc_style(("sans-serif", super::FONT))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        for (k, p) in PATTERNS.into_iter().enumerate() {
+        for (k, points) in lines.iter().enumerate() {
             let c = LINE_COLORS[k];
-            let points: Vec<(f64, f64)> = m
-                .sizes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, &s)| {
-                    m.cell(p, s, Background::None, policy)
-                        .map(|cell| (i as f64, cell.foreground_bytes_per_s / 1e6))
-                })
-                .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?
-                .label(p.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
-            chart.draw_series(points.into_iter().map(|pt| Circle::new(pt, 3, c.filled())))?;
+            let dodge = (k as f64 - 1.5) * 0.06;
+            let points: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x + dodge, y)).collect();
+            if k % 2 == 0 {
+                chart.draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?;
+            } else {
+                chart.draw_series(DashedLineSeries::new(
+                    points.clone(),
+                    8,
+                    5,
+                    c.stroke_width(2),
+                ))?;
+            }
+            match k {
+                0 => chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, c.filled())))?,
+                1 => chart
+                    .draw_series((points.iter()).map(|&p| TriangleMarker::new(p, 6, c.filled())))?,
+                2 => chart
+                    .draw_series((points.iter()).map(|&p| Cross::new(p, 5, c.stroke_width(2))))?,
+                _ => chart
+                    .draw_series((points.iter()).map(|&p| Circle::new(p, 4, c.stroke_width(2))))?,
+            };
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
         root.present()?;
     }
-    Ok(svg)
+    let items: Vec<(String, RGBColor, super::Mark)> = (PATTERNS.into_iter().enumerate())
+        .map(|(k, p)| {
+            let mark = if k % 2 == 0 {
+                super::Mark::Line
+            } else {
+                super::Mark::Dashed
+            };
+            (p.name().to_string(), LINE_COLORS[k], mark)
+        })
+        .collect();
+    let mut under = super::legend(&items);
+    if let Some(same) = coinciding(&lines) {
+        let _ = writeln!(
+            under,
+            "<p class=\"note\">Within 0.5 % of each other at every size (drawn side by side): {}.</p>",
+            escape(&same)
+        );
+    }
+    Ok((svg, under))
+}
+
+/// The patterns whose lines coincide (within 0.5 % at every size), as "a and b; …".
+fn coinciding(lines: &[Vec<(f64, f64)>]) -> Option<String> {
+    let same: Vec<String> = (0..lines.len())
+        .flat_map(|a| (a + 1..lines.len()).map(move |b| (a, b)))
+        .filter(|&(a, b)| {
+            !lines[a].is_empty()
+                && lines[a].len() == lines[b].len()
+                && (lines[a].iter().zip(&lines[b]))
+                    .all(|(p, q)| (p.1 - q.1).abs() <= 0.005 * p.1.max(q.1))
+        })
+        .map(|(a, b)| format!("{} and {}", PATTERNS[a].name(), PATTERNS[b].name()))
+        .collect();
+    (!same.is_empty()).then(|| same.join("; "))
 }
 
 /// Red at 0 % through white at 100 % to green above (a background that helps).
@@ -124,14 +169,14 @@ fn heat_map(
                 background.name()
             ),
             ((width / 2) as i32, 12),
-            font(16).pos(Pos::new(HPos::Center, VPos::Top)),
+            font(super::TITLE_FONT).pos(Pos::new(HPos::Center, VPos::Top)),
         ))?;
         for (r, (pattern, policy)) in rows.iter().enumerate() {
             let y = (top + cell_h * r as u32) as i32;
             root.draw(&Text::new(
                 format!("{} · {policy}", pattern.name()),
                 (label_w as i32 - 8, y + cell_h as i32 / 2),
-                font(13).pos(Pos::new(HPos::Right, VPos::Center)),
+                font(super::FONT).pos(Pos::new(HPos::Right, VPos::Center)),
             ))?;
             for (c, &size) in m.sizes.iter().enumerate() {
                 let x0 = label_w as f64 + c as f64 * cell_w;
@@ -149,7 +194,7 @@ fn heat_map(
                 root.draw(&Text::new(
                     value.map_or("n/a".to_string(), |v| format!("{:.0}", v * 100.0)),
                     ((x0 + cell_w / 2.0) as i32, y + cell_h as i32 / 2),
-                    font(12).pos(Pos::new(HPos::Center, VPos::Center)),
+                    font(super::FONT).pos(Pos::new(HPos::Center, VPos::Center)),
                 ))?;
             }
         }
@@ -159,13 +204,13 @@ fn heat_map(
             root.draw(&Text::new(
                 short_size(size),
                 (x as i32, y),
-                font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+                font(super::FONT).pos(Pos::new(HPos::Center, VPos::Top)),
             ))?;
         }
         root.draw(&Text::new(
             "foreground request size (cells: % of baseline; red below, green above)",
             ((width / 2) as i32, y + 18),
-            font(13).pos(Pos::new(HPos::Center, VPos::Top)),
+            font(super::FONT).pos(Pos::new(HPos::Center, VPos::Top)),
         ))?;
         root.present()?;
     }
@@ -175,11 +220,10 @@ fn heat_map(
 /// The page.
 pub fn characterize_html(m: &Characterization) -> Result<String, Box<dyn std::error::Error>> {
     let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare characterize: {}</title>\n<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}svg{{display:block;width:100%;height:auto;margin:.5em 0}}</style></head><body>\n",
-        escape(&m.device)
-    );
+    out.push_str(&super::page_head(&format!(
+        "ioshare characterize: {}",
+        m.device
+    )));
     let _ = writeln!(
         out,
         "<h1>Interference characterization: {}</h1>",
@@ -195,8 +239,9 @@ pub fn characterize_html(m: &Characterization) -> Result<String, Box<dyn std::er
     // One stream alone: the policies' baselines are compared in a sentence, the first
     // one drawn (the paper: with a single stream the schedulers hardly differ).
     if let Some(first) = m.policies.first() {
-        out.push_str(&baseline_plot(m, first)?);
-        out.push('\n');
+        let (svg, under) = baseline_plot(m, first)?;
+        out.push_str(&super::chart_box(&svg));
+        out.push_str(&under);
         let mut worst: Option<(f64, String)> = None;
         for c in m.cells.iter().filter(|c| c.background == Background::None) {
             if let Some(base) = m.cell(c.pattern, c.size, Background::None, first)
@@ -225,8 +270,7 @@ pub fn characterize_html(m: &Characterization) -> Result<String, Box<dyn std::er
     }
     for b in [Background::Reader4k, Background::Writer4k] {
         let _ = writeln!(out, "<h2>With the {}</h2>", b.name());
-        out.push_str(&heat_map(m, b)?);
-        out.push('\n');
+        out.push_str(&super::chart_box(&heat_map(m, b)?));
     }
     out.push_str("</body></html>\n");
     Ok(out)

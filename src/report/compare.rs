@@ -103,8 +103,7 @@ pub fn section(
     out.push_str("<h2>Policies compared</h2>\n");
     out.push_str("<p>Lower is better for share error and p99, higher for throughput and SLO satisfaction. Share error: how far each interval's shares of the device (interval_s, 1 s by default) are from the weights of the tenants backlogged in that interval. Throughput: the total over <code>none</code>'s. Worst p99: the slowest tenant's 99th percentile. SLO: the least satisfied tenant with an SLO.</p>\n");
     if rows.len() <= MAX_CHARTED_RUNS {
-        out.push_str(&chart(&rows)?);
-        out.push('\n');
+        out.push_str(&super::chart_box(&chart(&rows)?));
     } else {
         let _ = writeln!(
             out,
@@ -112,7 +111,7 @@ pub fn section(
             rows.len()
         );
     }
-    out.push_str("<table><tr><th>policy</th><th>share error per interval</th><th>throughput vs none</th><th>worst p99</th><th>worst SLO satisfaction</th></tr>\n");
+    out.push_str("<div class=\"wide\"><table><tr><th>policy</th><th>share error per interval</th><th>throughput vs none</th><th>worst p99</th><th>worst SLO satisfaction</th></tr>\n");
     for r in &rows {
         let _ = writeln!(
             out,
@@ -124,7 +123,7 @@ pub fn section(
             shown(r.worst_slo, percent),
         );
     }
-    out.push_str("</table>\n");
+    out.push_str("</table></div>\n");
     Ok(())
 }
 
@@ -162,9 +161,9 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
         })
         .collect();
     let is_none: Vec<bool> = rows.iter().map(|r| r.is_none).collect();
-    let label_px = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 8 + 14;
+    let label_px = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 11 + 14;
     let panels = panels(rows);
-    let panel_h = 100 + 24 * n as u32;
+    let panel_h = 110 + 26 * n as u32;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, panel_h * 2)).into_drawing_area();
@@ -179,9 +178,10 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
                 .filter(|v| v.is_finite())
                 .fold(panel.floor_max, f64::max);
             let mut chart = ChartBuilder::on(area)
-                .caption(panel.title, ("sans-serif", 15))
+                .caption(panel.title, ("sans-serif", super::TITLE_FONT))
                 .margin(8)
-                .x_label_area_size(44)
+                .margin_right(24)
+                .x_label_area_size(52)
                 .y_label_area_size(label_px)
                 .build_cartesian_2d(0.0..max * 1.25, (0..n.max(2) - 1).into_segmented())?;
             chart
@@ -194,8 +194,8 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
                 })
                 .x_labels(5)
                 .x_desc(panel.axis)
-                .label_style(("sans-serif", 13))
-                .axis_desc_style(("sans-serif", 13))
+                .label_style(("sans-serif", super::FONT))
+                .axis_desc_style(("sans-serif", super::FONT))
                 .light_line_style(WHITE.mix(0.0))
                 .draw()?;
             for (i, v) in panel.values.iter().enumerate() {
@@ -217,7 +217,7 @@ fn chart(rows: &[PolicyFigures]) -> Result<String, Box<dyn std::error::Error>> {
                 chart.draw_series(std::iter::once(Text::new(
                     format!(" {text}"),
                     (x, SegmentValue::CenterOf(row)),
-                    TextStyle::from(("sans-serif", 13).into_font())
+                    TextStyle::from(("sans-serif", super::FONT).into_font())
                         .pos(Pos::new(HPos::Left, VPos::Center)),
                 )))?;
             }

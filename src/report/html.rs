@@ -1,5 +1,6 @@
 //! `report.html`: one self-contained page (inline SVG, no scripts, no external files).
 
+use super::{CHART_W, FONT, Mark, TITLE_FONT, chart_box, legend};
 use crate::metrics::ScenarioResult;
 use crate::metrics::{PhaseResult, RunResult};
 use crate::output::WriteError;
@@ -64,90 +65,148 @@ fn others_label(count: usize) -> String {
 
 const OTHERS_COLOR: RGBColor = RGBColor(160, 160, 160);
 
-/// Bandwidth of each tenant per interval for one run.
-fn bandwidth_plot(run: &RunResult) -> Result<String, Box<dyn std::error::Error>> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1000, 320)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let ts = &run.timeseries;
-        let secs = nanos_to_secs(ts.interval);
-        let start = nanos_to_secs(ts.start);
-        let bins = ts.bytes.first().map_or(0, |b| b.len());
-        let end = start + bins as f64 * secs;
-        // The same tenants, in the same colours, as the share chart: the heaviest.
-        let named = named_tenants(run.tenants.len(), |i| run.tenants[i].weight);
-        let rest: Vec<usize> = (0..run.tenants.len())
-            .filter(|i| !named.contains(i))
+/// A chart and the legend under it.
+type Chart = (String, String);
+
+/// A line per named tenant (and the others summed): (legend, colour, value per
+/// interval).
+type Series = Vec<(String, RGBColor, Vec<f64>)>;
+/// A horizontal line: (legend, colour, how drawn, value).
+type Marks = Vec<(String, RGBColor, Mark, f64)>;
+
+/// The time chart's lines (MB/s, or IOPS with `iops`) and its reservation and limit
+/// marks (with `iops` only).
+fn time_series(run: &RunResult, iops: bool) -> (Series, Marks) {
+    let ts = &run.timeseries;
+    let secs = nanos_to_secs(ts.interval);
+    let bins = ts.bytes.first().map_or(0, |b| b.len());
+    let per_s = |i: usize, b: usize| match iops {
+        true => ts.ios[i][b] as f64 / secs,
+        false => ts.bytes[i][b] as f64 / secs / 1e6,
+    };
+    // The same tenants, in the same colours, as the share chart: the heaviest.
+    let named = named_tenants(run.tenants.len(), |i| run.tenants[i].weight);
+    let rest: Vec<usize> = (0..run.tenants.len())
+        .filter(|i| !named.contains(i))
+        .collect();
+    let mut series: Series = named
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            let t = &run.tenants[i];
+            let values = (0..bins).map(|b| per_s(i, b)).collect();
+            (format!("{} (w={})", t.name, t.weight), color(k), values)
+        })
+        .collect();
+    if !rest.is_empty() {
+        let summed = (0..bins)
+            .map(|b| rest.iter().map(|&i| per_s(i, b)).sum::<f64>())
             .collect();
-        let mut series: Vec<(String, RGBColor, Vec<f64>)> = named
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| {
-                let t = &run.tenants[i];
-                (
-                    format!("{} (w={})", t.name, t.weight),
-                    color(k),
-                    ts.bytes[i].iter().map(|&b| b as f64 / secs / 1e6).collect(),
-                )
-            })
-            .collect();
-        if !rest.is_empty() {
-            let summed = (0..bins)
-                .map(|b| rest.iter().map(|&i| ts.bytes[i][b] as f64).sum::<f64>() / secs / 1e6)
-                .collect();
-            series.push((others_label(rest.len()), OTHERS_COLOR, summed));
-        }
-        let max = series
-            .iter()
-            .flat_map(|s| &s.2)
-            .copied()
-            .fold(0.0, f64::max)
-            .max(1e-3);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{}: bandwidth per tenant", run_label(run)),
-                ("sans-serif", 16),
-            )
-            .margin(8)
-            .x_label_area_size(36)
-            .y_label_area_size(60)
-            .build_cartesian_2d(start..end.max(start + secs), 0.0..max * 1.1)?;
-        chart
-            .configure_mesh()
-            .x_desc("simulated time (s)")
-            .y_desc("bandwidth (MB/s)")
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
-        for (label, c, values) in series {
-            let points = values
-                .into_iter()
-                .enumerate()
-                .map(|(b, v)| (start + (b as f64 + 0.5) * secs, v));
-            chart
-                .draw_series(LineSeries::new(points, c.stroke_width(2)))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
-        root.present()?;
+        series.push((others_label(rest.len()), OTHERS_COLOR, summed));
     }
-    Ok(svg)
+    let mut marks: Marks = Vec::new();
+    for (k, &i) in named.iter().enumerate() {
+        let t = &run.tenants[i];
+        if let Some(r) = t.reservation_iops.filter(|_| iops) {
+            marks.push((
+                format!("{}: reservation {r:.0} IOPS", t.name),
+                color(k),
+                Mark::Dashed,
+                r,
+            ));
+        }
+        if let Some(l) = t.limit_iops.filter(|_| iops) {
+            marks.push((
+                format!("{}: limit {l:.0} IOPS", t.name),
+                color(k),
+                Mark::Dotted,
+                l,
+            ));
+        }
+    }
+    (series, marks)
 }
 
-/// Measured vs ideal share per tenant, grouped by run. Returns the SVG and, when the
-/// runs' names do not fit under their groups, the key that numbers them.
-fn share_plot(
-    result: &ScenarioResult,
-) -> Result<(String, Option<String>), Box<dyn std::error::Error>> {
-    const WIDTH: u32 = 1000;
+/// Each tenant's service per interval in one run, and the legend to go under it: MB/s,
+/// or, when some tenant holds a reservation or a limit (promised in requests a second),
+/// IOPS with each reservation drawn dashed and each limit dotted in its tenant's colour.
+fn bandwidth_plot(run: &RunResult) -> Result<Chart, Box<dyn std::error::Error>> {
+    let mut svg = String::new();
+    let iops = run
+        .tenants
+        .iter()
+        .any(|t| t.reservation_iops.is_some() || t.limit_iops.is_some());
+    let ts = &run.timeseries;
+    let secs = nanos_to_secs(ts.interval);
+    let start = nanos_to_secs(ts.start);
+    let bins = ts.bytes.first().map_or(0, |b| b.len());
+    let end = start + bins as f64 * secs;
+    let (series, marks) = time_series(run, iops);
+    let max = (series.iter().flat_map(|s| &s.2).copied())
+        .chain(marks.iter().map(|m| m.3))
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let x_range = start..end.max(start + secs);
+    {
+        let root = SVGBackend::with_string(&mut svg, (CHART_W, 320)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let what = if iops { "IOPS" } else { "bandwidth" };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{}: {what} per tenant", run_label(run)),
+                ("sans-serif", TITLE_FONT),
+            )
+            .margin(8)
+            // Room for the last tick's label, centred on the axis's end.
+            .margin_right(40)
+            .x_label_area_size(52)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x_range.clone(), 0.0..max * 1.1)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since the start (s)")
+            .y_desc(if iops {
+                "requests per second (IOPS)"
+            } else {
+                "bandwidth (MB/s)"
+            })
+            .label_style(("sans-serif", FONT))
+            .axis_desc_style(("sans-serif", FONT))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()?;
+        // Widest first: tenants that got the same show as nested bands, none hidden.
+        let count = series.len() as u32;
+        for (k, (_, c, values)) in series.iter().enumerate() {
+            let points = values
+                .iter()
+                .enumerate()
+                .map(|(b, &v)| (start + (b as f64 + 0.5) * secs, v));
+            let width = 2 + 3 * (count - 1 - k as u32) / 2;
+            chart.draw_series(LineSeries::new(points, c.stroke_width(width)))?;
+        }
+        for (_, c, mark, v) in &marks {
+            let (dash, gap) = if *mark == Mark::Dashed {
+                (10, 6)
+            } else {
+                (3, 5)
+            };
+            let line = [(x_range.start, *v), (x_range.end, *v)];
+            chart.draw_series(DashedLineSeries::new(line, dash, gap, c.stroke_width(2)))?;
+        }
+        root.present()?;
+    }
+    let mut items: Vec<(String, RGBColor, Mark)> = series
+        .into_iter()
+        .map(|(l, c, _)| (l, c, Mark::Line))
+        .collect();
+    items.extend(marks.into_iter().map(|(l, c, m, _)| (l, c, m)));
+    Ok((svg, legend(&items)))
+}
+
+/// Measured vs ideal share of device time per tenant, grouped by run. Returns the SVG,
+/// and the legend and key (the runs' numbers, when their names do not fit under their
+/// groups; why a bar has no tick) to go under it.
+fn share_plot(result: &ScenarioResult) -> Result<Chart, Box<dyn std::error::Error>> {
     let mut svg = String::new();
     let first = result.runs.first();
     let count = first.map_or(0, |r| r.tenants.len());
@@ -156,36 +215,52 @@ fn share_plot(
     let groups = result.runs.len();
     let bars = named.len() + usize::from(others);
     let width = (bars + 1) as f64;
-    // Names under the groups when the longest fits in a group's width (7 px a letter),
+    // Names under the groups when the longest fits in a group's width (10 px a letter),
     // else numbers and a key under the chart.
     let labels: Vec<String> = result.runs.iter().map(run_label).collect();
-    let group_px = f64::from(WIDTH - 80) / groups.max(1) as f64;
+    let group_px = f64::from(CHART_W - 90) / groups.max(1) as f64;
     let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
-    let numbered = longest as f64 * 7.0 > group_px;
+    let numbered = longest as f64 * 10.0 > group_px;
+    let cells: Vec<Vec<ShareCell>> = result.runs.iter().map(|r| share_cells(r, &named)).collect();
+    // The y axis fits the data: the tallest bar or tick and a little room.
+    let top = (cells.iter().flatten())
+        .flat_map(|c| [c.0, c.1.unwrap_or(0.0)])
+        .fold(0.0, f64::max);
+    let top = (top * 1.15).clamp(0.05, 1.0);
+    let mut untick = false;
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 360)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (CHART_W, 360)).into_drawing_area();
         root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                "share of the device per tenant: measured (bars) vs ideal by weight (black ticks)",
-                ("sans-serif", 16),
+                "share of the device per tenant: measured (bars), ideal (black ticks)",
+                ("sans-serif", TITLE_FONT),
             )
             .margin(8)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), -0.08..1.0)?;
+            .x_label_area_size(52)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..(groups as f64 * width).max(1.0), -0.1 * top..top)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(0)
+            .y_label_formatter(&|v| {
+                if *v < 0.0 {
+                    String::new()
+                } else {
+                    format!("{:.0}%", v * 100.0)
+                }
+            })
             .x_desc(if numbered {
                 "run (numbered as in the key below; one bar per tenant)"
             } else {
                 "policy (one bar per tenant)"
             })
-            .y_desc("share of throughput")
+            .y_desc("share of device time (%)")
+            .label_style(("sans-serif", FONT))
+            .axis_desc_style(("sans-serif", FONT))
             .draw()?;
-        for (g, run) in result.runs.iter().enumerate() {
+        for (g, run_cells) in cells.iter().enumerate() {
             let centre = g as f64 * width + width / 2.0;
             let label = if numbered {
                 format!("{}", g + 1)
@@ -194,47 +269,59 @@ fn share_plot(
             };
             chart.draw_series(std::iter::once(Text::new(
                 label,
-                (centre, -0.03),
-                TextStyle::from(("sans-serif", 12).into_font())
+                (centre, -0.03 * top),
+                TextStyle::from(("sans-serif", FONT).into_font())
                     .pos(Pos::new(HPos::Center, VPos::Top)),
             )))?;
-            let cells = share_cells(run, &named);
-            for (k, (share, ideal, legend, c)) in cells.into_iter().enumerate() {
+            for (k, (share, ideal, _, c)) in run_cells.iter().enumerate() {
                 let x0 = g as f64 * width + 0.5 + k as f64;
-                let bar = chart.draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x0 + 0.9, share)],
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x0 + 0.9, *share)],
                     c.filled(),
                 )))?;
-                if g == 0 {
-                    bar.label(legend).legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
-                    });
-                }
-                if let Some(ideal) = ideal {
-                    chart.draw_series(std::iter::once(PathElement::new(
-                        vec![(x0, ideal), (x0 + 0.9, ideal)],
-                        BLACK.stroke_width(2),
-                    )))?;
+                match ideal {
+                    Some(ideal) => {
+                        chart.draw_series(std::iter::once(PathElement::new(
+                            vec![(x0, *ideal), (x0 + 0.9, *ideal)],
+                            BLACK.stroke_width(2),
+                        )))?;
+                    }
+                    None => untick = true,
                 }
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
         root.present()?;
     }
-    let key = numbered.then(|| {
-        labels
+    Ok((
+        svg,
+        share_notes(&cells, numbered.then_some(&labels[..]), untick),
+    ))
+}
+
+/// What goes under the share chart: its legend, the key of numbered runs, and why a
+/// bar may have no tick.
+fn share_notes(cells: &[Vec<ShareCell>], numbered: Option<&[String]>, untick: bool) -> String {
+    let items: Vec<(String, RGBColor, Mark)> = (cells.first().into_iter().flatten())
+        .map(|(_, _, l, c)| (l.clone(), *c, Mark::Bar))
+        .collect();
+    let mut under = legend(&items);
+    let mut notes = Vec::new();
+    if let Some(labels) = numbered {
+        let key = labels
             .iter()
             .enumerate()
             .map(|(i, l)| format!("{} = {}", i + 1, escape(l)))
             .collect::<Vec<_>>()
-            .join(" · ")
-    });
-    Ok((svg, key))
+            .join(" · ");
+        notes.push(format!("Runs: {key}."));
+    }
+    if untick {
+        notes.push("A bar without a tick: that tenant was not backlogged (busy under half the time, or an open loop that got what it asked for), so no share of the device was owed to it.".to_string());
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(under, "<p class=\"note\">{}</p>", notes.join(" "));
+    }
+    under
 }
 
 /// One bar of the share plot: the share, the ideal share if every tenant in the bar is
@@ -249,7 +336,7 @@ fn share_cells(run: &RunResult, named: &[usize]) -> Vec<ShareCell> {
         .filter_map(|(k, &i)| run.tenants.get(i).map(|t| (k, t)))
         .map(|(k, t)| {
             (
-                t.share,
+                t.device_share,
                 t.backlogged.then_some(t.ideal_share),
                 format!("{} (w={})", t.name, t.weight),
                 color(k),
@@ -265,7 +352,7 @@ fn share_cells(run: &RunResult, named: &[usize]) -> Vec<ShareCell> {
         .collect();
     if !rest.is_empty() {
         cells.push((
-            rest.iter().map(|t| t.share).sum(),
+            rest.iter().map(|t| t.device_share).sum(),
             rest.iter()
                 .all(|t| t.backlogged)
                 .then(|| rest.iter().map(|t| t.ideal_share).sum()),
@@ -296,7 +383,7 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
         run.device.gc_runs,
         run.device.pages_moved
     );
-    out.push_str("<table><tr><th>tenant</th><th>weight</th><th>workload</th><th>MB/s</th><th>IOPS</th><th>share</th><th>ideal</th><th>mean</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th><th>SLO</th></tr>\n");
+    out.push_str("<div class=\"wide\"><table><tr><th>tenant</th><th>weight</th><th>workload</th><th>bandwidth (MB/s)</th><th>IOPS</th><th>share of device time</th><th>ideal</th><th>latency: mean</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th><th>within SLO rt</th></tr>\n");
     for t in &run.tenants {
         let l = t.latency_us;
         // Nothing completed: no latency to show.
@@ -309,13 +396,13 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
         };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"text\">{}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.name),
             t.weight,
             escape(&t.workload),
             t.bandwidth_bytes_per_s / 1e6,
             t.iops,
-            t.share * 100.0,
+            t.device_share * 100.0,
             if t.backlogged {
                 format!("{:.1}%", t.ideal_share * 100.0)
             } else {
@@ -330,9 +417,10 @@ fn policy_section(out: &mut String, number: usize, run: &RunResult) -> PlotResul
                 .map_or("n/a".into(), |s| format!("{:.2}%", s * 100.0)),
         );
     }
-    out.push_str("</table>\n");
-    out.push_str(&bandwidth_plot(run)?);
-    out.push('\n');
+    out.push_str("</table></div>\n");
+    let (svg, under) = bandwidth_plot(run)?;
+    out.push_str(&chart_box(&svg));
+    out.push_str(&under);
     Ok(())
 }
 
@@ -343,7 +431,10 @@ fn phase_tables(out: &mut String, result: &ScenarioResult) {
         return;
     };
     let header = |out: &mut String, what: &str| {
-        let _ = write!(out, "<h3>{what}</h3>\n<table><tr><th>policy</th>");
+        let _ = write!(
+            out,
+            "<h3>{what}</h3>\n<div class=\"wide\"><table><tr><th>policy</th>"
+        );
         for p in &first.phases {
             let _ = write!(
                 out,
@@ -365,7 +456,7 @@ fn phase_tables(out: &mut String, result: &ScenarioResult) {
     for run in &result.runs {
         row(out, run, &|p| format!("{:.0}", p.iops));
     }
-    out.push_str("</table>\n");
+    out.push_str("</table></div>\n");
     for (i, t) in first.tenants.iter().enumerate() {
         if t.slo_satisfaction.is_none() {
             continue;
@@ -378,7 +469,7 @@ fn phase_tables(out: &mut String, result: &ScenarioResult) {
                     .map_or("-".into(), |s| format!("{:.2}%", s * 100.0))
             });
         }
-        out.push_str("</table>\n");
+        out.push_str("</table></div>\n");
     }
     let switched: Vec<&RunResult> = result
         .runs
@@ -403,18 +494,13 @@ fn phase_tables(out: &mut String, result: &ScenarioResult) {
                     .join(" / ")
             });
         }
-        out.push_str("</table>\n");
+        out.push_str("</table></div>\n");
     }
 }
 
 /// Renders the whole report as one HTML string.
 pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Error>> {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare: {}</title>\n<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}svg{{display:block;width:100%;height:auto;margin:.5em 0}}table{{border-collapse:collapse;font-size:13px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}</style></head><body>\n",
-        escape(&result.scenario)
-    );
+    let mut out = super::page_head(&format!("ioshare: {}", result.scenario));
     let _ = writeln!(out, "<h1>ioshare report: {}</h1>", escape(&result.scenario));
     if !result.description.is_empty() {
         let _ = writeln!(out, "<p>{}</p>", escape(&result.description));
@@ -437,12 +523,9 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
     super::verdict::section(&mut out, result);
     super::compare::section(&mut out, result)?;
     out.push_str("<h2>Shares</h2>\n");
-    let (svg, key) = share_plot(result)?;
-    out.push_str(&svg);
-    out.push('\n');
-    if let Some(key) = key {
-        let _ = writeln!(out, "<p><small>{key}</small></p>");
-    }
+    let (svg, under) = share_plot(result)?;
+    out.push_str(&chart_box(&svg));
+    out.push_str(&under);
     phase_tables(&mut out, result);
     for (i, run) in result.runs.iter().enumerate() {
         policy_section(&mut out, i + 1, run)?;
@@ -484,25 +567,66 @@ mod tests {
     #[test]
     fn share_chart_is_labelled_by_policy_and_its_legend_is_bounded() {
         let r = result("['none', 'sfq']", 3);
-        let (svg, key) = share_plot(&r).unwrap();
-        assert!(key.is_none());
+        let (svg, under) = share_plot(&r).unwrap();
+        assert!(!under.contains("Runs: "));
         for text in [
             "\nnone\n</text>",
             "\nsfq\n</text>",
             "policy (one bar per tenant)",
-            "share of throughput",
+            "share of device time (%)",
         ] {
             assert!(svg.contains(text), "{text} missing");
         }
+        // The legend is HTML under the chart, not drawn over it.
+        assert!(under.starts_with("<div class=\"legend\">") && under.contains("t0 (w=1)"));
+        assert!(!svg.contains("t0 (w=1)"));
         let many = result("['sfq']", 30);
-        let (svg, _) = share_plot(&many).unwrap();
-        assert!(svg.contains("others (23 tenants, summed)"));
+        let (_, under) = share_plot(&many).unwrap();
+        assert!(under.contains("others (23 tenants, summed)"));
         // Named: the 7 heaviest, t23 … t29 (weights 24 … 30).
-        assert!(svg.contains("t29 (w=30)") && svg.contains("t23 (w=24)"));
-        assert!(!svg.contains("t22 (w=23)"));
-        let bw = bandwidth_plot(&many.runs[0]).unwrap();
-        assert!(bw.contains("others (23 tenants, summed)") && bw.contains("t23 (w=24)"));
-        assert!(bw.contains("simulated time (s)") && bw.contains("bandwidth (MB/s)"));
+        assert!(under.contains("t29 (w=30)") && under.contains("t23 (w=24)"));
+        assert!(!under.contains("t22 (w=23)"));
+        let (svg, under) = bandwidth_plot(&many.runs[0]).unwrap();
+        assert!(under.contains("others (23 tenants, summed)") && under.contains("t23 (w=24)"));
+        assert!(svg.contains("time since the start (s)") && svg.contains("bandwidth (MB/s)"));
+    }
+
+    /// The share chart's y axis fits its tallest bar or tick, not 0–100 % always.
+    #[test]
+    fn the_share_axis_fits_the_data() {
+        let r = result("['sfq']", 4);
+        let top = r.runs[0]
+            .tenants
+            .iter()
+            .map(|t| t.device_share.max(t.ideal_share))
+            .fold(0.0, f64::max);
+        assert!(top < 0.5, "{top}");
+        let (svg, _) = share_plot(&r).unwrap();
+        assert!(!svg.contains("\n100%\n</text>"), "the axis runs to 100 %");
+        assert!(
+            !svg.contains("\n60%\n</text>"),
+            "the axis runs past the data"
+        );
+    }
+
+    /// A tenant with a reservation or limit: the time chart is in IOPS, each drawn as a
+    /// line in its tenant's colour and named in the legend.
+    #[test]
+    fn reservations_and_limits_are_drawn_as_lines_with_their_figures() {
+        let text = std::fs::read_to_string("scenarios/mclock-reservations.toml").unwrap();
+        let s = Scenario::parse(&text, "m.toml", "m").unwrap();
+        let r = crate::sim::run_scenario(&s, false).unwrap();
+        let (svg, under) = bandwidth_plot(&r.runs[1]).unwrap();
+        assert!(svg.contains("requests per second (IOPS)"));
+        for item in [
+            "gold: reservation 3000 IOPS",
+            "silver: reservation 500 IOPS",
+            "capped: limit 800 IOPS",
+        ] {
+            assert!(under.contains(item), "{item} missing: {under}");
+        }
+        assert!(under.contains("dashed") && under.contains("dotted"));
+        assert!(svg.contains("stroke-dasharray") || svg.matches("<polyline").count() > 4);
     }
 
     /// Run names too long for their group are numbered, with a key under the chart.
@@ -515,9 +639,8 @@ mod tests {
         let many: Vec<RunResult> = (0..6).flat_map(|_| r.runs.clone()).collect();
         r.runs = many;
         let (svg, key) = share_plot(&r).unwrap();
-        let key = key.expect("a key");
         assert!(
-            key.starts_with("1 = none [device.precondition=aged"),
+            key.contains("Runs: 1 = none [device.precondition=aged"),
             "{key}"
         );
         assert!(key.contains("12 = sfq ["), "{key}");

@@ -19,6 +19,79 @@ use crate::types::nanos_to_secs;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Charts are drawn this wide (SVG units) and shown at the page's width, never narrower
+/// than [`CHART_MIN_PX`]: on a phone a chart's box scrolls sideways, the page does not.
+pub(crate) const CHART_W: u32 = 1000;
+/// The narrowest a chart is shown, px.
+pub(crate) const CHART_MIN_PX: u32 = 720;
+/// Text in a chart, in the chart library's units (it writes `font-size` as this / 1.24:
+/// 14.5 px), shown at 720 / 1000 of that at the narrowest: 10.4 px.
+pub(crate) const FONT: u32 = 18;
+/// A chart's title, in the same units.
+pub(crate) const TITLE_FONT: u32 = 21;
+
+/// The head of every report page: the viewport a phone needs, and one style — text that
+/// wraps, charts and wide tables in boxes that scroll on their own, legends as HTML
+/// under their charts.
+pub(crate) fn page_head(title: &str) -> String {
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title>\n<style>\
+body{{font-family:sans-serif;font-size:16px;line-height:1.4;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}}\
+p,li,h1,h2,h3,td.text{{overflow-wrap:anywhere}}\
+.chart,.wide{{overflow-x:auto;max-width:100%}}\
+svg{{display:block;width:100%;min-width:{CHART_MIN_PX}px;height:auto;margin:.5em 0}}\
+table{{border-collapse:collapse;font-size:14px;margin:.5em 0}}\
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}}\
+td:first-child,th:first-child,td.text,th.text{{text-align:left}}\
+.legend{{display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:14px;margin:0 0 1em}}\
+.legend span{{white-space:nowrap}}\
+.legend i{{display:inline-block;width:1.6em;height:0;margin-right:.4em;vertical-align:middle}}\
+.note,small{{font-size:14px;color:#444}}\
+@media (max-width:600px){{body{{margin:.5em auto;padding:0 .5em}}h1{{font-size:1.5em}}}}\
+</style></head><body>\n",
+        html::escape(title)
+    )
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mark {
+    /// A solid line.
+    Line,
+    /// A dashed line (a reservation).
+    Dashed,
+    /// A dotted line (a limit).
+    Dotted,
+    /// A filled bar.
+    Bar,
+}
+
+/// A chart's legend, as HTML under it (never over the data): (label, colour, mark).
+pub(crate) fn legend(items: &[(String, plotters::style::RGBColor, Mark)]) -> String {
+    let mut out = String::from("<div class=\"legend\">");
+    for (label, c, mark) in items {
+        let colour = format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2);
+        let style = match mark {
+            Mark::Line => format!("border-top:3px solid {colour}"),
+            Mark::Dashed => format!("border-top:3px dashed {colour}"),
+            Mark::Dotted => format!("border-top:3px dotted {colour}"),
+            Mark::Bar => format!("height:.8em;background:{colour}"),
+        };
+        let _ = write!(
+            out,
+            "<span><i style=\"{style}\"></i>{}</span>",
+            html::escape(label)
+        );
+    }
+    out.push_str("</div>\n");
+    out
+}
+
+/// An SVG chart in its box.
+pub(crate) fn chart_box(svg: &str) -> String {
+    format!("<div class=\"chart\">{svg}</div>\n")
+}
+
 fn mb(bytes_per_s: f64) -> f64 {
     bytes_per_s / 1e6
 }

@@ -24,15 +24,21 @@ fn iops_plot(s: &TraceStats) -> Plot {
         let end = bins as f64 * s.bin_s;
         let max = s.per_bin.iter().copied().max().unwrap_or(0) as f64 / s.bin_s;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("IOPS per {} s", s.bin_s), ("sans-serif", 16))
+            .caption(
+                format!("IOPS per {} s", s.bin_s),
+                ("sans-serif", super::TITLE_FONT),
+            )
             .margin(8)
-            .x_label_area_size(36)
-            .y_label_area_size(60)
+            .margin_right(40)
+            .x_label_area_size(52)
+            .y_label_area_size(70)
             .build_cartesian_2d(0.0..end, 0.0..max.max(1.0) * 1.1)?;
         chart
             .configure_mesh()
             .x_desc("time from the first record (s)")
-            .y_desc("requests / s")
+            .y_desc("requests per second (IOPS)")
+            .label_style(("sans-serif", super::FONT))
+            .axis_desc_style(("sans-serif", super::FONT))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
         let points = s
@@ -50,15 +56,16 @@ fn iops_plot(s: &TraceStats) -> Plot {
 fn buckets_plot(title: &str, buckets: &[(u64, u64)], label: fn(u64) -> String) -> Plot {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (490, 260)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (super::CHART_W, 300)).into_drawing_area();
         root.fill(&WHITE)?;
         let n = buckets.len().max(1);
         let max = buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
         let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 15))
+            .caption(title, ("sans-serif", super::TITLE_FONT))
             .margin(8)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
+            .margin_right(24)
+            .x_label_area_size(52)
+            .y_label_area_size(70)
             .build_cartesian_2d((0..n).into_segmented(), 0..max + max / 10)?;
         let labels: Vec<String> = buckets.iter().map(|b| label(b.0)).collect();
         chart
@@ -69,6 +76,8 @@ fn buckets_plot(title: &str, buckets: &[(u64, u64)], label: fn(u64) -> String) -
                 _ => String::new(),
             })
             .y_desc("requests")
+            .label_style(("sans-serif", super::FONT))
+            .axis_desc_style(("sans-serif", super::FONT))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
         chart.draw_series(
@@ -118,29 +127,31 @@ fn figures(out: &mut String, s: &TraceStats) {
         ("volumes", s.volumes.to_string()),
         ("records out of time order", s.out_of_order.to_string()),
     ];
-    out.push_str("<table>\n");
+    out.push_str("<div class=\"wide\"><table>\n");
     for (k, v) in rows {
         let _ = writeln!(out, "<tr><td>{k}</td><td>{}</td></tr>", escape(&v));
     }
-    out.push_str("</table>\n");
+    out.push_str("</table></div>\n");
 }
 
 /// The page for `traces`: (file name, its figures), in order.
 pub fn trace_html(traces: &[(String, TraceStats)]) -> Result<String, Box<dyn std::error::Error>> {
-    let mut out = String::from(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>ioshare: trace stats</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}svg{display:inline-block;max-width:100%;height:auto;margin:.5em 0}table{border-collapse:collapse;font-size:13px;margin:.5em 0}td{border:1px solid #ccc;padding:2px 6px}</style></head><body>\n<h1>ioshare trace stats</h1>\n",
-    );
+    let mut out = super::page_head("ioshare: trace stats");
+    out.push_str("<h1>ioshare trace stats</h1>\n");
     for (file, s) in traces {
         let _ = writeln!(out, "<h2>{}</h2>", escape(file));
         figures(&mut out, s);
-        out.push_str(&iops_plot(s)?);
-        out.push_str(&buckets_plot("request sizes", &s.sizes, format_bytes)?);
-        out.push_str(&buckets_plot(
+        out.push_str(&super::chart_box(&iops_plot(s)?));
+        out.push_str(&super::chart_box(&buckets_plot(
+            "request sizes",
+            &s.sizes,
+            format_bytes,
+        )?));
+        out.push_str(&super::chart_box(&buckets_plot(
             "gaps between requests",
             &s.interarrival_ns,
             format_gap,
-        )?);
-        out.push('\n');
+        )?));
     }
     out.push_str("</body></html>\n");
     Ok(out)

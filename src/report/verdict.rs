@@ -338,7 +338,7 @@ pub fn section(out: &mut String, result: &ScenarioResult) {
             let _ = writeln!(out, "<h3>{}</h3>", escape(&v.variant));
         }
         let _ = writeln!(out, "<p><b>{}</b></p>", escape(&v.paragraph()));
-        out.push_str("<div class=\"wide\"><table><tr><th>policy</th><th>promises missed</th><th>throughput vs none</th><th>kept</th><th>missed</th></tr>\n");
+        out.push_str("<div class=\"wide\"><table><tr><th>policy</th><th>promises missed</th><th>throughput vs none</th><th class=\"text\">kept</th><th class=\"text\">missed</th></tr>\n");
         for j in &v.ranked {
             let _ = writeln!(
                 out,
