@@ -124,22 +124,38 @@ pub fn format_bytes(bytes: u64) -> String {
 
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(i64),
-            Text(String),
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
+/// Reads a size from a number of bytes or a string with its unit; anything else is "a
+/// size", not an untagged enum's "did not match any variant".
+struct SizeVisitor;
+
+impl serde::de::Visitor<'_> for SizeVisitor {
+    type Value = ByteSize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a size: a number of bytes (512 or more) or a string such as \"4k\" or \"30g\"")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+        match v {
+            v if (1..SMALLEST_BARE as i64).contains(&v) => Err(E::custom(SizeError::NoUnit(v as u64))),
+            v if v >= 0 => Ok(ByteSize(v as u64)),
+            v => Err(E::custom(format!("size {v} is negative"))),
         }
-        match Raw::deserialize(d)? {
-            Raw::Int(v) if (1..SMALLEST_BARE as i64).contains(&v) => {
-                Err(serde::de::Error::custom(SizeError::NoUnit(v as u64)))
-            }
-            Raw::Int(v) if v >= 0 => Ok(ByteSize(v as u64)),
-            Raw::Int(v) => Err(serde::de::Error::custom(format!("size {v} is negative"))),
-            Raw::Text(s) => parse_bytes(&s)
-                .map(ByteSize)
-                .map_err(serde::de::Error::custom),
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+        match i64::try_from(v) {
+            Ok(v) => self.visit_i64(v),
+            Err(_) => Ok(ByteSize(v)),
         }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ByteSize, E> {
+        parse_bytes(s).map(ByteSize).map_err(E::custom)
     }
 }
 

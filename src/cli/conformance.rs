@@ -61,13 +61,17 @@ fn slo_conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()
     }
     if seeds > 1 {
         print!("{}", slo::sweep_markdown(&outcomes));
-        eprintln!("{passed} of {total} pass");
+        eprintln!("{passed} of {total} verdicts pass (a verdict per case and policy)");
     } else {
         let table = slo::markdown(&outcomes);
         print!("{table}");
+        let counts = format!(
+            "{passed} of {total} verdicts pass ({} cases, a verdict per policy in each)",
+            outcomes.len()
+        );
         eprintln!(
             "{}",
-            against_documented(&table, first_seed, passed, total, "slo conformance table")
+            against_documented(&table, first_seed, counts, "slo conformance table")
         );
     }
     Ok(())
@@ -79,8 +83,7 @@ const DOCUMENTED: &str = include_str!("../../docs/conformance.md");
 /// How a run's table compares with the one `docs/conformance.md` documents under the
 /// marker `<!-- {what}: ... -->`: every row as documented (the misses are the open work
 /// the document lists), or which rows differ. Seed 1 only: the document holds seed 1.
-fn against_documented(table: &str, seed: u64, passed: usize, total: usize, what: &str) -> String {
-    let counts = format!("{passed} of {total} pass");
+fn against_documented(table: &str, seed: u64, counts: String, what: &str) -> String {
     if seed != 1 {
         return format!("{counts} (docs/conformance.md documents seed 1; this was seed {seed})");
     }
@@ -173,13 +176,18 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
     }
     if seeds > 1 {
         print!("{}", conformance::sweep_markdown(&rows));
-        eprintln!("{passed} of {total} pass");
+        eprintln!("{passed} of {total} cells pass (a cell per property, device and policy)");
     } else {
         let table = conformance::markdown(&rows);
         print!("{table}");
+        let counts = format!(
+            "{passed} of {total} cells pass ({} properties × {} devices, a cell per policy in each)",
+            Property::ALL.len(),
+            devices.len()
+        );
         eprintln!(
             "{}",
-            against_documented(&table, first_seed, passed, total, "conformance table")
+            against_documented(&table, first_seed, counts, "conformance table")
         );
     }
     Ok(())
@@ -195,24 +203,24 @@ mod tests {
         let start = DOCUMENTED.find("<!-- conformance table:").unwrap();
         let rows: Vec<&str> = DOCUMENTED[start..].lines().skip(1).take(5).collect();
         let table = rows.join("\n");
-        let said = against_documented(&table, 1, 2, 3, "conformance table");
+        let said = against_documented(&table, 1, "2 of 3 cells pass".into(), "conformance table");
         assert!(
             said.starts_with(
-                "2 of 3 pass: every one of the 3 rows is as docs/conformance.md documents it"
+                "2 of 3 cells pass: every one of the 3 rows is as docs/conformance.md documents it"
             ),
             "{said}"
         );
         let changed = table.replacen("| yes |", "| no |", 1);
-        let said = against_documented(&changed, 1, 1, 3, "conformance table");
+        let said = against_documented(&changed, 1, "1 of 3 cells pass".into(), "conformance table");
         assert!(
             said.contains("1 of the 3 rows differ from docs/conformance.md"),
             "{said}"
         );
         assert!(said.contains("| no |"), "{said}");
-        let said = against_documented(&table, 2, 2, 3, "conformance table");
+        let said = against_documented(&table, 2, "2 of 3 cells pass".into(), "conformance table");
         assert_eq!(
             said,
-            "2 of 3 pass (docs/conformance.md documents seed 1; this was seed 2)"
+            "2 of 3 cells pass (docs/conformance.md documents seed 1; this was seed 2)"
         );
     }
 }

@@ -104,6 +104,69 @@ pub fn parse_problem(e: impl std::fmt::Display) -> Invalid {
     Invalid::whole(e.to_string().trim_end().to_string())
 }
 
+pub mod locate;
+
+/// Deserializes a parsed file, naming in an error the field as errors name fields
+/// (`tenant 2 ('b').workload.size`), for [`located`] to find its line.
+pub fn from_table<T: serde::de::DeserializeOwned>(doc: toml::Table) -> Result<T, Invalid> {
+    let names = tenant_names(&doc);
+    serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| {
+        let field = field_of(&e.path().to_string(), &names);
+        let problem = e.inner().message().trim_end().to_string();
+        Invalid { field, problem }
+    })
+}
+
+/// The error naming the file (`source`) and, where the field is found in its `text`,
+/// the line (`file.toml:12`); an unknown key is looked for by its own name.
+pub fn located(e: Invalid, text: &str, source: &str) -> ConfigError {
+    let unknown = e
+        .problem
+        .strip_prefix("unknown field `")
+        .and_then(|r| r.split('`').next());
+    let path = match unknown {
+        Some(key) if e.field.is_empty() => key.to_string(),
+        Some(key) => format!("{}.{key}", e.field),
+        None => e.field.clone(),
+    };
+    match locate::line_of(text, &path) {
+        Some(line) => e.in_file(&format!("{source}:{line}")),
+        None => e.in_file(source),
+    }
+}
+
+/// The tenants' names in a parsed file, in order (`?` where one has none).
+fn tenant_names(doc: &toml::Table) -> Vec<String> {
+    match doc.get("tenant") {
+        Some(toml::Value::Array(ts)) => ts
+            .iter()
+            .map(|t| {
+                t.get("name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A deserializer's path as errors name fields: `tenant[1].weight` → `tenant 2
+/// ('b').weight`; `.` (the whole file) → empty.
+fn field_of(path: &str, names: &[String]) -> String {
+    if path == "." {
+        return String::new();
+    }
+    if let Some(rest) = path.strip_prefix("tenant[")
+        && let Some((index, tail)) = rest.split_once(']')
+        && let Ok(i) = index.parse::<usize>()
+    {
+        let name = names.get(i).map_or("?", String::as_str);
+        return format!("{}{tail}", tenant_field(i + 1, name));
+    }
+    path.to_string()
+}
+
 /// How the `n`-th tenant (1-based) named `name` is called in errors.
 pub fn tenant_field(n: usize, name: &str) -> String {
     format!("tenant {n} ('{name}')")

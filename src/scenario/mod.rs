@@ -3,7 +3,6 @@
 //! names the file, the field and the problem.
 
 pub mod cost;
-pub mod locate;
 mod sweep;
 
 use crate::config::{
@@ -137,14 +136,9 @@ impl Points {
         if let Some(base) = &self.base_dir {
             trace_paths_from(&mut doc, base);
         }
-        let names = tenant_names(&doc);
-        let file: ScenarioFile = serde_path_to_error::deserialize(toml::Value::Table(doc))
-            .map_err(|e| {
-                let field = field_of(&e.path().to_string(), &names);
-                let problem = e.inner().message().trim_end().to_string();
-                // The point's label goes after the file and its line.
-                self.located(Invalid { field, problem }, &label)
-            })?;
+        // The point's label goes after the file and its line.
+        let file: ScenarioFile =
+            crate::config::from_table(doc).map_err(|e| self.located(e, &label))?;
         let mut s = validate(file, &self.default_name).map_err(|e| self.located(e, &label))?;
         s.variant = label;
         Ok(s)
@@ -153,23 +147,14 @@ impl Points {
     /// The error naming the file and, where the field is found in it, the line
     /// (`file.toml:12`); an unknown key is looked for by its own name.
     fn located(&self, e: Invalid, point: &str) -> ConfigError {
-        let unknown = e
-            .problem
-            .strip_prefix("unknown field `")
-            .and_then(|r| r.split('`').next());
-        let path = match unknown {
-            Some(key) if e.field.is_empty() => key.to_string(),
-            Some(key) => format!("{}.{key}", e.field),
-            None => e.field.clone(),
-        };
-        let file = match locate::line_of(&self.text, &path) {
-            Some(line) => format!("{}:{line}", self.source_name),
-            None => self.source_name.clone(),
-        };
+        let e = crate::config::located(e, &self.text, &self.source_name);
         if point.is_empty() {
-            e.in_file(&file)
+            e
         } else {
-            e.in_file(&format!("{file} [{point}]"))
+            ConfigError {
+                source: format!("{} [{point}]", e.source),
+                ..e
+            }
         }
     }
 
@@ -297,38 +282,6 @@ impl Scenario {
         starts.dedup();
         starts
     }
-}
-
-/// The tenants' names in a parsed file, in order (`?` where one has none).
-fn tenant_names(doc: &toml::Table) -> Vec<String> {
-    match doc.get("tenant") {
-        Some(toml::Value::Array(ts)) => ts
-            .iter()
-            .map(|t| {
-                t.get("name")
-                    .and_then(|n| n.as_str())
-                    .unwrap_or("?")
-                    .to_string()
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A deserializer's path as errors name fields: `tenant[1].weight` → `tenant 2
-/// ('b').weight`; `.` (the whole file) → empty.
-fn field_of(path: &str, names: &[String]) -> String {
-    if path == "." {
-        return String::new();
-    }
-    if let Some(rest) = path.strip_prefix("tenant[")
-        && let Some((index, tail)) = rest.split_once(']')
-        && let Ok(i) = index.parse::<usize>()
-    {
-        let name = names.get(i).map_or("?", String::as_str);
-        return format!("{}{tail}", tenant_field(i + 1, name));
-    }
-    path.to_string()
 }
 
 /// Makes the tenants' relative `workload.trace` paths (those not starting with `/` or

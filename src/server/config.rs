@@ -301,7 +301,8 @@ impl ServerConfig {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Invalid::whole(format!("cannot read: {e}")).in_file(&source))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse_from(&text, base, Some(path)).map_err(|e| e.in_file(&source))
+        Self::parse_from(&text, base, Some(path))
+            .map_err(|e| crate::config::located(e, &text, &source))
     }
 
     /// Parses a configuration whose relative paths are taken from `base`.
@@ -312,7 +313,8 @@ impl ServerConfig {
     /// [`ServerConfig::parse`] of the text of `config_file`, when it came from one (no
     /// image may be that file).
     fn parse_from(text: &str, base: &Path, config_file: Option<&Path>) -> Result<Self, Invalid> {
-        let file: ConfigFile = toml::from_str(text).map_err(parse_problem)?;
+        let doc: toml::Table = toml::from_str(text).map_err(parse_problem)?;
+        let file: ConfigFile = crate::config::from_table(doc)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let server = server_section(file.server, &at)?;
         let backend = backend_section(file.backend.unwrap_or_default(), &at)?;

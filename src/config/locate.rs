@@ -1,4 +1,4 @@
-//! Where in a scenario file a field is: the line a user should look at when an error
+//! Where in a scenario or server configuration file a field is: the line a user should look at when an error
 //! names `tenant 2 ('b').workload.size` or `device.preset`. The file is parsed into a
 //! table (the sweep rewrites it) before it is checked, so spans are gone by the time a
 //! problem is found; this finds the line again in the text, by the field's path.
