@@ -141,7 +141,9 @@ impl serde::de::Visitor<'_> for SizeVisitor {
 
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
         match v {
-            v if (1..SMALLEST_BARE as i64).contains(&v) => Err(E::custom(SizeError::NoUnit(v as u64))),
+            v if (1..SMALLEST_BARE as i64).contains(&v) => {
+                Err(E::custom(SizeError::NoUnit(v as u64)))
+            }
             v if v >= 0 => Ok(ByteSize(v as u64)),
             v => Err(E::custom(format!("size {v} is negative"))),
         }

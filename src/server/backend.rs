@@ -585,7 +585,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&image).unwrap().len(), 1 << 30, "grown");
         let e = open("size = 256\nresize = true").unwrap_err();
         assert!(
-            e.contains("line 4") && e.contains("256 without a unit is 256 bytes"),
+            e.contains("tenant 1 ('a').size: 256 without a unit is 256 bytes"),
             "{e}"
         );
         let e = ServerConfig::parse(
