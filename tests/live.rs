@@ -582,6 +582,71 @@ fn bad_requests_get_errors_and_connections_stay_usable() {
     let _ = bad.read_to_end(&mut rest);
     c.request(0, 6, 0, 4, &[]);
     assert_eq!(c.reply(4), (6, 0));
+    // The protocol's corners: a trim past the end is EINVAL (as nbdkit and qemu-nbd
+    // answer it), a cache hint is taken, a fast zero is done in place or refused at once.
+    c.request(4, 7, (32 << 20) - 512, 4096, &[]);
+    assert_eq!(c.reply(0), (7, 22));
+    c.request(5, 8, 0, 65536, &[]);
+    assert_eq!(c.reply(0), (8, 0));
+    c.0.write_all(&[0x25, 0x60, 0x95, 0x13, 0, 0x10, 0, 6])
+        .unwrap(); // FAST_ZERO, WRITE_ZEROES
+    c.0.write_all(&10u64.to_be_bytes()).unwrap();
+    c.0.write_all(&0u64.to_be_bytes()).unwrap();
+    c.0.write_all(&65536u32.to_be_bytes()).unwrap();
+    let (handle, error) = c.reply(0);
+    assert!(
+        handle == 10 && (error == 0 || error == 95),
+        "{handle} {error}"
+    );
+    // Every error answered is counted, per tenant and reason.
+    let err = s.stopped();
+    let line = |name: &str| {
+        err.lines()
+            .find(|l| l.starts_with(&format!("ioshare: {name}: ")))
+            .unwrap_or_else(|| panic!("no summary of {name}: {err}"))
+            .to_string()
+    };
+    let vm2 = line("vm2");
+    let fast_zero = usize::from(error == 95);
+    let want = if fast_zero == 1 {
+        "5 errors (EINVAL 3, ENOSPC 1, ENOTSUP 1)"
+    } else {
+        "4 errors (EINVAL 3, ENOSPC 1)"
+    };
+    assert!(vm2.contains(want), "{vm2}");
+    assert!(line("ro").contains("1 error (EPERM 1)"), "{err}");
+    assert!(line("vm1").contains("0 errors,"), "{err}");
+}
+
+/// What `nbdinfo` shows of an export: the empty name selects the default export, and
+/// its name and description come back when asked; a cache hint is advertised.
+#[test]
+fn nbdinfo_shows_the_default_export_by_name_with_its_description() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "default_export = \"vm2\"\n{}",
+            TWO_TENANTS.replacen(
+                "name = \"vm2\"",
+                "name = \"vm2\"\ndescription = \"the second disk\"",
+                1
+            )
+        ),
+    );
+    let out = run(Command::new("nbdinfo")
+        .arg("--json")
+        .arg(format!("nbd+unix:///?socket={}", s.socket.display())));
+    let text = stdout(&out);
+    assert!(
+        text.contains("\"export-name\": \"vm2\"") || text.contains("\"export-name\":\"vm2\""),
+        "{text}"
+    );
+    assert!(text.contains("the second disk"), "{text}");
+    assert!(
+        text.contains("can_cache") && text.contains("can_fast_zero"),
+        "{text}"
+    );
     s.stopped();
 }
 

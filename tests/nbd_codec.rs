@@ -240,7 +240,7 @@ fn accepts_every_valid_request(requests: &[Valid], cuts: &[usize]) {
                 );
                 assert_eq!(data.len(), *len as usize);
             }
-            (CommandKind::Trim { fua: f }, 4) | (CommandKind::WriteZeroes { fua: f }, 6) => {
+            (CommandKind::Trim { fua: f }, 4) | (CommandKind::WriteZeroes { fua: f, .. }, 6) => {
                 assert_eq!(f, fua, "request {i}")
             }
             (other, k) => panic!("request {i}: type {k} came out as {other:?}"),

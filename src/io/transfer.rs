@@ -302,7 +302,7 @@ impl Transfer {
                 at,
                 len,
             },
-            (Stage::ZeroWrite, CommandKind::WriteZeroes { fua }) => {
+            (Stage::ZeroWrite, CommandKind::WriteZeroes { fua, .. }) => {
                 // A zeroing request may cover 4 GiB: zeroes go out a chunk at a time
                 // from one buffer, not from one the request's size.
                 let buf = self
@@ -371,6 +371,13 @@ impl Transfer {
                 (Stage::Transfer, CommandKind::Trim { fua }) if is_unsupported(errno) => {
                     after_range(l, *fua)
                 }
+                // A fast zero that the file system cannot do without writing fails at
+                // once, as the client asked (it will write the zeroes itself, or not).
+                (Stage::Transfer, CommandKind::WriteZeroes { fast: true, .. })
+                    if is_unsupported(errno) =>
+                {
+                    Next::Done(proto::ENOTSUP)
+                }
                 (Stage::Transfer, CommandKind::WriteZeroes { .. }) if is_unsupported(errno) => {
                     l.stage = Stage::ZeroWrite;
                     l.done = 0;
@@ -409,7 +416,7 @@ impl Transfer {
                 }
             }
             (Stage::Transfer, CommandKind::Trim { fua })
-            | (Stage::Transfer, CommandKind::WriteZeroes { fua }) => after_range(l, *fua),
+            | (Stage::Transfer, CommandKind::WriteZeroes { fua, .. }) => after_range(l, *fua),
         }
     }
 
@@ -534,8 +541,39 @@ mod tests {
     }
 
     #[test]
+    fn a_fast_zero_the_file_system_cannot_do_fails_at_once() {
+        let mut t = Transfer::new(
+            CommandKind::WriteZeroes {
+                fua: false,
+                fast: true,
+            },
+            0,
+            8192,
+        );
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Done(proto::ENOTSUP));
+        let mut t = Transfer::new(
+            CommandKind::WriteZeroes {
+                fua: false,
+                fast: true,
+            },
+            0,
+            8192,
+        );
+        let _ = t.entry(target(false, 0));
+        assert_eq!(t.step(0), Next::Done(0), "zeroed in place: done");
+    }
+
+    #[test]
     fn zeroing_falls_back_to_writing_zeroes() {
-        let mut t = Transfer::new(CommandKind::WriteZeroes { fua: true }, 0, 8192);
+        let mut t = Transfer::new(
+            CommandKind::WriteZeroes {
+                fua: true,
+                fast: false,
+            },
+            0,
+            8192,
+        );
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
         let _ = t.entry(target(false, 0));
@@ -545,7 +583,14 @@ mod tests {
         assert_eq!(t.step(4096), Next::Done(0));
         // 3 GiB of zeroes: written a megabyte at a time from one 1 MiB buffer.
         let len = 3u32 << 30;
-        let mut t = Transfer::new(CommandKind::WriteZeroes { fua: false }, 0, len);
+        let mut t = Transfer::new(
+            CommandKind::WriteZeroes {
+                fua: false,
+                fast: false,
+            },
+            0,
+            len,
+        );
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
         let _ = t.entry(target(false, 0));

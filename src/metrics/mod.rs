@@ -158,6 +158,10 @@ pub struct TenantResult {
     /// Times the policy refused one of its requests and the host held it back to offer
     /// it again (`refuse = "hold"`): served late, not refused.
     pub held_back: u64,
+    /// The live server: its requests answered with an error, by the error (`EINVAL`,
+    /// `EIO`, ...); absent when there were none, and in simulations.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
 
 /// One tenant in one phase of a run.
@@ -920,6 +924,7 @@ impl Recorder {
             refused: t.refused,
             queue_full: t.queue_full,
             held_back: t.held_back,
+            errors: Default::default(),
         }
     }
 

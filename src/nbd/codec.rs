@@ -29,16 +29,36 @@ pub struct ExportInfo {
     pub size: u64,
     /// Whether the export refuses writes, trims and zeroing.
     pub read_only: bool,
+    /// A line about it, sent as `NBD_INFO_DESCRIPTION` when a client asks (empty:
+    /// none is sent).
+    pub description: String,
+    /// The empty export name selects it (the server's `default_export`).
+    pub default: bool,
 }
 
 impl ExportInfo {
+    /// An export without a description that the empty name does not select.
+    pub fn new(name: impl Into<String>, size: u64, read_only: bool) -> Self {
+        ExportInfo {
+            name: name.into(),
+            size,
+            read_only,
+            description: String::new(),
+            default: false,
+        }
+    }
+
     fn transmission_flags(&self) -> u16 {
-        let mut f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_CAN_MULTI_CONN;
+        let mut f = TFLAG_HAS_FLAGS
+            | TFLAG_SEND_FLUSH
+            | TFLAG_SEND_FUA
+            | TFLAG_CAN_MULTI_CONN
+            | TFLAG_SEND_CACHE;
         // A read-only export does not offer what it would refuse.
         if self.read_only {
             f |= TFLAG_READ_ONLY;
         } else {
-            f |= TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES;
+            f |= TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO;
         }
         f
     }
@@ -80,6 +100,9 @@ pub enum CommandKind {
     WriteZeroes {
         /// Force unit access: the zeroes must be durable before the reply.
         fua: bool,
+        /// `NBD_CMD_FLAG_FAST_ZERO`: fail with `ENOTSUP` rather than write zeroes
+        /// where the range cannot be zeroed without writing it.
+        fast: bool,
     },
 }
 
@@ -93,6 +116,13 @@ pub enum Event {
     },
     /// A request to serve.
     Command(Command),
+    /// A request answered at once with success, with nothing to do:
+    /// `NBD_CMD_CACHE`, a hint this server takes and does not act on (the page cache
+    /// reads ahead on its own; with `cache = "none"` there is no cache to fill).
+    Done {
+        /// The client's handle, echoed in the reply.
+        handle: u64,
+    },
     /// A request that is answered with this error without being served.
     Error {
         /// The client's handle, echoed in the reply.
@@ -594,9 +624,9 @@ impl ServerCodec {
             let name = data.get(4..4 + name_len)?;
             let count = be16(data.get(4 + name_len..6 + name_len)?) as usize;
             let rest = data.get(6 + name_len..)?;
-            (rest.len() == 2 * count).then_some(name)
+            (rest.len() == 2 * count).then(|| (name, rest.chunks(2).map(be16).collect::<Vec<_>>()))
         })();
-        let Some(name) = parsed else {
+        let Some((name, asked)) = parsed else {
             self.error(option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO request");
             return Ok(Step::Again);
         };
@@ -622,6 +652,18 @@ impl ServerCodec {
         block.extend_from_slice(&4096u32.to_be_bytes());
         block.extend_from_slice(&MAX_PAYLOAD.to_be_bytes());
         self.reply(option, REP_INFO, &block);
+        // The name (the export's own, also when the empty name selected it) and the
+        // description, when asked for; a description only where there is one.
+        if asked.contains(&INFO_NAME) {
+            let mut d = INFO_NAME.to_be_bytes().to_vec();
+            d.extend_from_slice(e.name.as_bytes());
+            self.reply(option, REP_INFO, &d);
+        }
+        if asked.contains(&INFO_DESCRIPTION) && !e.description.is_empty() {
+            let mut d = INFO_DESCRIPTION.to_be_bytes().to_vec();
+            d.extend_from_slice(e.description.as_bytes());
+            self.reply(option, REP_INFO, &d);
+        }
         self.reply(option, REP_ACK, &[]);
         if option == OPT_GO {
             self.selecting = Some((option, at));
@@ -636,10 +678,11 @@ impl ServerCodec {
         std::str::from_utf8(name).ok().and_then(|n| self.find(n))
     }
 
-    /// An export by exact name; the empty name picks the only export when there is one.
+    /// An export by exact name; the empty name picks the default export, when there is
+    /// one.
     fn find(&self, name: &str) -> Option<usize> {
-        if name.is_empty() && self.exports.len() == 1 {
-            return Some(0);
+        if name.is_empty() {
+            return self.exports.iter().position(|e| e.default);
         }
         self.exports.iter().position(|e| e.name == name)
     }
@@ -701,6 +744,7 @@ impl ServerCodec {
                 self.state = State::Payload { export };
                 return Ok(Step::Again);
             }
+            Verdict::Done => return Ok(Step::Event(Event::Done { handle: h.handle })),
             Verdict::Serve(kind) => kind,
         };
         // A flush covers the whole export; what a client put in its offset and length
@@ -736,6 +780,8 @@ enum Verdict {
     Write { fua: bool },
     /// A command without payload that will be served (`Write` never appears here).
     Serve(CommandKind),
+    /// Answered at once with success (`NBD_CMD_CACHE`).
+    Done,
 }
 
 /// The rules a request is served or refused by, in one place: the poll and
@@ -760,7 +806,8 @@ fn classify(
     // FUA is valid on every command (the NBD document: the server MUST accept it, even by
     // ignoring it); NO_HOLE only on WRITE_ZEROES, as nbdkit holds it.
     let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0
-        || (flags & CMD_FLAG_NO_HOLE != 0 && kind != CMD_WRITE_ZEROES);
+        || (flags & (CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO) != 0 && kind != CMD_WRITE_ZEROES);
+    let fast = flags & CMD_FLAG_FAST_ZERO != 0;
     let past_end = h
         .offset
         .checked_add(u64::from(h.len))
@@ -786,14 +833,19 @@ fn classify(
         }
         CMD_DISC => Verdict::Disconnect,
         _ if unknown_flags => refuse(EINVAL),
-        CMD_READ | CMD_TRIM | CMD_WRITE_ZEROES if h.len == 0 => refuse(EINVAL),
+        CMD_READ | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE if h.len == 0 => refuse(EINVAL),
         CMD_READ if h.len > MAX_PAYLOAD || past_end => refuse(EINVAL),
         CMD_READ => Verdict::Serve(CommandKind::Read),
+        CMD_CACHE if past_end => refuse(EINVAL),
+        CMD_CACHE => Verdict::Done,
         CMD_FLUSH => Verdict::Serve(CommandKind::Flush),
         CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => refuse(EPERM),
-        CMD_TRIM | CMD_WRITE_ZEROES if past_end => refuse(ENOSPC),
+        // A range past the end is the client's mistake for a trim (EINVAL, as nbdkit
+        // and qemu-nbd answer it); for zeroes it is a write with no room (ENOSPC).
+        CMD_TRIM if past_end => refuse(EINVAL),
+        CMD_WRITE_ZEROES if past_end => refuse(ENOSPC),
         CMD_TRIM => Verdict::Serve(CommandKind::Trim { fua }),
-        CMD_WRITE_ZEROES => Verdict::Serve(CommandKind::WriteZeroes { fua }),
+        CMD_WRITE_ZEROES => Verdict::Serve(CommandKind::WriteZeroes { fua, fast }),
         _ => refuse(EINVAL),
     };
     Ok((h, verdict))
@@ -805,10 +857,10 @@ enum Step {
     Event(Event),
 }
 
-/// Command flags this server acts on (FUA; NO_HOLE, which zeroing always honours); a
-/// request with any other, or with NO_HOLE on anything but WRITE_ZEROES, is answered
-/// `EINVAL`.
-const KNOWN_CMD_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE;
+/// Command flags this server acts on (FUA; NO_HOLE, which zeroing always honours;
+/// FAST_ZERO); a request with any other, or with NO_HOLE or FAST_ZERO on anything but
+/// WRITE_ZEROES, is answered `EINVAL`.
+const KNOWN_CMD_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
 
 /// Longest client-supplied string put in a message or a log line, in bytes.
 const PRINTABLE_BYTES: usize = 64;
@@ -840,16 +892,8 @@ mod tests {
 
     fn exports() -> Arc<Vec<ExportInfo>> {
         Arc::new(vec![
-            ExportInfo {
-                name: "a".into(),
-                size: 1 << 20,
-                read_only: false,
-            },
-            ExportInfo {
-                name: "ro".into(),
-                size: 4096,
-                read_only: true,
-            },
+            ExportInfo::new("a", 1 << 20, false),
+            ExportInfo::new("ro", 4096, true),
         ])
     }
 
@@ -990,7 +1034,10 @@ mod tests {
                     handle: 7,
                     offset: 0,
                     len: 512,
-                    kind: CommandKind::WriteZeroes { fua: false }
+                    kind: CommandKind::WriteZeroes {
+                        fua: false,
+                        fast: false
+                    }
                 }),
                 Event::Command(Command {
                     handle: 8,
@@ -1451,5 +1498,114 @@ mod tests {
         huge[12..16].copy_from_slice(&(MAX_OPTION + 1).to_be_bytes());
         c.receive(&huge);
         assert!(matches!(c.poll(), Err(ProtocolError::OptionTooLong { .. })));
+    }
+
+    /// `NBD_CMD_CACHE` is taken and answered at once (advertised; a range past the end
+    /// or of nothing is EINVAL); fast zero rides on write-zeroes only; a trim past the
+    /// end is the client's mistake (EINVAL), zeroes past it find no room (ENOSPC).
+    #[test]
+    fn cache_fast_zero_and_ranges_past_the_end() {
+        let flags = exports()[0].transmission_flags();
+        assert_ne!(flags & TFLAG_SEND_CACHE, 0);
+        assert_ne!(flags & TFLAG_SEND_FAST_ZERO, 0);
+        assert_eq!(
+            exports()[1].transmission_flags() & TFLAG_SEND_FAST_ZERO,
+            0,
+            "read-only"
+        );
+        let mut c = transmitting();
+        let end = 1u64 << 20;
+        let mut bytes = request(CMD_CACHE, 0, 1, 0, 65536);
+        bytes.extend(request(CMD_CACHE, 0, 2, end - 512, 1024));
+        bytes.extend(request(CMD_CACHE, 0, 3, 0, 0));
+        bytes.extend(request(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 4, 0, 8192));
+        bytes.extend(request(CMD_READ, CMD_FLAG_FAST_ZERO, 5, 0, 512));
+        bytes.extend(request(CMD_TRIM, 0, 6, end - 512, 1024));
+        bytes.extend(request(CMD_WRITE_ZEROES, 0, 7, end - 512, 1024));
+        c.receive(&bytes);
+        assert_eq!(
+            events(&mut c),
+            vec![
+                Event::Done { handle: 1 },
+                Event::Error {
+                    handle: 2,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 3,
+                    error: EINVAL
+                },
+                Event::Command(Command {
+                    handle: 4,
+                    offset: 0,
+                    len: 8192,
+                    kind: CommandKind::WriteZeroes {
+                        fua: false,
+                        fast: true
+                    },
+                }),
+                Event::Error {
+                    handle: 5,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 6,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 7,
+                    error: ENOSPC
+                },
+            ]
+        );
+    }
+
+    /// The empty name selects the export marked default, and none without one; a
+    /// client asking for the name and description gets them (no description where
+    /// there is none).
+    #[test]
+    fn the_default_export_and_its_name_and_description() {
+        let info = |name: &str, asked: &[u16]| {
+            let mut d = (name.len() as u32).to_be_bytes().to_vec();
+            d.extend_from_slice(name.as_bytes());
+            d.extend_from_slice(&(asked.len() as u16).to_be_bytes());
+            for a in asked {
+                d.extend_from_slice(&a.to_be_bytes());
+            }
+            option(OPT_INFO, &d)
+        };
+        let described = Arc::new(vec![
+            ExportInfo::new("a", 4096, false),
+            ExportInfo {
+                description: "the second".into(),
+                default: true,
+                ..ExportInfo::new("b", 8192, false)
+            },
+        ]);
+        let mut c = ServerCodec::new(described);
+        c.take_output();
+        c.receive(&(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES).to_be_bytes());
+        c.receive(&info("", &[INFO_NAME, INFO_DESCRIPTION]));
+        assert_eq!(events(&mut c), vec![]);
+        let r = replies(&c.take_output());
+        let infos: Vec<&Vec<u8>> = r.iter().filter(|x| x.1 == REP_INFO).map(|x| &x.2).collect();
+        assert_eq!(be64(&infos[0][2..]), 8192, "the empty name chose b");
+        assert!(infos.contains(&&[&INFO_NAME.to_be_bytes()[..], b"b"].concat()));
+        assert!(infos.contains(&&[&INFO_DESCRIPTION.to_be_bytes()[..], b"the second"].concat()));
+        assert_eq!(r.last().unwrap().1, REP_ACK);
+        // No description asked, none sent; "a" has none to send.
+        c.receive(&info("a", &[INFO_DESCRIPTION]));
+        assert_eq!(events(&mut c), vec![]);
+        let r = replies(&c.take_output());
+        assert_eq!(
+            r.iter().filter(|x| x.1 == REP_INFO).count(),
+            2,
+            "export and block size only"
+        );
+        // Without a default the empty name names nothing.
+        let mut c = negotiating();
+        c.receive(&info("", &[]));
+        assert_eq!(events(&mut c), vec![]);
+        assert_eq!(replies(&c.take_output())[0].1, REP_ERR_UNKNOWN);
     }
 }

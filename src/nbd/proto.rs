@@ -38,6 +38,12 @@ pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
 /// consistent view (a flush on one covers writes completed on all).
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 
+/// Transmission flag, `NBD_FLAG_SEND_CACHE`: the server takes `NBD_CMD_CACHE`.
+pub const TFLAG_SEND_CACHE: u16 = 1 << 10;
+/// Transmission flag, `NBD_FLAG_SEND_FAST_ZERO`: the server takes
+/// `NBD_CMD_FLAG_FAST_ZERO` on `NBD_CMD_WRITE_ZEROES`.
+pub const TFLAG_SEND_FAST_ZERO: u16 = 1 << 11;
+
 /// Option `NBD_OPT_EXPORT_NAME`: choose an export and end the handshake (no option reply).
 pub const OPT_EXPORT_NAME: u32 = 1;
 /// Option `NBD_OPT_ABORT`: the client ends the handshake without choosing an export.
@@ -75,6 +81,11 @@ pub const REP_ERR_TOO_BIG: u32 = (1 << 31) + 9;
 /// Information type `NBD_INFO_EXPORT` of `NBD_OPT_INFO`/`NBD_OPT_GO`: export size and
 /// transmission flags.
 pub const INFO_EXPORT: u16 = 0;
+/// Information type `NBD_INFO_NAME`: the export's name (sent when the client asks).
+pub const INFO_NAME: u16 = 1;
+/// Information type `NBD_INFO_DESCRIPTION`: a line about the export (sent when the
+/// client asks and the export has one).
+pub const INFO_DESCRIPTION: u16 = 2;
 /// Information type `NBD_INFO_BLOCK_SIZE` of `NBD_OPT_INFO`/`NBD_OPT_GO`: minimum, preferred
 /// and maximum block sizes.
 pub const INFO_BLOCK_SIZE: u16 = 3;
@@ -89,6 +100,8 @@ pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 /// Command `NBD_CMD_TRIM`: discard a range (its contents become unspecified).
 pub const CMD_TRIM: u16 = 4;
+/// Command `NBD_CMD_CACHE`: a hint that the range will be read soon.
+pub const CMD_CACHE: u16 = 5;
 /// Command `NBD_CMD_WRITE_ZEROES`: write zeroes to a range (no data follows the header).
 pub const CMD_WRITE_ZEROES: u16 = 6;
 
@@ -96,6 +109,10 @@ pub const CMD_WRITE_ZEROES: u16 = 6;
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 /// Command flag `NBD_CMD_FLAG_NO_HOLE`: `NBD_CMD_WRITE_ZEROES` must not deallocate the range.
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+
+/// Command flag `NBD_CMD_FLAG_FAST_ZERO`: `NBD_CMD_WRITE_ZEROES` must fail with
+/// `NBD_ENOTSUP` at once rather than be slower than a write of zeroes.
+pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
 
 /// Reply error `NBD_EPERM`: operation not permitted (Linux errno numbers, as the protocol fixes
 /// them).

@@ -74,7 +74,7 @@ impl Arrival {
         let (action, fua, zero) = match kind {
             CommandKind::Read => (Action::Read, false, false),
             CommandKind::Write { fua, .. } => (Action::Write, *fua, false),
-            CommandKind::WriteZeroes { fua } => (Action::Write, *fua, true),
+            CommandKind::WriteZeroes { fua, .. } => (Action::Write, *fua, true),
             CommandKind::Trim { fua } => (Action::Trim, *fua, false),
             CommandKind::Flush => (Action::Datasync, false, false),
         };
@@ -285,7 +285,10 @@ mod tests {
         c.record(&Arrival::of(
             2_100_000,
             1,
-            &CommandKind::WriteZeroes { fua: false },
+            &CommandKind::WriteZeroes {
+                fua: false,
+                fast: false,
+            },
             0,
             65536,
         ));

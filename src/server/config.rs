@@ -49,6 +49,7 @@ struct ServerFile {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     tls_psk: Option<PathBuf>,
+    default_export: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -105,6 +106,8 @@ struct TenantFile {
     read_only: bool,
     /// This tenant's cache mode (default: `backend.cache`).
     cache: Option<String>,
+    /// A line about the export, sent to clients that ask (`NBD_INFO_DESCRIPTION`).
+    description: Option<String>,
 }
 
 pub use crate::io::transfer::Cache;
@@ -203,6 +206,8 @@ pub struct TenantConfig {
     pub resize: bool,
     /// How its requests use the host's page cache (`cache`, default `backend.cache`).
     pub cache: Cache,
+    /// A line about the export for clients that ask (`NBD_INFO_DESCRIPTION`).
+    pub description: String,
 }
 
 /// A loaded, checked configuration.
@@ -269,6 +274,9 @@ pub struct ServerConfig {
     pub cost_device: Option<DeviceSpec>,
     /// The exports, in order (their index is their [`crate::types::TenantId`]).
     pub tenants: Vec<TenantConfig>,
+    /// The tenant the empty export name selects (`server.default_export`; by default
+    /// the only tenant when there is one, else none).
+    pub default_export: Option<usize>,
 }
 
 impl ServerConfig {
@@ -316,6 +324,8 @@ impl ServerConfig {
         let doc: toml::Table = toml::from_str(text).map_err(parse_problem)?;
         let file: ConfigFile = crate::config::from_table(doc)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let mut file = file;
+        let default_name = file.server.default_export.take();
         let server = server_section(file.server, &at)?;
         let backend = backend_section(file.backend.unwrap_or_default(), &at)?;
         if file.tenant.is_empty() {
@@ -330,6 +340,7 @@ impl ServerConfig {
             let tenant = tenant_config(t, &tenants, &backend, &at).map_err(|e| e.within(&field))?;
             tenants.push(tenant);
         }
+        let default_export = default_export(default_name, &tenants)?;
         let config = ServerConfig {
             unix: server.unix,
             tcp: server.tcp,
@@ -357,6 +368,7 @@ impl ServerConfig {
             emulated: backend.emulated,
             cost_device: backend.cost_device,
             tenants,
+            default_export,
         };
         check_images(&config, config_file)?;
         Ok(config)
@@ -409,6 +421,12 @@ impl ServerConfig {
                 self.max_connections_per_peer == new.max_connections_per_peer,
             ),
             ("server.tls*", self.tls == new.tls),
+            (
+                "server.default_export",
+                // Its default follows the number of exports, which is reported as such.
+                self.tenants.len() != new.tenants.len()
+                    || self.default_export == new.default_export,
+            ),
             ("backend.kind", self.backend == new.backend),
             ("backend.cache", self.cache == new.cache),
             ("backend.pdc", self.pdc == new.pdc),
@@ -429,6 +447,7 @@ impl ServerConfig {
                 ("read_only", a.read_only == b.read_only),
                 ("file/offset", a.storage == b.storage),
                 ("cache", a.cache == b.cache),
+                ("description", a.description == b.description),
             ];
             if let Some((field, _)) = fields.iter().find(|(_, same)| !same) {
                 return Some(format!("tenant {} ('{}'): {field}", i + 1, a.spec.name));
@@ -803,6 +822,41 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
 
 /// One `[[tenant]]`, checked against the backend and the tenants before it; errors name
 /// fields of the tenant's table.
+/// The longest description a tenant may have (the NBD protocol's strings are at most
+/// 4 KiB).
+const MAX_DESCRIPTION: usize = 4096;
+
+/// `server.default_export`: a tenant's name, or `false` for none; absent, the only
+/// tenant when there is one.
+fn default_export(
+    value: Option<toml::Value>,
+    tenants: &[TenantConfig],
+) -> Result<Option<usize>, Invalid> {
+    let field = "server.default_export";
+    match value {
+        None => Ok((tenants.len() == 1).then_some(0)),
+        Some(toml::Value::Boolean(false)) => Ok(None),
+        Some(toml::Value::String(name)) => tenants
+            .iter()
+            .position(|t| t.spec.name == name)
+            .map(Some)
+            .ok_or_else(|| {
+                let names: Vec<&str> = tenants.iter().map(|t| t.spec.name.as_str()).collect();
+                Invalid::new(
+                    field,
+                    format!(
+                        "'{name}' is no tenant's name (tenants: {})",
+                        names.join(", ")
+                    ),
+                )
+            }),
+        Some(other) => Err(Invalid::new(
+            field,
+            format!("{other} is neither a tenant's name nor false (no default export)"),
+        )),
+    }
+}
+
 fn tenant_config(
     t: TenantFile,
     before: &[TenantConfig],
@@ -859,6 +913,13 @@ fn tenant_config(
             ),
         ));
     }
+    let description = t.description.unwrap_or_default();
+    if description.len() > MAX_DESCRIPTION || description.contains(['\n', '\r']) {
+        return Err(Invalid::new(
+            "description",
+            format!("one line of at most {MAX_DESCRIPTION} bytes"),
+        ));
+    }
     Ok(TenantConfig {
         spec,
         size,
@@ -867,6 +928,7 @@ fn tenant_config(
         create: t.create,
         resize: t.resize,
         cache,
+        description,
     })
 }
 

@@ -355,11 +355,7 @@ mod tests {
             1,
             "local".into(),
             0,
-            ServerCodec::new(Arc::new(vec![ExportInfo {
-                name: "x".into(),
-                size: 4096,
-                read_only: false,
-            }])),
+            ServerCodec::new(Arc::new(vec![ExportInfo::new("x", 4096, false)])),
         )
     }
 

@@ -795,17 +795,8 @@ impl EngineCore {
             let c = self.conns[slot].as_mut().expect("pumped a live connection");
             match c.codec.poll() {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command, now),
-                Ok(Some(Event::Error { handle, error })) => {
-                    let bytes = std::mem::take(&mut c.reserved);
-                    assert_eq!(
-                        bytes,
-                        budget::REPLY_BYTES,
-                        "a refused request holds its reply"
-                    );
-                    c.reply(handle, error, None, bytes);
-                    // A connection whose sends failed drops the reply at once.
-                    self.inflight_bytes -= c.take_released();
-                }
+                Ok(Some(Event::Error { handle, error })) => self.answer_now(slot, handle, error),
+                Ok(Some(Event::Done { handle })) => self.answer_now(slot, handle, 0),
                 Ok(Some(Event::Disconnect)) => {
                     self.inflight_bytes -= c.drop_reservation();
                     c.input = Input::Parsed;
@@ -904,6 +895,30 @@ impl EngineCore {
             self.conns[slot] = None;
             self.intents.push(Intent::Close(slot));
         }
+    }
+
+    /// A request the codec answers without serving it (refused, or nothing to do) gets
+    /// its reply at once, in the place its header held.
+    fn answer_now(&mut self, slot: usize, handle: u64, error: u32) {
+        let tenant = self.conns[slot]
+            .as_ref()
+            .expect("answered on a live connection")
+            .tenant;
+        if error != 0 {
+            self.host.observer().0.answered_error(tenant, error);
+        }
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("answered on a live connection");
+        let bytes = std::mem::take(&mut c.reserved);
+        assert_eq!(
+            bytes,
+            budget::REPLY_BYTES,
+            "a request answered at once holds its reply"
+        );
+        c.reply(handle, error, None, bytes);
+        // A connection whose sends failed drops the reply at once.
+        self.inflight_bytes -= c.take_released();
     }
 
     /// A request from a connection is offered to the host; a refused one is answered
@@ -1201,6 +1216,9 @@ impl EngineCore {
     }
 
     fn answer(&mut self, sub: Submission, error: u32, data: Option<IoBuf>) {
+        if error != 0 {
+            self.host.observer().0.answered_error(sub.tenant, error);
+        }
         let c = self.conns[sub.conn]
             .as_mut()
             .expect("a connection stays open while it has requests");

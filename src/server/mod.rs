@@ -506,12 +506,18 @@ fn summarize(
             String::new()
         };
         eprintln!(
-            "ioshare: {}: {} requests, {} read, {} written, {} errors, {} refused, {} held back{journal}",
+            "ioshare: {}: {} requests, {} read, {} written, {} error{}{}, {} refused, {} held back{journal}",
             t.name,
             t.completed,
             crate::units::format_bytes(t.read_bytes),
             crate::units::format_bytes(t.written_bytes),
-            t.errors,
+            t.answered_error_total(),
+            if t.answered_error_total() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            stats::reasons(&t.errors_by_reason()),
             t.refused,
             t.held_back
         );
@@ -701,10 +707,11 @@ fn accept_until_stopped(
         config
             .tenants
             .iter()
-            .map(|t| ExportInfo {
-                name: t.spec.name.clone(),
-                size: t.size,
-                read_only: t.read_only,
+            .enumerate()
+            .map(|(i, t)| ExportInfo {
+                description: t.description.clone(),
+                default: config.default_export == Some(i),
+                ..ExportInfo::new(t.spec.name.clone(), t.size, t.read_only)
             })
             .collect(),
     );
@@ -884,6 +891,9 @@ fn live_result(
     );
     run.policy_name = config.policy.name.clone();
     run.host_cache = host_cache;
+    for (t, c) in run.tenants.iter_mut().zip(counters) {
+        t.errors = c.errors_by_reason().into_iter().collect();
+    }
     ScenarioResult {
         scenario: "live".into(),
         description: format!(

@@ -428,9 +428,32 @@ pub fn render(source: &MetricsSource) -> String {
             let _ = writeln!(out, "{name}{{tenant=\"{n}\"}} {}", field(t));
         }
     }
+    render_answered_errors(&mut out, &tenants, &names);
     render_latency(&mut out, &tenants, &names);
     render_gauges(&mut out, &source.stats.policy_gauges(), &names);
     out
+}
+
+/// Every reply that carried an error, per tenant and error (all of them, zeroes
+/// included, so that a rate of each is defined from the start).
+fn render_answered_errors(out: &mut String, tenants: &[TenantCounters], names: &[String]) {
+    let h = "ioshare_replies_with_error_total";
+    header(
+        out,
+        h,
+        "counter",
+        "Requests answered with an error, by the error: refused by the protocol's rules (EINVAL: past the end, zero length, unknown command or flag; EPERM: a change to a read-only export; ENOSPC: a write past the end), refused at admission (EIO), cancelled at shutdown (ESHUTDOWN), failed or timed out on the backend",
+    );
+    let reasons: Vec<String> = super::stats::REPLY_ERRORS
+        .iter()
+        .map(|&e| crate::nbd::proto::error_name(e).into_owned())
+        .chain(std::iter::once("other".to_string()))
+        .collect();
+    for (t, n) in tenants.iter().zip(names) {
+        for (reason, count) in reasons.iter().zip(t.answered_errors) {
+            let _ = writeln!(out, "{h}{{tenant=\"{n}\",error=\"{reason}\"}} {count}");
+        }
+    }
 }
 
 /// The latency histogram of successful requests, per tenant.
@@ -526,6 +549,9 @@ mod tests {
         stats.journal_group(1);
         stats.journal_write(1, 8192);
         stats.journal_write(1, 4096);
+        stats.answered_error(1, crate::nbd::proto::EINVAL);
+        stats.answered_error(1, crate::nbd::proto::EINVAL);
+        stats.answered_error(1, 1000);
         stats.publish_policy(vec![
             Gauge::tenant("credits", "Credits left", 0, 5.5),
             Gauge::tenant("credits", "Credits left", 1, 0.0),
@@ -570,5 +596,16 @@ mod tests {
         assert!(has("# TYPE ioshare_policy_periods_total counter"));
         assert!(has("ioshare_policy_periods_total 7"));
         assert_eq!(text.matches("# TYPE ioshare_policy_credits").count(), 1);
+        // Every reply with an error, per tenant and reason; the ones not seen are 0.
+        let e = "ioshare_replies_with_error_total";
+        assert!(
+            has(&format!("{e}{{tenant=\"vm2\",error=\"EINVAL\"}} 2")),
+            "{text}"
+        );
+        assert!(has(&format!("{e}{{tenant=\"vm2\",error=\"other\"}} 1")));
+        assert!(has(&format!("{e}{{tenant=\"vm2\",error=\"EIO\"}} 0")));
+        assert!(has(&format!(
+            "{e}{{tenant=\"vm\\\"1\",error=\"EINVAL\"}} 0"
+        )));
     }
 }

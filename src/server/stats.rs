@@ -2,6 +2,7 @@
 //! the engine, read by the periodic terminal line and the `/metrics` endpoint.
 
 use crate::host::{Observer, Status};
+use crate::nbd::proto;
 use crate::policy::{Gauge, Refusal};
 use crate::types::{Completion, Nanos, Op, Request, TenantId};
 use hdrhistogram::Histogram;
@@ -28,6 +29,19 @@ pub const LATENCY_BUCKETS_NS: [Nanos; 17] = [
     10_000_000_000,
 ];
 
+/// The reply errors counted one by one (the NBD protocol's values); any other is
+/// counted in one more slot, "other".
+pub const REPLY_ERRORS: [u32; 8] = [
+    proto::EPERM,
+    proto::EIO,
+    proto::ENOMEM,
+    proto::EINVAL,
+    proto::ENOSPC,
+    proto::EOVERFLOW,
+    proto::ENOTSUP,
+    proto::ESHUTDOWN,
+];
+
 #[derive(Debug, Clone)]
 /// What one tenant got so far on the live server.
 pub struct TenantCounters {
@@ -41,6 +55,12 @@ pub struct TenantCounters {
     pub completed: u64,
     /// Requests the backend failed.
     pub errors: u64,
+    /// Every request answered with an error, by the error ([`REPLY_ERRORS`] in order,
+    /// then any other): refused by the protocol's rules (`EINVAL`: past the end, a
+    /// zero length, an unknown command or flag; `EPERM`: a change to a read-only
+    /// export; `ENOSPC`: a write past the end), refused at admission, failed by the
+    /// backend or timed out.
+    pub answered_errors: [u64; REPLY_ERRORS.len() + 1],
     /// Requests answered `EIO` because the backend had not answered within
     /// `server.backend_timeout_s` (counted in `errors` too).
     pub backend_timeouts: u64,
@@ -80,6 +100,24 @@ pub struct TenantCounters {
 }
 
 impl TenantCounters {
+    /// The errors it was answered with, by name, those that happened only, in
+    /// [`REPLY_ERRORS`] order.
+    pub fn errors_by_reason(&self) -> Vec<(String, u64)> {
+        let names = REPLY_ERRORS
+            .iter()
+            .map(|&e| proto::error_name(e).into_owned())
+            .chain(std::iter::once("other".to_string()));
+        names
+            .zip(self.answered_errors)
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
+    /// All the errors it was answered with.
+    pub fn answered_error_total(&self) -> u64 {
+        self.answered_errors.iter().sum()
+    }
+
     /// Requests held by the policy: arrived, not yet dispatched, refused or cancelled.
     pub fn queued(&self) -> u64 {
         self.arrived - self.refused - self.cancelled - self.dispatched
@@ -112,6 +150,7 @@ impl LiveStats {
                         arrived: 0,
                         completed: 0,
                         errors: 0,
+                        answered_errors: [0; REPLY_ERRORS.len() + 1],
                         backend_timeouts: 0,
                         fenced: 0,
                         refused: 0,
@@ -141,6 +180,15 @@ impl LiveStats {
     /// A request of `tenant` was answered `ESHUTDOWN` (the drain deadline passed).
     pub fn cancelled(&self, tenant: TenantId) {
         self.tenants.lock().expect("stats lock")[tenant as usize].cancelled += 1;
+    }
+
+    /// A request of `tenant` was answered with `error` (non-zero).
+    pub fn answered_error(&self, tenant: TenantId, error: u32) {
+        let slot = REPLY_ERRORS
+            .iter()
+            .position(|&e| e == error)
+            .unwrap_or(REPLY_ERRORS.len());
+        self.tenants.lock().expect("stats lock")[tenant as usize].answered_errors[slot] += 1;
     }
 
     /// The journal detector marked one more group of `tenant`'s export.
@@ -228,6 +276,15 @@ impl LiveStats {
     }
 }
 
+/// Errors by reason as a summary shows them: ` (EINVAL 2, EIO 1)`, or nothing for none.
+pub fn reasons(by: &[(String, u64)]) -> String {
+    if by.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = by.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    format!(" ({})", each.join(", "))
+}
+
 /// The engine's host records into the counters (the lock is uncontended: only the
 /// engine thread writes, readers copy a snapshot now and then).
 impl Observer for std::sync::Arc<LiveStats> {
@@ -279,16 +336,43 @@ pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f
             let share = if total > 0 { 100.0 * bytes as f64 / total as f64 } else { 0.0 };
             let ideal = if bytes > 0 && active_weight > 0.0 { 100.0 * n.weight / active_weight } else { 0.0 };
             format!(
-                "{:<12} {:>9.1} MB/s {:>8.0} IOPS  p99 {:>8} µs  share {:>5.1}% (ideal {:>5.1}%)  errors {} refused {}",
+                "{:<12} {:>9.1} MB/s {:>8.0} IOPS  p99 {:>8} µs  share {:>5.1}% (ideal {:>5.1}%)  errors {}{} refused {}",
                 n.name,
                 bytes as f64 / secs / 1e6,
                 ios as f64 / secs,
                 n.latency.value_at_quantile(0.99) / 1000,
                 share,
                 ideal,
-                n.errors,
+                n.answered_error_total(),
+                reasons(&n.errors_by_reason()),
                 n.refused
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_counted_by_reason_and_said_in_order() {
+        let stats = LiveStats::new(&[("a".into(), 1.0)]);
+        for e in [proto::EIO, proto::EINVAL, proto::EINVAL, 999] {
+            stats.answered_error(0, e);
+        }
+        let t = &stats.snapshot()[0];
+        assert_eq!(t.answered_error_total(), 4);
+        let by = t.errors_by_reason();
+        assert_eq!(
+            by,
+            vec![
+                ("EIO".to_string(), 1),
+                ("EINVAL".to_string(), 2),
+                ("other".to_string(), 1)
+            ]
+        );
+        assert_eq!(reasons(&by), " (EIO 1, EINVAL 2, other 1)");
+        assert_eq!(reasons(&[]), "");
+    }
 }

@@ -1474,11 +1474,7 @@ pub(crate) fn handshaken(config: &CoreConfig, tenant: usize) -> ServerCodec {
         config
             .tenants
             .iter()
-            .map(|t| ExportInfo {
-                name: t.name.clone(),
-                size: t.size,
-                read_only: false,
-            })
+            .map(|t| ExportInfo::new(t.name.clone(), t.size, false))
             .collect::<Vec<_>>(),
     );
     let mut codec = ServerCodec::new(exports);
