@@ -2949,3 +2949,123 @@ fn ext4_with_pdc_survives_sigkill_mid_workload() {
     m.detach();
     s.stopped();
 }
+
+/// A self-signed certificate for `localhost` with `key`, in PEM: (certificate, key).
+fn self_signed(key: &openssl::pkey::PKey<openssl::pkey::Private>) -> (Vec<u8>, Vec<u8>) {
+    use openssl::x509::extension::SubjectAlternativeName;
+    use openssl::x509::{X509Builder, X509NameBuilder};
+    let mut name = X509NameBuilder::new().unwrap();
+    name.append_entry_by_text("CN", "localhost").unwrap();
+    let name = name.build();
+    let mut b = X509Builder::new().unwrap();
+    b.set_version(2).unwrap();
+    b.set_subject_name(&name).unwrap();
+    b.set_issuer_name(&name).unwrap();
+    b.set_pubkey(key).unwrap();
+    b.set_not_before(&openssl::asn1::Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    b.set_not_after(&openssl::asn1::Asn1Time::days_from_now(2).unwrap())
+        .unwrap();
+    let serial = openssl::bn::BigNum::from_u32(7)
+        .unwrap()
+        .to_asn1_integer()
+        .unwrap();
+    b.set_serial_number(&serial).unwrap();
+    let san = SubjectAlternativeName::new()
+        .dns("localhost")
+        .build(&b.x509v3_context(None, None))
+        .unwrap();
+    b.append_extension(san).unwrap();
+    let digest = if key.id() == openssl::pkey::Id::ED25519 {
+        openssl::hash::MessageDigest::null()
+    } else {
+        openssl::hash::MessageDigest::sha256()
+    };
+    b.sign(key, digest).unwrap();
+    (
+        b.build().to_pem().unwrap(),
+        key.private_key_to_pem_pkcs8().unwrap(),
+    )
+}
+
+/// Keys rustls's provider cannot sign with (a 2432-bit RSA key, as qemu-nbd takes;
+/// ECDSA on P-521) serve TLS through OpenSSL, and one it can (Ed25519) through rustls:
+/// each is read by nbdinfo over TLS.
+#[test]
+fn tls_keys_of_every_size_and_curve_are_served() {
+    use openssl::ec::{EcGroup, EcKey};
+    use openssl::nid::Nid;
+    use openssl::pkey::PKey;
+    let keys = [
+        (
+            "rsa-2432",
+            PKey::from_rsa(openssl::rsa::Rsa::generate(2432).unwrap()).unwrap(),
+        ),
+        (
+            "p-521",
+            PKey::from_ec_key(
+                EcKey::generate(&EcGroup::from_curve_name(Nid::SECP521R1).unwrap()).unwrap(),
+            )
+            .unwrap(),
+        ),
+        ("ed25519", PKey::generate_ed25519().unwrap()),
+    ];
+    for (what, key) in keys {
+        let dir = tempdir();
+        let (cert, key) = self_signed(&key);
+        std::fs::write(dir.path().join("cert.pem"), &cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), &key).unwrap();
+        let ca = dir.path().join("ca");
+        std::fs::create_dir(&ca).unwrap();
+        std::fs::write(ca.join("ca-cert.pem"), &cert).unwrap();
+        let port = free_port();
+        let s = Server::start(
+            dir.path(),
+            &format!(
+                "tcp = \"127.0.0.1:{port}\"\ntls = \"require\"\ntls_cert = \"cert.pem\"\n\
+                 tls_key = \"key.pem\"\n{TWO_TENANTS}"
+            ),
+        );
+        let out = run(Command::new("nbdinfo").arg("--json").arg(format!(
+            "nbds://localhost:{port}/vm1?tls-certificates={}",
+            ca.display()
+        )));
+        assert!(
+            stdout(&out).contains("\"TLS\": true"),
+            "{what}: {}",
+            stdout(&out)
+        );
+        s.stopped();
+    }
+}
+
+/// Pre-shared keys on a loopback address require TLS without being told to: a client in
+/// the clear over TCP gets nothing (it would otherwise read the exports without a key),
+/// and `tls = "optional"` is how to say otherwise.
+#[test]
+fn pre_shared_keys_require_tls_on_loopback_unless_said_optional() {
+    for (tls, clear_served) in [("", false), ("tls = \"optional\"\n", true)] {
+        let dir = tempdir();
+        std::fs::write(
+            dir.path().join("keys.psk"),
+            "alice:000102030405060708090a0b0c0d0e0f\n",
+        )
+        .unwrap();
+        let port = free_port();
+        let s = Server::start(
+            dir.path(),
+            &format!("tcp = \"127.0.0.1:{port}\"\n{tls}tls_psk = \"keys.psk\"\n{TWO_TENANTS}"),
+        );
+        let clear = Command::new("nbdinfo")
+            .arg(format!("nbd://127.0.0.1:{port}/vm1"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            clear.status.success(),
+            clear_served,
+            "{tls:?}: {}",
+            String::from_utf8_lossy(&clear.stderr)
+        );
+        s.stopped();
+    }
+}

@@ -488,7 +488,8 @@ struct Server {
 pub enum TlsMode {
     /// No TLS: `NBD_OPT_STARTTLS` is refused (`"off"`).
     Off,
-    /// Offered: a client may start TLS or go on in the clear (`"on"`).
+    /// Offered: a client may start TLS or go on in the clear (`"optional"`, also
+    /// written `"on"`).
     On,
     /// Required of TCP clients: nothing is served to one until it starts TLS
     /// (`"require"`). Clients on the Unix socket (mode 0600, local) may still use it.
@@ -529,16 +530,21 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
     let has_cert = s.tls_cert.is_some() || s.tls_key.is_some() || s.tls_psk.is_some();
     let mode = match s.tls.as_deref() {
         Some("off") => TlsMode::Off,
-        Some("on") => TlsMode::On,
+        Some("optional" | "on") => TlsMode::On,
         Some("require") => TlsMode::Require,
         Some(other) => {
             return Err(field(
                 "tls",
-                format!("must be \"off\", \"on\" or \"require\", got \"{other}\""),
+                format!(
+                    "must be \"off\", \"optional\" (also written \"on\") or \"require\", got \"{other}\""
+                ),
             ));
         }
         // Tenants' data does not cross a network in the clear unless asked for.
         None if network.is_some() => TlsMode::Require,
+        // Keys that say who may connect are kept by every TCP client, loopback ones
+        // too: offered only, any local process would read the exports without them.
+        None if s.tls_psk.is_some() || s.tls_client_ca.is_some() => TlsMode::Require,
         None if has_cert => TlsMode::On,
         None => TlsMode::Off,
     };
@@ -1290,6 +1296,22 @@ mod tests {
             Ok(TlsMode::Require),
             "pre-shared keys instead of a certificate"
         );
+        // Keys that say who may connect: required of every TCP client, loopback
+        // included, unless said optional.
+        assert_eq!(
+            mode("tcp = \"127.0.0.1:10809\"\ntls_psk = \"k.psk\"\n"),
+            Ok(TlsMode::Require)
+        );
+        assert_eq!(
+            mode(&format!(
+                "tcp = \"127.0.0.1:10809\"\n{cert}tls_client_ca = \"ca.pem\"\n"
+            )),
+            Ok(TlsMode::Require)
+        );
+        assert_eq!(
+            mode("tcp = \"127.0.0.1:10809\"\ntls = \"optional\"\ntls_psk = \"k.psk\"\n"),
+            Ok(TlsMode::On)
+        );
         let c = parse(&format!("[server]\n{cert}tls_client_ca = \"ca.pem\"\n{t}")).unwrap();
         assert_eq!(c.tls.cert, Some(PathBuf::from("/srv/c.pem")));
         assert_eq!(c.tls.client_ca, Some(PathBuf::from("/srv/ca.pem")));
@@ -1312,7 +1334,7 @@ mod tests {
             ),
             (
                 "tls = \"yes\"\n",
-                "server.tls: must be \"off\", \"on\" or \"require\"",
+                "server.tls: must be \"off\", \"optional\" (also written \"on\") or \"require\"",
             ),
             (
                 "tls_psk = \"k.psk\"\ntls_cert = \"c.pem\"\n",

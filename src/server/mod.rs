@@ -1218,10 +1218,13 @@ fn start_tls(
             }
             Transport::Tls(Box::new(owned))
         }
-        tls::Credentials::Psk(context) => {
+        tls::Credentials::OpenSsl(context) => {
             let ssl = openssl::ssl::Ssl::new(&context).map_err(|e| ConnectionError::tls("", e))?;
             let stream = ssl.accept(tls::Prepended::new(early, plain)).map_err(|e| {
-                ConnectionError::tls(" (PSK; an unknown identity or a wrong key fails it)", e)
+                ConnectionError::tls(
+                    " (OpenSSL: with pre-shared keys an unknown identity or a wrong key fails it)",
+                    e,
+                )
             })?;
             Transport::Psk(Box::new(stream))
         }

@@ -62,7 +62,17 @@ pub enum TlsError {
         /// Why.
         source: rustls::Error,
     },
-    /// OpenSSL refused a setting of the pre-shared-key context.
+    /// Neither rustls nor OpenSSL could use the certificate and key.
+    #[error(
+        "server.tls_cert and server.tls_key: rustls (RSA keys of 2048, 3072 or 4096 bits, ECDSA on P-256 or P-384, Ed25519) refused them: {rustls}; OpenSSL too: {openssl}"
+    )]
+    Rejected {
+        /// Why rustls refused them.
+        rustls: String,
+        /// Why OpenSSL refused them.
+        openssl: String,
+    },
+    /// OpenSSL refused a setting of a context.
     #[error("OpenSSL {what}: {source}")]
     OpenSsl {
         /// What was being set.
@@ -139,23 +149,73 @@ fn would_block(e: &std::io::Error) -> bool {
     )
 }
 
-/// The TLS library's credentials: X.509 through rustls, or pre-shared keys through
+/// The TLS library's credentials: X.509 through rustls; pre-shared keys through
 /// OpenSSL (rustls has no external PSKs; OpenSSL's are what GnuTLS clients, qemu's and
-/// libnbd's, speak).
+/// libnbd's, speak); and X.509 through OpenSSL where the key is one rustls's crypto
+/// provider (ring) cannot sign with — RSA keys of other sizes than 2048, 3072 and 4096
+/// bits (a 2432-bit key qemu-nbd takes, or 8192 bits), ECDSA on P-521.
 #[derive(Clone)]
 pub enum Credentials {
     /// A certificate chain and key, and maybe client CAs.
     X509(Arc<rustls::ServerConfig>),
-    /// Identities and their keys.
-    Psk(openssl::ssl::SslContext),
+    /// Identities and their keys, or a certificate chain and key rustls cannot use.
+    OpenSsl(openssl::ssl::SslContext),
 }
 
 /// The credentials `tls` names.
 pub fn credentials(tls: &Tls) -> Result<Credentials, TlsError> {
-    match &tls.psk {
-        Some(path) => Ok(Credentials::Psk(psk_context(path)?)),
-        None => Ok(Credentials::X509(server_config(tls)?)),
+    if let Some(path) = &tls.psk {
+        return Ok(Credentials::OpenSsl(psk_context(path)?));
     }
+    match server_config(tls) {
+        Ok(config) => Ok(Credentials::X509(config)),
+        // A key rustls cannot sign with: OpenSSL takes every size and curve it knows.
+        Err(e @ TlsError::Rustls { .. }) => {
+            x509_context(tls)
+                .map(Credentials::OpenSsl)
+                .map_err(|openssl| TlsError::Rejected {
+                    rustls: e.to_string(),
+                    openssl: openssl.to_string(),
+                })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An OpenSSL server context with the certificate chain and key `tls` names, and with
+/// `client_ca` a client certificate required.
+fn x509_context(tls: &Tls) -> Result<openssl::ssl::SslContext, TlsError> {
+    use openssl::ssl::{SslContextBuilder, SslFiletype, SslMethod, SslVerifyMode, SslVersion};
+    let (Some(cert), Some(key)) = (&tls.cert, &tls.key) else {
+        return Err(TlsError::NoPair);
+    };
+    let refused = |what| move |source| TlsError::OpenSsl { what, source };
+    let mut b = SslContextBuilder::new(SslMethod::tls_server()).map_err(refused("context"))?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))
+        .map_err(refused("protocol version"))?;
+    b.set_certificate_chain_file(cert)
+        .map_err(refused("server.tls_cert"))?;
+    b.set_private_key_file(key, SslFiletype::PEM)
+        .map_err(refused("server.tls_key"))?;
+    b.check_private_key()
+        .map_err(refused("server.tls_cert and server.tls_key: not a pair"))?;
+    if let Some(ca) = &tls.client_ca {
+        b.set_ca_file(ca).map_err(refused("server.tls_client_ca"))?;
+        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+    }
+    common_options(&mut b);
+    Ok(b.build())
+}
+
+/// What every OpenSSL context of the server sets.
+fn common_options(b: &mut openssl::ssl::SslContextBuilder) {
+    use openssl::ssl::SslMode;
+    b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
+    // Whole socket reads, not a record header and then its body: fewer system calls.
+    b.set_read_ahead(true);
+    // A client that hangs up without a TLS close is gone, not an error (OpenSSL 3
+    // reports it as one otherwise).
+    b.set_options(openssl::ssl::SslOptions::IGNORE_UNEXPECTED_EOF);
 }
 
 /// Reads a PSK file: one `identity:key` a line, the key in hex (qemu's `keys.psk`,
@@ -201,7 +261,7 @@ pub fn read_psk_file(path: &Path) -> Result<HashMap<Vec<u8>, Vec<u8>>, TlsError>
 const MAX_PSK: usize = 256;
 
 fn psk_context(path: &Path) -> Result<openssl::ssl::SslContext, TlsError> {
-    use openssl::ssl::{SslContextBuilder, SslMethod, SslMode, SslVersion};
+    use openssl::ssl::{SslContextBuilder, SslMethod, SslVersion};
     let keys = read_psk_file(path)?;
     let refused = |what| move |source| TlsError::OpenSsl { what, source };
     let mut b = SslContextBuilder::new(SslMethod::tls_server()).map_err(refused("context"))?;
@@ -210,12 +270,7 @@ fn psk_context(path: &Path) -> Result<openssl::ssl::SslContext, TlsError> {
     // No certificate: PSK key exchanges only (TLS 1.3 uses its PSK with (EC)DHE).
     b.set_cipher_list("kECDHEPSK:kDHEPSK:!eNULL:!MD5:!RC4:!3DES")
         .map_err(refused("cipher list"))?;
-    b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
-    // Whole socket reads, not a record header and then its body: fewer system calls.
-    b.set_read_ahead(true);
-    // A client that hangs up without a TLS close is gone, not an error (OpenSSL 3
-    // reports it as one otherwise).
-    b.set_options(openssl::ssl::SslOptions::IGNORE_UNEXPECTED_EOF);
+    common_options(&mut b);
     b.set_psk_server_callback(move |_ssl, identity, out| {
         // An unknown identity fails the handshake (no key: zero bytes).
         let key = identity.and_then(|id| keys.get(id));
