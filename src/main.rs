@@ -119,6 +119,10 @@ enum Command {
         /// it are counted and reported, not written.
         #[arg(long, value_name = "SIZE", default_value = "1g", requires = "capture")]
         capture_limit: ioshare::units::ByteSize,
+        /// Write the server's process id into FILE while it serves (removed at exit);
+        /// a FILE naming a server that still runs is refused.
+        #[arg(long, value_name = "FILE")]
+        pidfile: Option<PathBuf>,
     },
     /// Run the conformance suite: every proportional-share policy through a matrix of
     /// properties (work conservation, weight accuracy with 8 to 1,024 tenants, a deep
@@ -264,10 +268,12 @@ fn run(cli: Cli) -> Result<()> {
             out,
             capture,
             capture_limit,
+            pidfile,
         } => {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             let capture = capture.map(|path| (path, capture_limit.0));
-            let result = ioshare::server::serve(loaded, Some(config), out.clone(), capture)?;
+            let result =
+                ioshare::server::serve(loaded, Some(config), out.clone(), capture, pidfile)?;
             if let (Some(result), Some(dir)) = (result, out) {
                 print!("{}", report::table(&result));
                 report::write_all(&result, &dir)?;

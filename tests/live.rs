@@ -3069,3 +3069,160 @@ fn pre_shared_keys_require_tls_on_loopback_unless_said_optional() {
         s.stopped();
     }
 }
+
+/// The test plays the service manager: it binds the export socket and a TCP port itself,
+/// hands them over as socket activation does (descriptors 3 and 4, `LISTEN_FDS`,
+/// `LISTEN_PID`), and listens on a `NOTIFY_SOCKET`. `READY=1` comes once exports accept
+/// connections (a client is served at once, on both), `STOPPING=1` when SIGTERM drains;
+/// the pid file names the server while it runs; the manager's socket file stays.
+#[test]
+fn a_service_manager_hands_over_sockets_and_hears_ready_and_stopping() {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::net::{UnixDatagram, UnixListener};
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempdir();
+    let socket = dir.path().join("managed.sock");
+    let unix = UnixListener::bind(&socket).unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let notify = dir.path().join("notify");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let cfg = dir.path().join("serve.toml");
+    // The configuration names another socket: the handed-over one takes its place.
+    std::fs::write(
+        &cfg,
+        format!("[server]\nunix = \"unused.sock\"\ninterval_s = 0\n{TWO_TENANTS}"),
+    )
+    .unwrap();
+    let pidfile = dir.path().join("ioshare.pid");
+    let (ufd, tfd) = (unix.as_raw_fd(), tcp.as_raw_fd());
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg("export LISTEN_PID=$$ LISTEN_FDS=2; exec \"$0\" serve \"$1\" --pidfile \"$2\"")
+        .arg(env!("CARGO_BIN_EXE_ioshare"))
+        .arg(&cfg)
+        .arg(&pidfile)
+        .env("NOTIFY_SOCKET", &notify)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: fcntl and dup2 are async-signal-safe; nothing else runs in the child.
+    unsafe {
+        command.pre_exec(move || {
+            let (u, t) = (
+                libc::fcntl(ufd, libc::F_DUPFD, 100),
+                libc::fcntl(tfd, libc::F_DUPFD, 100),
+            );
+            if u < 0 || t < 0 || libc::dup2(u, 3) < 0 || libc::dup2(t, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let mut buf = [0u8; 512];
+    let n = manager.recv(&mut buf).expect("READY=1 within a minute");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=serving 2 export(s) on unix:"),
+        "{ready}"
+    );
+    assert!(
+        ready.contains("managed.sock") && ready.contains(&format!("tcp:127.0.0.1:{port}")),
+        "{ready}"
+    );
+    // Ready means served: on the handed-over Unix socket and TCP port, at once.
+    for uri in [
+        format!("nbd+unix:///vm1?socket={}", socket.display()),
+        format!("nbd://127.0.0.1:{port}/vm1"),
+    ] {
+        let out = run(Command::new("nbdinfo").arg("--size").arg(&uri));
+        assert_eq!(stdout(&out).trim(), (64u64 << 20).to_string(), "{uri}");
+    }
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert_eq!(pid.trim(), child.id().to_string());
+    assert!(!dir.path().join("unused.sock").exists());
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let n = manager.recv(&mut buf).expect("STOPPING=1");
+    assert!(
+        buf[..n].starts_with(b"STOPPING=1\n"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{err}");
+    assert!(!pidfile.exists(), "the pid file is removed at exit");
+    assert!(
+        socket.exists(),
+        "the manager's socket file is the manager's"
+    );
+}
+
+/// `contrib/grafana-dashboard.json` asks only for what the server exports: every metric
+/// name in every query is one the running server's `/metrics` declares (a histogram's
+/// `_bucket`, `_sum` and `_count` series included).
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
+    let dir = tempdir();
+    let port = free_port();
+    let s = Server::start(
+        dir.path(),
+        &format!("metrics = \"127.0.0.1:{port}\"\npolicy = \"feedbac\"\n{TWO_TENANTS}"),
+    );
+    let (status, text) = http_get(port, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    let mut exported: Vec<String> = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let mut words = rest.split(' ');
+            let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+            exported.push(name.to_string());
+            if kind == "histogram" {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    exported.push(format!("{name}{suffix}"));
+                }
+            }
+        }
+    }
+    s.stopped();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contrib/grafana-dashboard.json"
+    );
+    let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .expect("the dashboard is JSON");
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 6, "{} panels", panels.len());
+    let mut named = 0;
+    for p in panels {
+        for t in p["targets"].as_array().expect("targets") {
+            let expr = t["expr"].as_str().expect("a query");
+            let mut rest = expr;
+            while let Some(at) = rest.find("ioshare_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    exported.contains(&name),
+                    "{}: {name} is not exported (exported: {exported:?})",
+                    p["title"]
+                );
+                named += 1;
+                rest = &rest[at + name.len()..];
+            }
+        }
+    }
+    assert!(named >= 15, "only {named} metric names in the queries");
+}

@@ -271,3 +271,26 @@ fn every_subcommand_the_pages_name_exists() {
         }
     }
 }
+
+/// The sample configuration in `contrib/` (for the systemd unit there) is valid, and the
+/// unit runs the server as the README's reference says (notify readiness, SIGHUP
+/// reload, a pid file).
+#[test]
+fn the_contrib_service_files_hold_together() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = page("contrib/serve.toml");
+    let config = ioshare::server::config::ServerConfig::parse(&text, Path::new("/etc/ioshare"))
+        .unwrap_or_else(|e| panic!("contrib/serve.toml: {e}"));
+    assert_eq!(config.tenants.len(), 2);
+    assert_eq!(config.default_export, Some(0));
+    let unit = page("contrib/ioshare.service");
+    for line in [
+        "Type=notify",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "--pidfile /run/ioshare/ioshare.pid",
+    ] {
+        assert!(unit.contains(line), "ioshare.service lacks {line}");
+    }
+    assert!(page("contrib/ioshare.socket").contains("ListenStream=/run/ioshare/ioshare.sock"));
+    assert!(root.join("contrib/grafana-dashboard.json").exists());
+}

@@ -50,6 +50,12 @@ pub enum ServeError {
         /// What is there.
         why: &'static str,
     },
+    /// Listening sockets handed over by a service manager could not be taken.
+    #[error("socket activation: {0}")]
+    Activation(#[from] super::service::ActivationError),
+    /// `--pidfile` could not be written, or names a server that still runs.
+    #[error("--pidfile: {0}")]
+    PidFile(String),
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] MetricsError),

@@ -26,6 +26,7 @@ pub(crate) mod gate;
 pub(crate) mod identity;
 pub(crate) mod logs;
 pub(crate) mod prometheus;
+pub(crate) mod service;
 pub(crate) mod stats;
 pub mod swarm;
 pub(crate) mod tls;
@@ -266,7 +267,11 @@ pub fn serve(
     source: Option<PathBuf>,
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
+    pidfile: Option<PathBuf>,
 ) -> Result<Option<ScenarioResult>, ServeError> {
+    // Read first, before any thread could read the environment.
+    let inherited = service::inherited()?;
+    let notifier = service::Notifier::from_env();
     if let Some(dir) = &out {
         // Found out now, not after hours of serving.
         std::fs::create_dir_all(dir).map_err(|source| ServeError::Output {
@@ -289,31 +294,19 @@ pub fn serve(
             .collect::<Vec<_>>(),
     ));
     let offer = TlsOffer::new(&config.tls)?;
-    let listeners = Listeners::bind(&config)?;
-    install_signals();
-    let metrics_at = match &config.metrics {
-        Some(addr) => Some(prometheus::spawn(
-            addr,
-            prometheus::MetricsSource {
-                stats: stats.clone(),
-                policy: config.policy.label.clone(),
-            },
-        )?),
+    let listeners = Listeners::bind(&config, inherited)?;
+    let _pid_file = match &pidfile {
+        Some(path) => Some(service::PidFile::create(path).map_err(ServeError::PidFile)?),
         None => None,
     };
+    install_signals();
+    let metrics_at = spawn_metrics(&config, &stats)?;
     let clock = Instant::now();
     let (handle, inbox) = engine::channel()?;
     let recorder = out
         .as_ref()
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
-    let capture = match &capture {
-        Some((path, limit)) => Some(capture::Capture::open(
-            path,
-            &specs.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
-            *limit,
-        )?),
-        None => None,
-    };
+    let capture = open_capture(capture.as_ref(), &specs)?;
     let cost = config.cost_model(model.as_deref());
     let policy = crate::policy::build_on(
         &config.policy.name,
@@ -341,6 +334,13 @@ pub fn serve(
         config.policy.label,
         config.queue_depth
     );
+    // Ready: the listeners are bound and the engine runs, so a client is accepted.
+    let notify = |state: &str| notifier.iter().for_each(|n| n.send(state));
+    notify(&format!(
+        "READY=1\nSTATUS=serving {} export(s) on {}",
+        config.tenants.len(),
+        listeners.describe(&config)
+    ));
     let registry = accept_until_stopped(
         &mut config,
         source.as_deref(),
@@ -350,8 +350,36 @@ pub fn serve(
         &offer,
         &|| engine_thread.is_finished(),
     );
+    notify("STOPPING=1\nSTATUS=draining: serving what was received, then syncing");
     let outcome = stop(&config, listeners, &registry, handle, engine_thread)?;
     Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// The metrics endpoint, when `server.metrics` asks for one: where it listens.
+fn spawn_metrics(
+    config: &ServerConfig,
+    stats: &Arc<LiveStats>,
+) -> Result<Option<std::net::SocketAddr>, ServeError> {
+    let Some(addr) = &config.metrics else {
+        return Ok(None);
+    };
+    let source = prometheus::MetricsSource {
+        stats: stats.clone(),
+        policy: config.policy.label.clone(),
+    };
+    Ok(Some(prometheus::spawn(addr, source)?))
+}
+
+/// The capture file `serve --capture` asks for, with its size limit.
+fn open_capture(
+    capture: Option<&(PathBuf, u64)>,
+    specs: &[crate::types::TenantSpec],
+) -> Result<Option<capture::Capture>, ServeError> {
+    let Some((path, limit)) = capture else {
+        return Ok(None);
+    };
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    Ok(Some(capture::Capture::open(path, &names, *limit)?))
 }
 
 /// The emulated device model, when the configuration asks for one (built now: an aged
@@ -575,14 +603,20 @@ fn close_overdue_handshakes(registry: &Registry, now: Instant) {
 }
 
 impl Listeners {
-    /// Listens where the configuration says; non-blocking, so one poll serves both.
-    fn bind(config: &ServerConfig) -> Result<Listeners, ServeError> {
-        let (unix, socket) = match &config.unix {
-            Some(path) => (Some(bind_unix(path)?), Some(SocketFile(path.clone()))),
-            None => (None, None),
+    /// Listens where the configuration says, or on what a service manager handed over
+    /// (in place of the setting of the same kind); non-blocking, so one poll serves
+    /// both.
+    fn bind(config: &ServerConfig, inherited: service::Inherited) -> Result<Listeners, ServeError> {
+        let (unix, socket) = match (inherited.unix, &config.unix) {
+            // The manager's socket file is the manager's: not removed at exit.
+            (Some(l), _) => (Some(l), None),
+            (None, Some(path)) => (Some(bind_unix(path)?), Some(SocketFile(path.clone()))),
+            (None, None) => (None, None),
         };
-        let tcp = match &config.tcp {
-            Some(addr) => Some(
+        let tcp = match (inherited.tcp, &config.tcp) {
+            (Some(l), _) => Some(l),
+            (None, None) => None,
+            (None, Some(addr)) => Some(
                 TcpListener::bind(addr)
                     .and_then(|l| l.set_nonblocking(true).map(|()| l))
                     .map_err(|source| ServeError::Listen {
@@ -591,7 +625,6 @@ impl Listeners {
                         source,
                     })?,
             ),
-            None => None,
         };
         Ok(Listeners {
             unix,
@@ -613,8 +646,18 @@ impl Listeners {
     /// `unix:PATH, tcp:ADDR` for the start-up line.
     fn describe(&self, config: &ServerConfig) -> String {
         let mut listening = Vec::new();
-        if let Some(p) = &config.unix {
-            listening.push(format!("unix:{}", p.display()));
+        if let Some(l) = &self.unix {
+            match l.local_addr().ok().as_ref().and_then(|a| a.as_pathname()) {
+                Some(p) => listening.push(format!("unix:{}", p.display())),
+                None => listening.push(format!(
+                    "unix:{}",
+                    config
+                        .unix
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new("?"))
+                        .display()
+                )),
+            }
         }
         if let Some(l) = &self.tcp {
             match l.local_addr() {
