@@ -174,6 +174,18 @@ enum Command {
     Trace(cli::trace::Args),
     /// List policies, device presets and workload stand-ins.
     List,
+    /// Print the shell completion script for SHELL (e.g. `ioshare completions bash >
+    /// /etc/bash_completion.d/ioshare`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (ioshare.1 and one per subcommand) into a folder.
+    Man {
+        /// The folder (created when missing).
+        #[arg(long, default_value = "man")]
+        out: PathBuf,
+    },
     /// Run the live engine's core on a simulated network and disk with faults (slow and
     /// vanishing clients, short and failed I/O, crashes), seed by seed, checking its
     /// properties after every event; a failing seed is printed with the command that
@@ -294,6 +306,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),
         Command::List => cli::list::run(),
+        Command::Completions { shell } => cli::generate::completions(shell),
+        Command::Man { out } => cli::generate::man(&out),
         Command::Trace(a) => cli::trace::run(a),
         Command::EngineSwarm(a) => cli::engine_swarm::run(a),
         Command::Precondition {

@@ -526,3 +526,46 @@ fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
     );
     assert_eq!(text.lines().count(), 4, "{text}");
 }
+
+/// Completions and man pages come from the command line's own definition: every
+/// subcommand is in the bash script and has its page.
+#[test]
+fn completions_and_man_pages_cover_every_subcommand() {
+    let help = ioshare().arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let subcommands: Vec<String> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|s| s != "help")
+        .collect();
+    assert!(subcommands.len() >= 10, "{subcommands:?}");
+    let bash = ioshare().args(["completions", "bash"]).output().unwrap();
+    assert!(bash.status.success());
+    let bash = String::from_utf8(bash.stdout).unwrap();
+    assert!(bash.contains("_ioshare()"), "not a bash completion script");
+    let dir = tempfile::tempdir().unwrap();
+    let o = ioshare()
+        .args(["man", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for s in &subcommands {
+        assert!(bash.contains(s.as_str()), "{s} not in the bash completions");
+        let page = std::fs::read_to_string(dir.path().join(format!("ioshare-{s}.1")))
+            .unwrap_or_else(|e| panic!("ioshare-{s}.1: {e}"));
+        assert!(
+            page.contains(&format!(".TH ioshare-{s} 1")),
+            "{s}: {}",
+            &page[..200.min(page.len())]
+        );
+    }
+    let main = std::fs::read_to_string(dir.path().join("ioshare.1")).unwrap();
+    assert!(main.contains(".TH ioshare 1"));
+    let bad = ioshare().args(["completions", "tcsh"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("possible values"));
+}
