@@ -44,54 +44,13 @@ struct RealTarget {
 #[derive(Subcommand)]
 enum Command {
     /// Run a scenario (TOML) in the deterministic simulator and compare its policies.
-    Sim {
-        /// Scenario file (see scenarios/ for examples).
-        scenario: PathBuf,
-        /// Write results.json, timeseries.csv and report.html into this directory.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Run only these policies (repeatable; default: the scenario's list).
-        #[arg(long = "policy", value_name = "P")]
-        policies: Vec<String>,
-        /// Override the scenario's seed.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Override the scenario's duration, seconds.
-        #[arg(long, allow_negative_numbers = true)]
-        duration: Option<f64>,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Run even when the scenario's estimated cost (memory, aging time, requests)
-        /// is past the limits a run is refused above.
-        #[arg(long)]
-        force: bool,
-    },
+    Sim(cli::sim::SimArgs),
     /// Say which policy keeps a scenario's promises best: run it under every policy (or
     /// those named) and print the verdict — one paragraph, then a table with each
     /// policy's promises kept and missed and its throughput against `none`. A promise
     /// is a tenant's weight, reservation, limit or SLO; `sim` and every report end on
     /// the same verdict.
-    Advise {
-        /// Scenario file (see scenarios/ for examples).
-        scenario: PathBuf,
-        /// Write the full report (results.json, timeseries.csv, report.html) here too.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Judge only these policies (repeatable; default: every registered policy and
-        /// the scenario's own variants).
-        #[arg(long = "policy", value_name = "P")]
-        policies: Vec<String>,
-        /// Override the scenario's seed.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Override the scenario's duration, seconds.
-        #[arg(long, allow_negative_numbers = true)]
-        duration: Option<f64>,
-        /// Run even when the scenario's estimated cost is past the limits.
-        #[arg(long)]
-        force: bool,
-    },
+    Advise(cli::sim::SimArgs),
     /// Run the built-in demo (4 tenants, weights 10:7:4:1, aged SATA SSD: two busy, one
     /// that idles and returns, one with an SLO and a reservation; every policy) and write
     /// its report.
@@ -235,45 +194,8 @@ fn explain(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Sim {
-            scenario,
-            out,
-            policies,
-            seed,
-            duration,
-            quiet,
-            force,
-        } => cli::sim::run(
-            cli::sim::SimArgs {
-                scenario,
-                out,
-                policies,
-                seed,
-                duration,
-                quiet,
-                force,
-            },
-            cli::sim::Show::Table,
-        ),
-        Command::Advise {
-            scenario,
-            out,
-            policies,
-            seed,
-            duration,
-            force,
-        } => cli::sim::run(
-            cli::sim::SimArgs {
-                scenario,
-                out,
-                policies,
-                seed,
-                duration,
-                quiet: false,
-                force,
-            },
-            cli::sim::Show::Verdict,
-        ),
+        Command::Sim(args) => cli::sim::run(args, cli::sim::Show::Table),
+        Command::Advise(args) => cli::sim::run(args, cli::sim::Show::Verdict),
         Command::Demo { out } => cli::sim::demo(out),
         Command::Serve {
             config,

@@ -78,24 +78,25 @@ const SCENARIO_FIELDS: &[(&str, &str, usize, &str)] = &[
     ),
 ];
 
-#[test]
-fn every_hostile_size_in_a_scenario_is_refused_with_its_line_tenant_and_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.toml");
-    std::fs::write(&path, SCENARIO).unwrap();
-    let points = Scenario::load_points(&path).expect("the template loads");
-    points.get(0).expect("the template is valid");
+/// Writes `template` with each field of `fields` given each [`HOSTILE`] value into
+/// `path` and checks that `load` refuses it naming `file:line: field: ` and the problem.
+fn every_value_refused(
+    path: &std::path::Path,
+    template: &str,
+    fields: &[(&str, &str, usize, &str)],
+    load: impl Fn(&std::path::Path) -> Result<(), String>,
+) {
+    std::fs::write(path, template).unwrap();
+    load(path).expect("the template loads");
+    let file = path.file_name().unwrap().to_string_lossy();
     let mut checked = 0;
-    for (line, with, at, field) in SCENARIO_FIELDS {
-        assert!(SCENARIO.contains(line), "{line}");
+    for (line, with, at, field) in fields {
+        assert!(template.contains(line), "{line}");
         for (value, word) in HOSTILE {
-            let text = SCENARIO.replacen(line, &with.replace("VALUE", value), 1);
-            std::fs::write(&path, &text).unwrap();
-            let e = match Scenario::load_points(&path).and_then(|p| p.get(0)) {
-                Ok(_) => panic!("{field} = {value} was accepted"),
-                Err(e) => e.to_string(),
-            };
-            let place = format!("s.toml:{at}: {field}: ");
+            let text = template.replacen(line, &with.replace("VALUE", value), 1);
+            std::fs::write(path, &text).unwrap();
+            let e = load(path).expect_err(&format!("{field} = {value} was accepted"));
+            let place = format!("{file}:{at}: {field}: ");
             assert!(
                 e.contains(&place),
                 "{field} = {value}: wanted `{place}` in: {e}"
@@ -107,7 +108,18 @@ fn every_hostile_size_in_a_scenario_is_refused_with_its_line_tenant_and_field() 
             checked += 1;
         }
     }
-    assert_eq!(checked, SCENARIO_FIELDS.len() * HOSTILE.len());
+    assert_eq!(checked, fields.len() * HOSTILE.len());
+}
+
+#[test]
+fn every_hostile_size_in_a_scenario_is_refused_with_its_line_tenant_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    every_value_refused(&dir.path().join("s.toml"), SCENARIO, SCENARIO_FIELDS, |p| {
+        Scenario::load_points(p)
+            .and_then(|points| points.get(0))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
 }
 
 const SERVER: &str = r#"[server]
@@ -162,33 +174,10 @@ const SERVER_FIELDS: &[(&str, &str, usize, &str)] = &[
 #[test]
 fn every_hostile_size_in_a_server_configuration_is_refused_with_its_line_tenant_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    // The template itself is valid (nothing is opened at load).
-    std::fs::write(&path, SERVER).unwrap();
-    ServerConfig::load(&path).expect("the template loads");
-    let mut checked = 0;
-    for (line, with, at, field) in SERVER_FIELDS {
-        assert!(SERVER.contains(line), "{line}");
-        for (value, word) in HOSTILE {
-            let text = SERVER.replacen(line, &with.replace("VALUE", value), 1);
-            std::fs::write(&path, &text).unwrap();
-            let e = match ServerConfig::load(&path) {
-                Ok(_) => panic!("{field} = {value} was accepted"),
-                Err(e) => e.to_string(),
-            };
-            let place = format!("c.toml:{at}: {field}: ");
-            assert!(
-                e.contains(&place),
-                "{field} = {value}: wanted `{place}` in: {e}"
-            );
-            assert!(
-                e.contains(word),
-                "{field} = {value}: wanted `{word}` in: {e}"
-            );
-            checked += 1;
-        }
-    }
-    assert_eq!(checked, SERVER_FIELDS.len() * HOSTILE.len());
+    // Nothing is opened at load.
+    every_value_refused(&dir.path().join("c.toml"), SERVER, SERVER_FIELDS, |p| {
+        ServerConfig::load(p).map(|_| ()).map_err(|e| e.to_string())
+    });
     // Nothing was created by loading.
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()

@@ -4,20 +4,29 @@
 use super::*;
 
 /// What `ioshare sim` and `ioshare advise` are given.
+#[derive(clap::Args, Debug)]
 pub(crate) struct SimArgs {
-    /// The scenario file.
+    /// Scenario file (see scenarios/ for examples).
     pub scenario: PathBuf,
-    /// Where the report goes.
+    /// Write results.json, timeseries.csv and report.html into this directory.
+    #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The policies to run (empty: the scenario's; for `advise`, every one).
+    /// Run only these policies (repeatable; default: `sim` runs the scenario's list,
+    /// `advise` every registered policy and the scenario's own variants).
+    #[arg(long = "policy", value_name = "P")]
     pub policies: Vec<String>,
-    /// The seed in place of the scenario's.
+    /// Override the scenario's seed.
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// The duration in place of the scenario's, seconds.
+    /// Override the scenario's duration, seconds.
+    #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// No progress bar.
+    #[arg(long, short)]
     pub quiet: bool,
-    /// Run past the cost limits.
+    /// Run even when the scenario's estimated cost (memory, aging time, requests) is
+    /// past the limits a run is refused above.
+    #[arg(long)]
     pub force: bool,
 }
 

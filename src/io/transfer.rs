@@ -540,40 +540,24 @@ mod tests {
         assert_eq!(t.step(-libc::EIO), Next::Done(proto::EIO));
     }
 
+    /// Write-zeroes of `len` bytes at 0.
+    fn zeroes(fua: bool, fast: bool, len: u32) -> Transfer {
+        Transfer::new(CommandKind::WriteZeroes { fua, fast }, 0, len)
+    }
+
     #[test]
     fn a_fast_zero_the_file_system_cannot_do_fails_at_once() {
-        let mut t = Transfer::new(
-            CommandKind::WriteZeroes {
-                fua: false,
-                fast: true,
-            },
-            0,
-            8192,
-        );
+        let mut t = zeroes(false, true, 8192);
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Done(proto::ENOTSUP));
-        let mut t = Transfer::new(
-            CommandKind::WriteZeroes {
-                fua: false,
-                fast: true,
-            },
-            0,
-            8192,
-        );
+        let mut t = zeroes(false, true, 8192);
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(0), Next::Done(0), "zeroed in place: done");
     }
 
     #[test]
     fn zeroing_falls_back_to_writing_zeroes() {
-        let mut t = Transfer::new(
-            CommandKind::WriteZeroes {
-                fua: true,
-                fast: false,
-            },
-            0,
-            8192,
-        );
+        let mut t = zeroes(true, false, 8192);
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
         let _ = t.entry(target(false, 0));
@@ -583,14 +567,7 @@ mod tests {
         assert_eq!(t.step(4096), Next::Done(0));
         // 3 GiB of zeroes: written a megabyte at a time from one 1 MiB buffer.
         let len = 3u32 << 30;
-        let mut t = Transfer::new(
-            CommandKind::WriteZeroes {
-                fua: false,
-                fast: false,
-            },
-            0,
-            len,
-        );
+        let mut t = zeroes(false, false, len);
         let _ = t.entry(target(false, 0));
         assert_eq!(t.step(-libc::EOPNOTSUPP), Next::Again);
         let _ = t.entry(target(false, 0));
