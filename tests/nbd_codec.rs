@@ -66,10 +66,23 @@ fn any_option() -> impl Strategy<Value = Vec<u8>> {
             }
             option(if go { 7 } else { 6 }, &d)
         });
+    // NBD_OPT_SET_META_CONTEXT / LIST_META_CONTEXT for base:allocation, so that block
+    // status requests are served too.
+    let meta = |o: u32, name: &str| {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&1u32.to_be_bytes());
+        d.extend_from_slice(&15u32.to_be_bytes());
+        d.extend_from_slice(b"base:allocation");
+        option(o, &d)
+    };
     prop_oneof![
         info,
         Just(option(3, &[])),
         Just(option(8, &[])),
+        Just(meta(10, "vm1")),
+        Just(meta(10, "tiny")),
+        Just(meta(9, "")),
         (9u32..64, prop::collection::vec(any::<u8>(), 0..16)).prop_map(|(o, d)| option(o, &d)),
     ]
 }

@@ -4,5 +4,6 @@
 //! buffers are `crate::buffer`'s, in the core: the NBD codec receives write payloads
 //! into them.)
 
+pub mod extents;
 pub mod ring;
 pub mod transfer;

@@ -449,7 +449,7 @@ fn is_unsupported(errno: i32) -> bool {
 }
 
 /// The NBD error value for an errno (the protocol allows a few).
-fn nbd_error(errno: i32) -> u32 {
+pub fn nbd_error(errno: i32) -> u32 {
     match errno {
         libc::EPERM | libc::EROFS | libc::EACCES => proto::EPERM,
         libc::ENOMEM => proto::ENOMEM,

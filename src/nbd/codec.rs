@@ -4,9 +4,13 @@
 //!
 //! It speaks the fixed newstyle handshake (`OPT_EXPORT_NAME`, `OPT_LIST`, `OPT_INFO`,
 //! `OPT_GO`, `OPT_ABORT`, and `OPT_STARTTLS` where TLS is offered or required, the
-//! handshake itself run by the caller: [`Event::StartTls`]; other options are answered
-//! `ERR_UNSUP`, structured replies included: replies are simple) and parses
-//! transmission requests. Every request that
+//! handshake itself run by the caller: [`Event::StartTls`]; `OPT_STRUCTURED_REPLY`, and
+//! `OPT_LIST_META_CONTEXT` / `OPT_SET_META_CONTEXT` with the one context `base:allocation`;
+//! other options are answered `ERR_UNSUP`) and parses transmission requests, block
+//! status ([`Event::BlockStatus`]) where structured replies and `base:allocation` were
+//! negotiated for the selected export (the caller encodes replies, structured ones
+//! with `proto::chunk`: reads as one data chunk, so `NBD_CMD_FLAG_DF` always holds).
+//! What is negotiated in the clear is forgotten when TLS starts. Every request that
 //! cannot be served (past the end, over 32 MiB, a write to a read-only export, an
 //! unknown command) becomes [`Event::Error`] so the connection answers it and stays
 //! usable; a write's payload is consumed even then, so the stream stays in step. Only
@@ -122,6 +126,19 @@ pub enum Event {
     Done {
         /// The client's handle, echoed in the reply.
         handle: u64,
+    },
+    /// `NBD_CMD_BLOCK_STATUS`: the range's allocation (`base:allocation`), answered
+    /// by the server from the file's holes and data as (length, `STATE_*` flags)
+    /// extents in one structured reply; not scheduled (no data moves).
+    BlockStatus {
+        /// The client's handle, echoed in the reply.
+        handle: u64,
+        /// Start of the range in bytes.
+        offset: u64,
+        /// Length of the range in bytes.
+        len: u32,
+        /// `NBD_CMD_FLAG_REQ_ONE`: the first extent only.
+        req_one: bool,
     },
     /// A request that is answered with this error without being served.
     Error {
@@ -255,6 +272,13 @@ pub struct ServerCodec {
     /// output its replies begin, so that the server may still refuse it
     /// ([`Self::refuse_selected`]).
     selecting: Option<(u32, usize)>,
+    /// The client asked for structured replies (`NBD_OPT_STRUCTURED_REPLY`).
+    structured: bool,
+    /// The export `base:allocation` was chosen for (`NBD_OPT_SET_META_CONTEXT`):
+    /// block status is served when it is the one selected.
+    allocation_for: Option<usize>,
+    /// Block status is served on the selected export.
+    block_status: bool,
 }
 
 impl ServerCodec {
@@ -282,6 +306,9 @@ impl ServerCodec {
             selecting: None,
             tls,
             tls_active: false,
+            structured: false,
+            allocation_for: None,
+            block_status: false,
         }
     }
 
@@ -292,6 +319,15 @@ impl ServerCodec {
         assert_eq!(self.state, State::AwaitTls, "TLS starts only when asked");
         self.tls_active = true;
         self.state = State::Options;
+        // What was negotiated in the clear does not carry over (the NBD document).
+        self.structured = false;
+        self.allocation_for = None;
+    }
+
+    /// The client asked for structured replies: reads are answered with data chunks
+    /// and errors with error chunks (`proto::chunk`).
+    pub fn structured(&self) -> bool {
+        self.structured
     }
 
     /// Whether TLS runs on the connection.
@@ -409,7 +445,8 @@ impl ServerCodec {
     /// The request the next [`Self::poll`] parses, once its header is whole: the data
     /// bytes serving it takes a buffer for (the length of a read or write that will be
     /// served: a write's payload buffer is allocated when its header is parsed, a read's
-    /// when it is served; 0 for anything else, answered or not). `None` while no whole
+    /// when it is served; the most a block status reply carries; 0 for anything else,
+    /// answered or not). `None` while no whole
     /// header waits (nothing received, a header not yet whole, a write payload still
     /// arriving, the handshake). Decided by the same rules as the poll itself (the
     /// codec's one `classify`). A server checks this against its memory budget before
@@ -425,8 +462,10 @@ impl ServerCodec {
         };
         let head = self.available().get(at..at.checked_add(REQUEST_HEADER)?)?;
         let head: &[u8; REQUEST_HEADER] = head.try_into().expect("sized");
-        Some(match classify(head, &self.exports[export]) {
+        Some(match classify(head, &self.exports[export], self.caps()) {
             Ok((h, Verdict::Serve(CommandKind::Read) | Verdict::Write { .. })) => h.len,
+            // Its reply carries extents: held like data until it is sent.
+            Ok((_, Verdict::BlockStatus { .. })) => MAX_BLOCK_STATUS_PAYLOAD,
             _ => 0,
         })
     }
@@ -586,29 +625,29 @@ impl ServerCodec {
                     self.output.extend_from_slice(&[0; 124]);
                 }
                 self.state = State::Transmission { export: index };
+                self.block_status = self.structured && self.allocation_for == Some(index);
                 Ok(Step::Event(Event::Selected { export: index }))
             }
             OPT_LIST => {
-                if !data.is_empty() {
-                    self.error(option, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
-                    return Ok(Step::Again);
-                }
-                for e in self.exports.clone().iter() {
-                    let mut d = Vec::with_capacity(4 + e.name.len());
-                    d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
-                    d.extend_from_slice(e.name.as_bytes());
-                    self.reply(option, REP_SERVER, &d);
-                }
-                self.reply(option, REP_ACK, &[]);
+                self.list(&data);
                 Ok(Step::Again)
             }
             OPT_INFO | OPT_GO => self.info_or_go(option, &data),
-            OPT_STRUCTURED_REPLY => {
+            OPT_STRUCTURED_REPLY if !data.is_empty() => {
                 self.error(
                     option,
-                    REP_ERR_UNSUP,
-                    "this server sends simple replies only",
+                    REP_ERR_INVALID,
+                    "NBD_OPT_STRUCTURED_REPLY takes no data",
                 );
+                Ok(Step::Again)
+            }
+            OPT_STRUCTURED_REPLY => {
+                self.structured = true;
+                self.reply(option, REP_ACK, &[]);
+                Ok(Step::Again)
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                self.meta_context(option, &data);
                 Ok(Step::Again)
             }
             _ => {
@@ -643,7 +682,8 @@ impl ServerCodec {
         let mut info = Vec::with_capacity(12);
         info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
         info.extend_from_slice(&e.size.to_be_bytes());
-        info.extend_from_slice(&e.transmission_flags().to_be_bytes());
+        let df = if self.structured { TFLAG_SEND_DF } else { 0 };
+        info.extend_from_slice(&(e.transmission_flags() | df).to_be_bytes());
         self.reply(option, REP_INFO, &info);
         // Any size is served (unaligned requests included); 4 KiB is what is fast.
         let mut block = Vec::with_capacity(14);
@@ -668,14 +708,92 @@ impl ServerCodec {
         if option == OPT_GO {
             self.selecting = Some((option, at));
             self.state = State::Transmission { export: index };
+            self.block_status = self.structured && self.allocation_for == Some(index);
             return Ok(Step::Event(Event::Selected { export: index }));
         }
         Ok(Step::Again)
     }
 
+    /// `NBD_OPT_LIST`: every export by name.
+    fn list(&mut self, data: &[u8]) {
+        if !data.is_empty() {
+            self.error(OPT_LIST, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+            return;
+        }
+        for e in self.exports.clone().iter() {
+            let mut d = Vec::with_capacity(4 + e.name.len());
+            d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+            d.extend_from_slice(e.name.as_bytes());
+            self.reply(OPT_LIST, REP_SERVER, &d);
+        }
+        self.reply(OPT_LIST, REP_ACK, &[]);
+    }
+
+    /// `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`: the one context this
+    /// server has is `base:allocation`; a list without queries, or asking for `base:`,
+    /// lists it; setting it (structured replies first) lets block status be asked of
+    /// that export.
+    fn meta_context(&mut self, option: u32, data: &[u8]) {
+        let parsed = (|| {
+            let name_len = be32(data.get(..4)?) as usize;
+            let name = data.get(4..4 + name_len)?;
+            let mut at = 4 + name_len;
+            let count = be32(data.get(at..at + 4)?) as usize;
+            at += 4;
+            let mut queries = Vec::new();
+            for _ in 0..count {
+                let len = be32(data.get(at..at + 4)?) as usize;
+                queries.push(data.get(at + 4..at + 4 + len)?);
+                at += 4 + len;
+            }
+            (at == data.len()).then_some((name, queries))
+        })();
+        let Some((name, queries)) = parsed else {
+            self.error(option, REP_ERR_INVALID, "malformed meta context request");
+            return;
+        };
+        if option == OPT_SET_META_CONTEXT && !self.structured {
+            self.error(
+                option,
+                REP_ERR_INVALID,
+                "ask for structured replies (NBD_OPT_STRUCTURED_REPLY) first",
+            );
+            return;
+        }
+        let Some(index) = self.find_bytes(name) else {
+            let message = format!("no export named '{}'", printable(name));
+            self.error(option, REP_ERR_UNKNOWN, &message);
+            return;
+        };
+        let wanted = |q: &&[u8]| {
+            *q == BASE_ALLOCATION.as_bytes() || (option == OPT_LIST_META_CONTEXT && *q == b"base:")
+        };
+        let chosen = if option == OPT_LIST_META_CONTEXT && queries.is_empty() {
+            true
+        } else {
+            queries.iter().any(wanted)
+        };
+        if option == OPT_SET_META_CONTEXT {
+            self.allocation_for = chosen.then_some(index);
+        }
+        if chosen {
+            let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+            d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+            self.reply(option, REP_META_CONTEXT, &d);
+        }
+        self.reply(option, REP_ACK, &[]);
+    }
+
     /// An export by its name's exact bytes (a name that is not UTF-8 names none).
     fn find_bytes(&self, name: &[u8]) -> Option<usize> {
         std::str::from_utf8(name).ok().and_then(|n| self.find(n))
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            structured: self.structured,
+            block_status: self.block_status,
+        }
     }
 
     /// An export by exact name; the empty name picks the default export, when there is
@@ -706,7 +824,7 @@ impl ServerCodec {
             return Ok(Step::NeedMore);
         };
         let head: [u8; REQUEST_HEADER] = head.try_into().expect("sized");
-        let (h, verdict) = classify(&head, &self.exports[export])?;
+        let (h, verdict) = classify(&head, &self.exports[export], self.caps())?;
         // A refused write's payload is skipped in large receives.
         self.after_large_write = false;
         self.pos += REQUEST_HEADER;
@@ -745,6 +863,14 @@ impl ServerCodec {
                 return Ok(Step::Again);
             }
             Verdict::Done => return Ok(Step::Event(Event::Done { handle: h.handle })),
+            Verdict::BlockStatus { req_one } => {
+                return Ok(Step::Event(Event::BlockStatus {
+                    handle: h.handle,
+                    offset: h.offset,
+                    len: h.len,
+                    req_one,
+                }));
+            }
             Verdict::Serve(kind) => kind,
         };
         // A flush covers the whole export; what a client put in its offset and length
@@ -782,6 +908,8 @@ enum Verdict {
     Serve(CommandKind),
     /// Answered at once with success (`NBD_CMD_CACHE`).
     Done,
+    /// `NBD_CMD_BLOCK_STATUS`, to be answered by the server.
+    BlockStatus { req_one: bool },
 }
 
 /// The rules a request is served or refused by, in one place: the poll and
@@ -790,6 +918,7 @@ enum Verdict {
 fn classify(
     head: &[u8; REQUEST_HEADER],
     e: &ExportInfo,
+    caps: Caps,
 ) -> Result<(Header, Verdict), ProtocolError> {
     let magic = be32(&head[..4]);
     if magic != REQUEST_MAGIC {
@@ -806,7 +935,9 @@ fn classify(
     // FUA is valid on every command (the NBD document: the server MUST accept it, even by
     // ignoring it); NO_HOLE only on WRITE_ZEROES, as nbdkit holds it.
     let unknown_flags = flags & !KNOWN_CMD_FLAGS != 0
-        || (flags & (CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO) != 0 && kind != CMD_WRITE_ZEROES);
+        || (flags & (CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO) != 0 && kind != CMD_WRITE_ZEROES)
+        || (flags & CMD_FLAG_DF != 0 && !(kind == CMD_READ && caps.structured))
+        || (flags & CMD_FLAG_REQ_ONE != 0 && kind != CMD_BLOCK_STATUS);
     let fast = flags & CMD_FLAG_FAST_ZERO != 0;
     let past_end = h
         .offset
@@ -838,6 +969,11 @@ fn classify(
         CMD_READ => Verdict::Serve(CommandKind::Read),
         CMD_CACHE if past_end => refuse(EINVAL),
         CMD_CACHE => Verdict::Done,
+        // Only after structured replies and base:allocation were negotiated.
+        CMD_BLOCK_STATUS if !caps.block_status || h.len == 0 || past_end => refuse(EINVAL),
+        CMD_BLOCK_STATUS => Verdict::BlockStatus {
+            req_one: flags & CMD_FLAG_REQ_ONE != 0,
+        },
         CMD_FLUSH => Verdict::Serve(CommandKind::Flush),
         CMD_TRIM | CMD_WRITE_ZEROES if e.read_only => refuse(EPERM),
         // A range past the end is the client's mistake for a trim (EINVAL, as nbdkit
@@ -860,7 +996,17 @@ enum Step {
 /// Command flags this server acts on (FUA; NO_HOLE, which zeroing always honours;
 /// FAST_ZERO); a request with any other, or with NO_HOLE or FAST_ZERO on anything but
 /// WRITE_ZEROES, is answered `EINVAL`.
-const KNOWN_CMD_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
+const KNOWN_CMD_FLAGS: u16 =
+    CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO | CMD_FLAG_DF | CMD_FLAG_REQ_ONE;
+
+/// What the connection negotiated that decides how a request is read.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    /// Structured replies.
+    structured: bool,
+    /// Block status on the selected export.
+    block_status: bool,
+}
 
 /// Longest client-supplied string put in a message or a log line, in bytes.
 const PRINTABLE_BYTES: usize = 64;
@@ -1074,7 +1220,7 @@ mod tests {
     fn unknown_export_and_unknown_option_get_error_replies() {
         let mut c = negotiating();
         c.receive(&go("../etc/passwd"));
-        c.receive(&option(OPT_STRUCTURED_REPLY, &[]));
+        c.receive(&option(OPT_STRUCTURED_REPLY, b"x"));
         c.receive(&option(99, b"xyz"));
         c.receive(&option(OPT_INFO, b"\0\0\0\x09tooshort"));
         assert_eq!(events(&mut c), vec![]);
@@ -1086,7 +1232,7 @@ mod tests {
             kinds,
             vec![
                 (OPT_GO, REP_ERR_UNKNOWN),
-                (OPT_STRUCTURED_REPLY, REP_ERR_UNSUP),
+                (OPT_STRUCTURED_REPLY, REP_ERR_INVALID),
                 (99, REP_ERR_UNSUP),
                 (OPT_INFO, REP_ERR_INVALID),
             ]
@@ -1607,5 +1753,135 @@ mod tests {
         c.receive(&info("", &[]));
         assert_eq!(events(&mut c), vec![]);
         assert_eq!(replies(&c.take_output())[0].1, REP_ERR_UNKNOWN);
+    }
+
+    fn meta(option: u32, export: &str, queries: &[&str]) -> Vec<u8> {
+        let mut d = (export.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(export.as_bytes());
+        d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+        for q in queries {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        self::option(option, &d)
+    }
+
+    /// Structured replies are taken; `base:allocation` is listed and set (after
+    /// structured replies only); block status is served on the export it was set for,
+    /// refused (EINVAL) without it, and DF / REQ_ONE ride only where they belong.
+    #[test]
+    fn structured_replies_meta_contexts_and_block_status() {
+        let mut c = negotiating();
+        // Setting a context before structured replies is refused.
+        c.receive(&meta(OPT_SET_META_CONTEXT, "a", &[BASE_ALLOCATION]));
+        assert_eq!(events(&mut c), vec![]);
+        assert_eq!(replies(&c.take_output())[0].1, REP_ERR_INVALID);
+        c.receive(&option(OPT_STRUCTURED_REPLY, &[]));
+        events(&mut c);
+        assert_eq!(
+            replies(&c.take_output()),
+            vec![(OPT_STRUCTURED_REPLY, REP_ACK, vec![])]
+        );
+        assert!(c.structured());
+        // Listing: everything, "base:", or the name; an unknown context lists nothing.
+        for (queries, listed) in [
+            (vec![], true),
+            (vec!["base:"], true),
+            (vec![BASE_ALLOCATION], true),
+            (vec!["qemu:dirty-bitmap:x"], false),
+        ] {
+            c.receive(&meta(OPT_LIST_META_CONTEXT, "a", &queries));
+            events(&mut c);
+            let r = replies(&c.take_output());
+            let contexts: Vec<&Vec<u8>> = r
+                .iter()
+                .filter(|x| x.1 == REP_META_CONTEXT)
+                .map(|x| &x.2)
+                .collect();
+            assert_eq!(contexts.len(), usize::from(listed), "{queries:?}");
+            if listed {
+                assert_eq!(be32(contexts[0]), BASE_ALLOCATION_ID);
+                assert_eq!(&contexts[0][4..], BASE_ALLOCATION.as_bytes());
+            }
+            assert_eq!(r.last().unwrap().1, REP_ACK);
+        }
+        c.receive(&meta(OPT_SET_META_CONTEXT, "a", &[BASE_ALLOCATION]));
+        events(&mut c);
+        let r = replies(&c.take_output());
+        assert_eq!((r[0].1, r[1].1), (REP_META_CONTEXT, REP_ACK));
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+        let r = replies(&c.take_output());
+        let flags = be16(&r[0].2[10..]);
+        assert_ne!(
+            flags & TFLAG_SEND_DF,
+            0,
+            "DF offered with structured replies"
+        );
+        let mut bytes = request(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 1, 4096, 65536);
+        bytes.extend(request(CMD_BLOCK_STATUS, 0, 2, (1 << 20) - 4096, 8192)); // past end
+        bytes.extend(request(CMD_READ, CMD_FLAG_DF, 3, 0, 512));
+        bytes.extend(request(CMD_READ, CMD_FLAG_REQ_ONE, 4, 0, 512));
+        c.receive(&bytes);
+        assert_eq!(
+            events(&mut c),
+            vec![
+                Event::BlockStatus {
+                    handle: 1,
+                    offset: 4096,
+                    len: 65536,
+                    req_one: true
+                },
+                Event::Error {
+                    handle: 2,
+                    error: EINVAL
+                },
+                Event::Command(Command {
+                    handle: 3,
+                    offset: 0,
+                    len: 512,
+                    kind: CommandKind::Read
+                }),
+                Event::Error {
+                    handle: 4,
+                    error: EINVAL
+                },
+            ]
+        );
+        // Without structured replies (or without the context): block status and DF are
+        // EINVAL.
+        let mut plain = transmitting();
+        assert!(!plain.structured());
+        let mut bytes = request(CMD_BLOCK_STATUS, 0, 5, 0, 4096);
+        bytes.extend(request(CMD_READ, CMD_FLAG_DF, 6, 0, 512));
+        plain.receive(&bytes);
+        assert_eq!(
+            events(&mut plain),
+            vec![
+                Event::Error {
+                    handle: 5,
+                    error: EINVAL
+                },
+                Event::Error {
+                    handle: 6,
+                    error: EINVAL
+                },
+            ]
+        );
+        // The context set for one export does not carry to another.
+        let mut other = negotiating();
+        other.receive(&option(OPT_STRUCTURED_REPLY, &[]));
+        other.receive(&meta(OPT_SET_META_CONTEXT, "a", &[BASE_ALLOCATION]));
+        other.receive(&go("ro"));
+        events(&mut other);
+        other.take_output();
+        other.receive(&request(CMD_BLOCK_STATUS, 0, 7, 0, 4096));
+        assert_eq!(
+            events(&mut other),
+            vec![Event::Error {
+                handle: 7,
+                error: EINVAL
+            }]
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! been announced by [`ServerCodec::next_request`] before the poll that took it, with the
 //! data it takes (the server's memory budget depends on it).
 
+use super::proto::MAX_BLOCK_STATUS_PAYLOAD;
 use super::{CommandKind, Event, ExportInfo, ProtocolError, ServerCodec};
 use std::sync::Arc;
 
@@ -70,6 +71,11 @@ pub fn run(exports: &Arc<Vec<ExportInfo>>, input: &[u8], cuts: &[usize]) -> Tran
                         "a request was not announced by next_request"
                     );
                 }
+                Ok(Some(Event::BlockStatus { .. })) => assert_eq!(
+                    held.take(),
+                    Some(MAX_BLOCK_STATUS_PAYLOAD),
+                    "a block status was not announced with its reply's size"
+                ),
                 Ok(Some(Event::Error { .. } | Event::Done { .. })) => assert_eq!(
                     held.take(),
                     Some(0),
@@ -136,6 +142,15 @@ pub fn check(exports: &[ExportInfo], t: &Transcript) {
             }
             Ok(Event::Error { .. } | Event::Done { .. }) => {
                 assert!(selected.is_some(), "a request answered before transmission");
+            }
+            Ok(Event::BlockStatus { offset, len, .. }) => {
+                let x = selected.expect("a block status before an export was selected");
+                assert!(*len > 0, "a block status of nothing");
+                let end = offset.checked_add(u64::from(*len));
+                assert!(
+                    end.is_some_and(|end| end <= x.size),
+                    "block status past the end"
+                );
             }
             Ok(Event::StartTls) => {
                 assert!(selected.is_none(), "TLS started during transmission");

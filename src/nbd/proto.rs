@@ -38,6 +38,9 @@ pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
 /// consistent view (a flush on one covers writes completed on all).
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 
+/// Transmission flag, `NBD_FLAG_SEND_DF`: the server takes `NBD_CMD_FLAG_DF` on reads
+/// (structured replies only; this server never splits a read's data anyway).
+pub const TFLAG_SEND_DF: u16 = 1 << 7;
 /// Transmission flag, `NBD_FLAG_SEND_CACHE`: the server takes `NBD_CMD_CACHE`.
 pub const TFLAG_SEND_CACHE: u16 = 1 << 10;
 /// Transmission flag, `NBD_FLAG_SEND_FAST_ZERO`: the server takes
@@ -59,12 +62,20 @@ pub const OPT_GO: u32 = 7;
 /// Option `NBD_OPT_STRUCTURED_REPLY`: ask for structured replies in transmission.
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
 
+/// Option `NBD_OPT_LIST_META_CONTEXT`: which metadata contexts an export has.
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+/// Option `NBD_OPT_SET_META_CONTEXT`: choose the metadata contexts of the export to
+/// be selected (`NBD_CMD_BLOCK_STATUS` reports them).
+pub const OPT_SET_META_CONTEXT: u32 = 10;
+
 /// Option reply `NBD_REP_ACK`: the option succeeded (or its list of replies is complete).
 pub const REP_ACK: u32 = 1;
 /// Option reply `NBD_REP_SERVER`: one export in reply to `NBD_OPT_LIST`.
 pub const REP_SERVER: u32 = 2;
 /// Option reply `NBD_REP_INFO`: one item of export information (`NBD_INFO_*`).
 pub const REP_INFO: u32 = 3;
+/// Option reply `NBD_REP_META_CONTEXT`: one metadata context (its id and name).
+pub const REP_META_CONTEXT: u32 = 4;
 /// Option error `NBD_REP_ERR_UNSUP`: the option is unknown or not supported.
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 /// Option error `NBD_REP_ERR_POLICY`: the server's policy forbids the option.
@@ -102,6 +113,8 @@ pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
 /// Command `NBD_CMD_CACHE`: a hint that the range will be read soon.
 pub const CMD_CACHE: u16 = 5;
+/// Command `NBD_CMD_BLOCK_STATUS`: the range's state in the metadata contexts chosen.
+pub const CMD_BLOCK_STATUS: u16 = 7;
 /// Command `NBD_CMD_WRITE_ZEROES`: write zeroes to a range (no data follows the header).
 pub const CMD_WRITE_ZEROES: u16 = 6;
 
@@ -110,6 +123,10 @@ pub const CMD_FLAG_FUA: u16 = 1 << 0;
 /// Command flag `NBD_CMD_FLAG_NO_HOLE`: `NBD_CMD_WRITE_ZEROES` must not deallocate the range.
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 
+/// Command flag `NBD_CMD_FLAG_DF`: the read's data must come in one chunk.
+pub const CMD_FLAG_DF: u16 = 1 << 2;
+/// Command flag `NBD_CMD_FLAG_REQ_ONE`: block status of the first extent only.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 /// Command flag `NBD_CMD_FLAG_FAST_ZERO`: `NBD_CMD_WRITE_ZEROES` must fail with
 /// `NBD_ENOTSUP` at once rather than be slower than a write of zeroes.
 pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
@@ -154,6 +171,50 @@ pub const MAX_OPTION: u32 = 64 << 10;
 
 /// Length of a simple reply header.
 pub const SIMPLE_REPLY_LEN: usize = 16;
+/// Prefix of each structured reply chunk.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+/// Structured reply flag `NBD_REPLY_FLAG_DONE`: the last chunk of the reply.
+pub const REPLY_FLAG_DONE: u16 = 1;
+/// Chunk type `NBD_REPLY_TYPE_OFFSET_DATA`: an offset, then data read from there.
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+/// Chunk type `NBD_REPLY_TYPE_BLOCK_STATUS`: a context id, then (length, flags) pairs.
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+/// Chunk type `NBD_REPLY_TYPE_ERROR`: an error value and a message.
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+/// Length of a structured reply chunk's header.
+pub const CHUNK_HEADER_LEN: usize = 20;
+/// The longest reply header this server sends (a read's data chunk: the chunk header
+/// and the offset), what every request holds of the memory budget for its reply.
+pub const MAX_REPLY_HEADER: usize = CHUNK_HEADER_LEN + 8;
+/// `base:allocation` state flag `NBD_STATE_HOLE`: the extent is not allocated.
+pub const STATE_HOLE: u32 = 1;
+/// `base:allocation` state flag `NBD_STATE_ZERO`: the extent reads as zeroes.
+pub const STATE_ZERO: u32 = 2;
+/// The one metadata context this server has.
+pub const BASE_ALLOCATION: &str = "base:allocation";
+/// Its id in `NBD_REP_META_CONTEXT` and block status replies.
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// The most extents one block status reply carries (the client asks again for the
+/// rest): 4 + 8 × this bytes of payload.
+pub const MAX_EXTENTS: usize = 256;
+/// A block status reply's payload at most.
+pub const MAX_BLOCK_STATUS_PAYLOAD: u32 = 4 + 8 * MAX_EXTENTS as u32;
+
+/// Encodes a structured reply chunk's header (`len`: the payload that follows).
+pub fn chunk(out: &mut Vec<u8>, flags: u16, kind: u16, handle: u64, len: u32) {
+    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&handle.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
+}
+
+/// Encodes a whole error chunk (no message), the reply's last.
+pub fn error_chunk(out: &mut Vec<u8>, handle: u64, error: u32) {
+    chunk(out, REPLY_FLAG_DONE, REPLY_TYPE_ERROR, handle, 6);
+    out.extend_from_slice(&error.to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+}
 
 /// Encodes a simple reply header (`error` 0: success; read data follows it).
 pub fn simple_reply(out: &mut Vec<u8>, handle: u64, error: u32) {

@@ -206,19 +206,72 @@ impl Conn {
         self.released += bytes;
     }
 
-    /// Queues a simple reply (with its read data) behind the earlier ones; `bytes`: what
-    /// the request held (see [`Self::reserve`]), released once the reply is sent.
-    pub fn reply(&mut self, handle: u64, error: u32, data: Option<IoBuf>, bytes: u64) {
+    /// Queues a reply (with its read data) behind the earlier ones; `bytes`: what the
+    /// request held (see [`Self::reserve`]), released once the reply is sent. With
+    /// structured replies negotiated, a read (`read_at`: its offset) is answered with a
+    /// data chunk, and an error to anything with an error chunk; otherwise simple.
+    pub fn reply(
+        &mut self,
+        handle: u64,
+        error: u32,
+        data: Option<IoBuf>,
+        bytes: u64,
+        read_at: Option<u64>,
+    ) {
         if self.output == Output::Broken {
             self.release(bytes);
             return;
         }
         self.out_bytes += bytes;
-        proto::simple_reply(&mut self.out, handle, error);
+        let structured = self.codec.structured();
+        match (structured, error, read_at) {
+            (true, 0, Some(offset)) => {
+                let len = data.as_ref().map_or(0, |d| d.len());
+                proto::chunk(
+                    &mut self.out,
+                    proto::REPLY_FLAG_DONE,
+                    proto::REPLY_TYPE_OFFSET_DATA,
+                    handle,
+                    8 + len as u32,
+                );
+                self.out.extend_from_slice(&offset.to_be_bytes());
+            }
+            (true, e, _) if e != 0 => proto::error_chunk(&mut self.out, handle, e),
+            _ => proto::simple_reply(&mut self.out, handle, error),
+        }
         match data {
             Some(d) if d.len() >= COPY_BELOW => self.out_data.push((self.out.len(), d)),
             Some(d) => self.out.extend_from_slice(&d),
             None => {}
+        }
+    }
+
+    /// Queues a block status reply: one chunk of `base:allocation` extents, (length,
+    /// `STATE_*` flags) each; `bytes` as for [`Self::reply`].
+    pub fn reply_block_status(&mut self, handle: u64, extents: &[(u32, u32)], bytes: u64) {
+        if self.output == Output::Broken {
+            self.release(bytes);
+            return;
+        }
+        assert!(
+            !extents.is_empty() && extents.len() <= proto::MAX_EXTENTS,
+            "a block status reply carries 1 to {} extents",
+            proto::MAX_EXTENTS
+        );
+        self.out_bytes += bytes;
+        let len = 4 + 8 * extents.len() as u32;
+        proto::chunk(
+            &mut self.out,
+            proto::REPLY_FLAG_DONE,
+            proto::REPLY_TYPE_BLOCK_STATUS,
+            handle,
+            len,
+        );
+        self.out
+            .extend_from_slice(&proto::BASE_ALLOCATION_ID.to_be_bytes());
+        for (length, flags) in extents {
+            self.out.extend_from_slice(&length.to_be_bytes());
+            self.out.extend_from_slice(&flags.to_be_bytes());
         }
     }
 
@@ -381,14 +434,14 @@ mod tests {
     #[test]
     fn replies_go_out_in_order_across_short_sends() {
         let mut c = conn();
-        c.reply(1, 0, Some(IoBuf::copy_of(&[7; 8])), 0);
+        c.reply(1, 0, Some(IoBuf::copy_of(&[7; 8])), 0, None);
         assert!(c.next_send());
         let first = [header(1, 0), vec![7; 8]].concat();
         assert_eq!(c.unsent(), first);
         assert_eq!(c.send_bytes(usize::MAX), first);
         assert_eq!(c.send_bytes(10), first[..10]);
         // While a send is on the ring, newer replies wait behind it.
-        c.reply(2, 5, None, 0);
+        c.reply(2, 5, None, 0, None);
         assert!(!c.next_send());
         assert!(c.sent(10));
         assert_eq!(c.unsent(), first[10..]);
@@ -405,9 +458,9 @@ mod tests {
     fn long_read_data_is_sent_from_its_own_buffer_in_order() {
         let mut c = conn();
         let long = |byte| IoBuf::copy_of(&vec![byte; COPY_BELOW + 5]);
-        c.reply(1, 0, Some(long(1)), 0);
-        c.reply(2, 0, Some(IoBuf::copy_of(b"short")), 0);
-        c.reply(3, 0, Some(long(3)), 0);
+        c.reply(1, 0, Some(long(1)), 0, None);
+        c.reply(2, 0, Some(IoBuf::copy_of(b"short")), 0, None);
+        c.reply(3, 0, Some(long(3)), 0, None);
         let data_at = c.out_data[0].1.as_ptr();
         assert!(c.next_send());
         let expected = [
@@ -439,7 +492,7 @@ mod tests {
         let mut c = conn();
         let n = MAX_IOV; // two iovecs per reply
         for h in 0..n as u64 {
-            c.reply(h, 0, Some(IoBuf::zeroed(COPY_BELOW)), 0);
+            c.reply(h, 0, Some(IoBuf::zeroed(COPY_BELOW)), 0, None);
         }
         assert!(c.next_send());
         assert_eq!(c.iov.len(), 2 * n);
@@ -454,14 +507,53 @@ mod tests {
     #[test]
     fn a_failed_send_drops_what_is_left() {
         let mut c = conn();
-        c.reply(1, 0, None, 0);
+        c.reply(1, 0, None, 0, None);
         assert!(c.next_send());
-        c.reply(2, 0, None, 0);
+        c.reply(2, 0, None, 0, None);
         assert!(!c.sent(-libc::EPIPE));
         assert!(c.output == Output::Broken && c.out.is_empty());
-        c.reply(3, 0, None, 0);
+        c.reply(3, 0, None, 0, None);
         assert!(!c.next_send());
         c.input = Input::Parsed;
         assert!(c.is_finished());
+    }
+
+    /// With structured replies, a read's data comes in one data chunk carrying its
+    /// offset, an error in an error chunk, block status in its chunk; other successes
+    /// stay simple.
+    #[test]
+    fn structured_replies_are_encoded_as_the_protocol_says() {
+        let mut codec = ServerCodec::new(Arc::new(vec![ExportInfo::new("x", 4096, false)]));
+        let _ = codec.take_output();
+        let mut hello = (proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES)
+            .to_be_bytes()
+            .to_vec();
+        hello.extend_from_slice(&proto::OPTION_MAGIC.to_be_bytes());
+        hello.extend_from_slice(&proto::OPT_STRUCTURED_REPLY.to_be_bytes());
+        hello.extend_from_slice(&0u32.to_be_bytes());
+        codec.receive(&hello);
+        while let Ok(Some(_)) = codec.poll() {}
+        assert!(codec.structured());
+        let mut c = Conn::new(1, "local".into(), 0, codec);
+        c.reply(1, 0, Some(IoBuf::copy_of(b"abcd")), 0, Some(512));
+        c.reply(2, proto::EIO, None, 0, Some(0));
+        c.reply(3, 0, None, 0, None);
+        c.reply_block_status(4, &[(4096, proto::STATE_HOLE | proto::STATE_ZERO)], 0);
+        assert!(c.next_send());
+        let out = c.unsent();
+        let mut want = Vec::new();
+        proto::chunk(&mut want, 1, proto::REPLY_TYPE_OFFSET_DATA, 1, 12);
+        want.extend_from_slice(&512u64.to_be_bytes());
+        want.extend_from_slice(b"abcd");
+        proto::chunk(&mut want, 1, proto::REPLY_TYPE_ERROR, 2, 6);
+        want.extend_from_slice(&proto::EIO.to_be_bytes());
+        want.extend_from_slice(&0u16.to_be_bytes());
+        proto::simple_reply(&mut want, 3, 0);
+        proto::chunk(&mut want, 1, proto::REPLY_TYPE_BLOCK_STATUS, 4, 12);
+        want.extend_from_slice(&proto::BASE_ALLOCATION_ID.to_be_bytes());
+        want.extend_from_slice(&4096u32.to_be_bytes());
+        want.extend_from_slice(&3u32.to_be_bytes());
+        assert_eq!(out, want);
+        assert_eq!(&out[..4], &0x668e_33efu32.to_be_bytes());
     }
 }

@@ -174,6 +174,23 @@ pub enum Intent {
     /// The connection is over: close its socket. Its slot may be given to the next
     /// connection attached.
     Close(usize),
+    /// Find the allocation of [`EngineCore::block_status_ask`]'s range (holes and data,
+    /// `SEEK_DATA`/`SEEK_HOLE`); hand the extents to [`EngineCore::block_status_done`].
+    BlockStatus(u64),
+}
+
+/// A block status request the shell is to answer: the file, where the range starts in
+/// it, its length, and how many extents at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusAsk {
+    /// The descriptor of the tenant's file (through the page cache).
+    pub fd: std::os::fd::RawFd,
+    /// Where the range starts in the file.
+    pub at: u64,
+    /// Its length.
+    pub len: u32,
+    /// Extents at most (1 with `NBD_CMD_FLAG_REQ_ONE`).
+    pub max_extents: usize,
 }
 
 /// A log line for the shell to write: rate-limited per peer when it names one.
@@ -192,6 +209,8 @@ struct Submission {
     /// Slot of the connection.
     conn: usize,
     handle: u64,
+    /// A read's offset (its reply, structured, carries it).
+    read_at: Option<u64>,
     /// What the request holds of the memory budget (its data and its reply's header).
     bytes: u64,
 }
@@ -254,6 +273,8 @@ pub struct EngineCore {
     model: Option<Driver>,
     /// Every request the host holds or the backend serves, by id.
     live: HashMap<u64, Live>,
+    /// Block status requests the shell is answering, by id (from `next_id`).
+    asks: HashMap<u64, (Submission, StatusAsk)>,
     next_id: u64,
     /// Connections by slot; a slot is reused once its connection is closed.
     conns: Vec<Option<Conn>>,
@@ -317,6 +338,7 @@ impl EngineCore {
             host: Host::new(policy, (stats, recorder), limits, n, cost),
             model: model.map(Driver::new),
             live: HashMap::new(),
+            asks: HashMap::new(),
             next_id: 0,
             conns: Vec::new(),
             cancelled: Vec::new(),
@@ -797,6 +819,12 @@ impl EngineCore {
                 Ok(Some(Event::Command(command))) => self.admit(slot, command, now),
                 Ok(Some(Event::Error { handle, error })) => self.answer_now(slot, handle, error),
                 Ok(Some(Event::Done { handle })) => self.answer_now(slot, handle, 0),
+                Ok(Some(Event::BlockStatus {
+                    handle,
+                    offset,
+                    len,
+                    req_one,
+                })) => self.block_status(slot, handle, (offset, len), req_one),
                 Ok(Some(Event::Disconnect)) => {
                     self.inflight_bytes -= c.drop_reservation();
                     c.input = Input::Parsed;
@@ -870,6 +898,12 @@ impl EngineCore {
         true
     }
 
+    /// Hands the replies made outside a turn (a block status answered by the shell) to
+    /// their sends.
+    pub fn send_replies(&mut self) {
+        self.flush_replies();
+    }
+
     /// Hands every connection's waiting replies to its send (one at a time each).
     fn flush_replies(&mut self) {
         for slot in 0..self.conns.len() {
@@ -916,8 +950,79 @@ impl EngineCore {
             budget::REPLY_BYTES,
             "a request answered at once holds its reply"
         );
-        c.reply(handle, error, None, bytes);
+        c.reply(handle, error, None, bytes, None);
         // A connection whose sends failed drops the reply at once.
+        self.inflight_bytes -= c.take_released();
+    }
+
+    /// `NBD_CMD_BLOCK_STATUS`: not scheduled (no data moves). On the null backend,
+    /// which reads zeroes, the range is one hole; on a file the shell finds its holes
+    /// ([`Intent::BlockStatus`]).
+    fn block_status(&mut self, slot: usize, handle: u64, (offset, len): (u64, u32), req_one: bool) {
+        let c = self.conns[slot]
+            .as_mut()
+            .expect("asked on a live connection");
+        c.outstanding += 1;
+        let bytes = std::mem::take(&mut c.reserved);
+        assert_eq!(
+            bytes,
+            budget::held_by(proto::MAX_BLOCK_STATUS_PAYLOAD),
+            "a block status request holds its reply"
+        );
+        let sub = Submission {
+            tenant: c.tenant,
+            conn: slot,
+            handle,
+            read_at: None,
+            bytes,
+        };
+        let Some(target) = self.targets[sub.tenant as usize] else {
+            return self.block_status_reply(sub, &[(len, proto::STATE_HOLE | proto::STATE_ZERO)]);
+        };
+        self.next_id += 1;
+        let ask = StatusAsk {
+            fd: target.buffered,
+            at: target.base + offset,
+            len,
+            max_extents: if req_one { 1 } else { proto::MAX_EXTENTS },
+        };
+        self.asks.insert(self.next_id, (sub, ask));
+        self.intents.push(Intent::BlockStatus(self.next_id));
+    }
+
+    /// What the shell is to look up for [`Intent::BlockStatus`] `id`.
+    pub fn block_status_ask(&self, id: u64) -> StatusAsk {
+        self.asks.get(&id).expect("an ask the core made").1
+    }
+
+    /// The shell's answer to [`Intent::BlockStatus`] `id`: the range's extents from its
+    /// start (at most the ask's number, covering at most its length), or the NBD error
+    /// the lookup failed with.
+    pub fn block_status_done(&mut self, id: u64, extents: Result<Vec<(u32, u32)>, u32>) {
+        let (sub, ask) = self.asks.remove(&id).expect("an ask is answered once");
+        match extents {
+            Ok(e) => {
+                assert!(
+                    !e.is_empty()
+                        && e.len() <= ask.max_extents
+                        && e.iter().map(|x| u64::from(x.0)).sum::<u64>() <= u64::from(ask.len),
+                    "block status extents within the ask"
+                );
+                self.block_status_reply(sub, &e);
+            }
+            Err(error) => self.answer(sub, error, None),
+        }
+    }
+
+    fn block_status_reply(&mut self, sub: Submission, extents: &[(u32, u32)]) {
+        let c = self.conns[sub.conn]
+            .as_mut()
+            .expect("a connection stays open while it has requests");
+        c.outstanding = c
+            .outstanding
+            .checked_sub(1)
+            .expect("a request is answered once");
+        c.reply_block_status(sub.handle, extents, sub.bytes);
         self.inflight_bytes -= c.take_released();
     }
 
@@ -945,6 +1050,7 @@ impl EngineCore {
             tenant,
             conn: slot,
             handle: command.handle,
+            read_at: (command.kind == CommandKind::Read).then_some(command.offset),
             bytes,
         };
         if let Some(a) = self.arrivals.as_mut() {
@@ -1226,7 +1332,7 @@ impl EngineCore {
             .outstanding
             .checked_sub(1)
             .expect("a request is answered once");
-        c.reply(sub.handle, error, data, sub.bytes);
+        c.reply(sub.handle, error, data, sub.bytes, sub.read_at);
         self.inflight_bytes -= c.take_released();
     }
 }

@@ -373,16 +373,23 @@ impl Engine {
     /// Carries out what the core asked for, writes its log lines and hands its
     /// arrivals to the capture.
     fn apply(&mut self) -> Result<(), EngineError> {
-        let mut intents = std::mem::take(&mut self.intents);
+        // Rounds until none is left: answering a block status makes a send.
+        loop {
+            let mut intents = std::mem::take(&mut self.intents);
+            self.core().take_intents(&mut intents);
+            let done = intents.is_empty();
+            for &intent in &intents {
+                self.carry_out(intent)?;
+            }
+            intents.clear();
+            self.intents = intents;
+            if done {
+                break;
+            }
+        }
         let core = self.core.as_mut().expect("the core runs");
-        core.take_intents(&mut intents);
         let (logs, lost) = core.take_logs();
         let arrivals = core.take_arrivals();
-        for &intent in &intents {
-            self.carry_out(intent)?;
-        }
-        intents.clear();
-        self.intents = intents;
         for l in logs {
             match l.peer {
                 Some(peer) => super::logs::PeerLog::global().line(&peer, || l.text),
@@ -440,6 +447,17 @@ impl Engine {
             }
             Intent::Close(slot) => {
                 self.sockets[slot] = None;
+                return Ok(());
+            }
+            Intent::BlockStatus(id) => {
+                // Metadata only (lseek): answered on the spot, like the backend's own
+                // size check at open.
+                let ask = core.block_status_ask(id);
+                let extents =
+                    crate::io::extents::allocation(ask.fd, ask.at, ask.len, ask.max_extents)
+                        .map_err(crate::io::transfer::nbd_error);
+                core.block_status_done(id, extents);
+                core.send_replies();
                 return Ok(());
             }
         };
