@@ -1015,6 +1015,14 @@ impl EngineCore {
     }
 
     fn block_status_reply(&mut self, sub: Submission, extents: &[(u32, u32)]) {
+        self.reply_to(&sub, |c| {
+            c.reply_block_status(sub.handle, extents, sub.bytes)
+        });
+    }
+
+    /// Answers `sub` on its connection with what `write` queues: the request is no
+    /// longer outstanding, and what a connection whose sends failed drops is released.
+    fn reply_to(&mut self, sub: &Submission, write: impl FnOnce(&mut Conn)) {
         let c = self.conns[sub.conn]
             .as_mut()
             .expect("a connection stays open while it has requests");
@@ -1022,7 +1030,7 @@ impl EngineCore {
             .outstanding
             .checked_sub(1)
             .expect("a request is answered once");
-        c.reply_block_status(sub.handle, extents, sub.bytes);
+        write(c);
         self.inflight_bytes -= c.take_released();
     }
 
@@ -1325,15 +1333,9 @@ impl EngineCore {
         if error != 0 {
             self.host.observer().0.answered_error(sub.tenant, error);
         }
-        let c = self.conns[sub.conn]
-            .as_mut()
-            .expect("a connection stays open while it has requests");
-        c.outstanding = c
-            .outstanding
-            .checked_sub(1)
-            .expect("a request is answered once");
-        c.reply(sub.handle, error, data, sub.bytes, sub.read_at);
-        self.inflight_bytes -= c.take_released();
+        self.reply_to(&sub, |c| {
+            c.reply(sub.handle, error, data, sub.bytes, sub.read_at)
+        });
     }
 }
 
