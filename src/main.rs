@@ -133,6 +133,10 @@ enum Command {
     Trace(cli::trace::Args),
     /// List policies, device presets and workload stand-ins.
     List,
+    /// Send one request to a running server's control socket (`server.control`): add,
+    /// change, drain, resume or remove a tenant, or read its figures, without a restart.
+    #[command(after_help = cli::ctl::commands_help())]
+    Ctl(cli::ctl::Args),
     /// Print the shell completion script for SHELL (e.g. `ioshare completions bash >
     /// /etc/bash_completion.d/ioshare`).
     Completions {
@@ -228,6 +232,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),
         Command::List => cli::list::run(),
+        Command::Ctl(a) => cli::ctl::run(a),
         Command::Completions { shell } => cli::generate::completions(shell),
         Command::Man { out } => cli::generate::man(&out),
         Command::Trace(a) => cli::trace::run(a),

@@ -1568,6 +1568,130 @@ fn metrics_endpoint_and_sighup_reload() {
     );
 }
 
+/// `ioshare ctl` against a running server: a tenant added, written and read, its
+/// weight changed, drained, removed (no longer listed, its connections refused) and
+/// resumed with its data, while a verifying fio on another tenant runs undisturbed; the
+/// figures read through the socket; bad requests answered with what is wrong.
+#[test]
+fn the_control_socket_adds_changes_drains_and_removes_tenants() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("control = \"ctl.sock\"\npolicy = \"sfq\"\n{TWO_TENANTS}"),
+    );
+    let sock = dir.path().join("ctl.sock");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the control socket is the owner's alone");
+    let ctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("ctl")
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = ctl(args);
+        assert!(
+            out.status.success(),
+            "ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+    };
+    // Another tenant is busy all along.
+    let busy = fio_verify(&s.uri("vm1"), "4k", "64m")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let added = ok(&[
+        "add-tenant",
+        "name=vm3",
+        "file=vm3.img",
+        "size=16m",
+        "create=true",
+        "weight=4",
+    ]);
+    assert_eq!(added.trim(), r#"ok: {"id":2,"name":"vm3"}"#);
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x3c 1M 1M"])
+        .arg(s.uri("vm3")));
+    let list = stdout(&run(Command::new("nbdinfo")
+        .arg("--list")
+        .arg(format!("nbd+unix://?socket={}", s.socket.display()))));
+    assert!(list.contains("export=\"vm3\""), "{list}");
+    ok(&["set-tenant", "vm3", "weight=8", "limit_iops=5000"]);
+    let metrics = ok(&["metrics"]);
+    assert!(
+        metrics.contains("ioshare_tenant_weight{tenant=\"vm3\"} 8"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ioshare_written_bytes_total{tenant=\"vm3\"} 1048576"),
+        "{metrics}"
+    );
+    ok(&["drain-tenant", "vm3"]);
+    let refused = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read 0 4k"])
+        .arg(s.uri("vm3"))
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a drained tenant takes no connection"
+    );
+    ok(&["remove-tenant", "vm3"]);
+    let list = stdout(&run(Command::new("nbdinfo")
+        .arg("--list")
+        .arg(format!("nbd+unix://?socket={}", s.socket.display()))));
+    assert!(!list.contains("vm3"), "{list}");
+    let tenants = ok(&["tenants"]);
+    assert!(
+        tenants.contains("vm3") && tenants.contains("removed"),
+        "{tenants}"
+    );
+    ok(&["resume-tenant", "vm3"]);
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read -P 0x3c 1M 1M"])
+        .arg(s.uri("vm3")));
+    for (args, says) in [
+        (
+            &["set-tenant", "vm9", "weight=2"][..],
+            "TenantNotFound: no tenant is named 'vm9'",
+        ),
+        (
+            &["set-tenant", "vm3", "weight=0"][..],
+            "weight: must be in (0,",
+        ),
+        (
+            &["add-tenant", "name=vm4", "file=vm1.img", "size=64m"][..],
+            "holds the same bytes as tenant 'vm1'",
+        ),
+        (&["stop"][..], "unknown command 'stop'"),
+    ] {
+        let out = ctl(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+    let fio = busy.wait_with_output().unwrap();
+    assert!(
+        fio.status.success(),
+        "the other tenant's fio: {}",
+        String::from_utf8_lossy(&fio.stderr)
+    );
+    let err = s.stopped();
+    assert!(err.contains("control: added tenant 2 ('vm3')"), "{err}");
+    assert!(
+        err.contains("ioshare: vm3: "),
+        "the summary counts it: {err}"
+    );
+}
+
 #[test]
 fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
     let dir = tempdir();

@@ -4,6 +4,7 @@
 pub(crate) mod calibrate;
 pub(crate) mod characterize;
 pub(crate) mod conformance;
+pub(crate) mod ctl;
 pub(crate) mod engine_swarm;
 pub(crate) mod generate;
 pub(crate) mod journal_check;

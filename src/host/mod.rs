@@ -519,6 +519,25 @@ impl<O: Observer> Host<O> {
         self.policy.update_tenant(tenant, spec, now);
     }
 
+    /// A tenant joins while running: the host and its policy count it from now on. Its
+    /// id is the number of tenants before it (the policy answers the same, asserted).
+    pub fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        let id = self.tenants.len() as TenantId;
+        let policy_id = self.policy.add_tenant(spec, now);
+        assert_eq!(policy_id, id, "the policy numbers tenants as the host does");
+        self.tenants.push(TenantCount::default());
+        self.deferred.push(std::collections::VecDeque::new());
+        if let Some(s) = &mut self.stalls {
+            s.add();
+        }
+        id
+    }
+
+    /// Number of tenants (added ones included).
+    pub fn tenants(&self) -> usize {
+        self.tenants.len()
+    }
+
     /// Requests held by the policy, over all tenants.
     pub fn queued(&self) -> usize {
         self.held

@@ -69,6 +69,13 @@ impl Stalls {
         }
     }
 
+    /// One more tenant (the last id), with nothing in flight.
+    pub(crate) fn add(&mut self) {
+        self.outstanding.push(VecDeque::new());
+        self.parked.push(VecDeque::new());
+        self.slow.push(false);
+    }
+
     /// Whether `tenant`'s oldest request in flight is older than the threshold.
     pub(crate) fn stalled(&self, tenant: TenantId, now: Nanos) -> bool {
         self.slow[tenant as usize]

@@ -406,6 +406,9 @@ impl Policy for Leaky {
         self.0.complete(c, now)
     }
     fn update_tenant(&mut self, _: TenantId, _: &TenantSpec, _: Nanos) {}
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.0.add_tenant(spec, now)
+    }
     fn queued(&self) -> usize {
         self.0.queued()
     }

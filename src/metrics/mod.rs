@@ -515,6 +515,32 @@ struct TenantMeter {
     open_loop: bool,
 }
 
+impl TenantMeter {
+    /// Nothing measured yet, for a tenant with `spec`'s SLO (no phases: the recorder
+    /// gives it its own).
+    fn new(spec: &TenantSpec) -> Self {
+        TenantMeter {
+            bytes: 0,
+            ios: 0,
+            hist: latency_histogram(),
+            slo_rt: spec.slo.map(|s| s.rt_nanos()),
+            slo_met: 0,
+            outstanding: 0,
+            busy_since: 0,
+            busy_ns: 0,
+            device_ns: 0,
+            waiting_since: 0,
+            longest_wait: 0,
+            refused: 0,
+            queue_full: 0,
+            held_back: 0,
+            phases: Vec::new(),
+            arrived: 0,
+            open_loop: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct PhaseMeter {
     ios: u64,
@@ -523,6 +549,18 @@ struct PhaseMeter {
     decidable: u64,
     met: u64,
     refused: u64,
+}
+
+impl PhaseMeter {
+    fn new() -> Self {
+        PhaseMeter {
+            ios: 0,
+            hist: latency_histogram(),
+            decidable: 0,
+            met: 0,
+            refused: 0,
+        }
+    }
 }
 
 /// The latency histogram every recorder uses, live or simulated: nanoseconds from 1 ns
@@ -570,28 +608,7 @@ impl Recorder {
                 latency_sum_ns: vec![vec![0; bins]; n],
                 device_ns: vec![vec![0; bins]; n],
             },
-            tenants: tenants
-                .iter()
-                .map(|t| TenantMeter {
-                    bytes: 0,
-                    ios: 0,
-                    hist: latency_histogram(),
-                    slo_rt: t.slo.map(|s| s.rt_nanos()),
-                    slo_met: 0,
-                    outstanding: 0,
-                    busy_since: 0,
-                    busy_ns: 0,
-                    device_ns: 0,
-                    waiting_since: 0,
-                    longest_wait: 0,
-                    refused: 0,
-                    queue_full: 0,
-                    held_back: 0,
-                    phases: Vec::new(),
-                    arrived: 0,
-                    open_loop: false,
-                })
-                .collect(),
+            tenants: tenants.iter().map(TenantMeter::new).collect(),
             completed: 0,
             phase_starts: vec![0],
             busy_bins: vec![vec![0; bins]; n],
@@ -605,6 +622,28 @@ impl Recorder {
     /// [`Recorder::finish`].
     pub fn open(tenants: &[TenantSpec], start: Nanos, interval: Nanos) -> Self {
         Recorder::new(tenants, start, Nanos::MAX, interval)
+    }
+
+    /// A tenant joins a running [`open`](Recorder::open) run (the live server's
+    /// `add-tenant`): measured from now on, under the next id.
+    pub fn add_tenant(&mut self, spec: &TenantSpec) {
+        let mut meter = TenantMeter::new(spec);
+        meter.phases = (0..self.phase_starts.len())
+            .map(|_| PhaseMeter::new())
+            .collect();
+        self.tenants.push(meter);
+        let s = &mut self.series;
+        for series in [
+            &mut s.bytes,
+            &mut s.ios,
+            &mut s.latency_sum_ns,
+            &mut s.device_ns,
+            &mut self.busy_bins,
+            &mut self.arrived_bins,
+        ] {
+            let bins = series.first().map_or(0, Vec::len);
+            series.push(vec![0; bins]);
+        }
     }
 
     /// Closes an [`open`](Recorder::open) run at `end`.
@@ -632,15 +671,7 @@ impl Recorder {
         starts.sort_unstable();
         starts.dedup();
         for t in &mut self.tenants {
-            t.phases = (0..starts.len())
-                .map(|_| PhaseMeter {
-                    ios: 0,
-                    hist: latency_histogram(),
-                    decidable: 0,
-                    met: 0,
-                    refused: 0,
-                })
-                .collect();
+            t.phases = (0..starts.len()).map(|_| PhaseMeter::new()).collect();
         }
         self.phase_starts = starts;
         self

@@ -38,6 +38,9 @@ pub struct ExportInfo {
     pub description: String,
     /// The empty export name selects it (the server's `default_export`).
     pub default: bool,
+    /// Listed and selectable (`false`: a tenant removed while running, whose place in
+    /// the table, its tenant id, stays).
+    pub offered: bool,
 }
 
 impl ExportInfo {
@@ -49,6 +52,7 @@ impl ExportInfo {
             read_only,
             description: String::new(),
             default: false,
+            offered: true,
         }
     }
 
@@ -720,7 +724,7 @@ impl ServerCodec {
             self.error(OPT_LIST, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
             return;
         }
-        for e in self.exports.clone().iter() {
+        for e in self.exports.clone().iter().filter(|e| e.offered) {
             let mut d = Vec::with_capacity(4 + e.name.len());
             d.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
             d.extend_from_slice(e.name.as_bytes());
@@ -800,9 +804,11 @@ impl ServerCodec {
     /// one.
     fn find(&self, name: &str) -> Option<usize> {
         if name.is_empty() {
-            return self.exports.iter().position(|e| e.default);
+            return self.exports.iter().position(|e| e.default && e.offered);
         }
-        self.exports.iter().position(|e| e.name == name)
+        self.exports
+            .iter()
+            .position(|e| e.name == name && e.offered)
     }
 
     fn reply(&mut self, option: u32, kind: u32, data: &[u8]) {

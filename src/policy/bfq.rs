@@ -466,6 +466,16 @@ impl Policy for Bfq {
         self.queues.set_weight(tenant, spec.weight);
     }
 
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.state.push(Queue {
+            finish: 0.0,
+            generation: 0,
+        });
+        self.floor.add();
+        self.depth.add(now);
+        self.queues.add(spec)
+    }
+
     fn queued(&self) -> usize {
         self.queues.queued()
     }

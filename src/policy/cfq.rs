@@ -318,6 +318,13 @@ impl Policy for Cfq {
         self.min_weight = self.lightest();
     }
 
+    fn add_tenant(&mut self, spec: &TenantSpec, _now: Nanos) -> TenantId {
+        self.factors.push(1.0);
+        let id = self.queues.add(spec);
+        self.min_weight = self.lightest();
+        id
+    }
+
     fn queued(&self) -> usize {
         self.queues.queued()
     }

@@ -83,6 +83,21 @@ struct TenantLoss {
     last_judged: Option<Nanos>,
 }
 
+impl TenantLoss {
+    /// A tenant with nothing outstanding since `now`.
+    fn idle(now: Nanos) -> Self {
+        TenantLoss {
+            in_flight: 0,
+            idle_since: Some(now),
+            last_completion: None,
+            idle_in_window: true,
+            starved_in_window: false,
+            timed: false,
+            last_judged: None,
+        }
+    }
+}
+
 /// `min_depth` by default.
 pub const MIN_DEPTH: u64 = 16;
 
@@ -159,18 +174,7 @@ impl DispatchDepth {
             ceiling: limit,
             outstanding: 0,
             exempt: 0,
-            tenants: vec![
-                TenantLoss {
-                    in_flight: 0,
-                    idle_since: Some(0),
-                    last_completion: None,
-                    idle_in_window: true,
-                    starved_in_window: false,
-                    timed: false,
-                    last_judged: None,
-                };
-                tenants
-            ],
+            tenants: vec![TenantLoss::idle(0); tenants],
             auto: None,
         }
     }
@@ -478,6 +482,11 @@ impl DispatchDepth {
     /// evidence: module doc).
     pub fn set_timed(&mut self, tenant: TenantId, timed: bool) {
         self.tenants[tenant as usize].timed = timed;
+    }
+
+    /// One more tenant (the last id), idle since `now` and not timed.
+    pub fn add(&mut self, now: Nanos) {
+        self.tenants.push(TenantLoss::idle(now));
     }
 
     /// The policy's `depth` and `outstanding` gauges.

@@ -204,6 +204,18 @@ struct Tenant {
 }
 
 impl Tenant {
+    /// A tenant not seen yet, without credits.
+    fn new() -> Self {
+        Tenant {
+            credits: 0.0,
+            allocation: 0.0,
+            forfeited: 0.0,
+            last_seen: None,
+            satisfied: false,
+            generation: 0,
+        }
+    }
+
     /// Active (requests queued or in flight), or seen within `grace` before `now`: an
     /// allocation counts it in.
     fn present(&self, active: bool, now: Nanos, grace: Nanos) -> bool {
@@ -415,17 +427,7 @@ impl FeedBac {
     ) -> Self {
         FeedBac {
             queues: TenantQueues::new(tenants),
-            tenants: tenants
-                .iter()
-                .map(|_| Tenant {
-                    credits: 0.0,
-                    allocation: 0.0,
-                    forfeited: 0.0,
-                    last_seen: None,
-                    satisfied: false,
-                    generation: 0,
-                })
-                .collect(),
+            tenants: tenants.iter().map(|_| Tenant::new()).collect(),
             turns: BinaryHeap::new(),
             period: period.max(1),
             min_period: period.max(1),
@@ -910,6 +912,15 @@ impl Policy for FeedBac {
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
         self.queues.set_weight(tenant, spec.weight);
+    }
+
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        // No credits until the next period hands them out (a tenant that arrives with
+        // work starts one early, as a tenant coming back does).
+        self.tenants.push(Tenant::new());
+        self.depth.add(now);
+        self.floor.add();
+        self.queues.add(spec)
     }
 
     fn queued(&self) -> usize {

@@ -71,6 +71,12 @@ pub struct Floor {
 }
 
 impl Floor {
+    /// One more tenant, not waiting (the last id).
+    pub fn add(&mut self) {
+        self.waiting_since.push(None);
+        self.in_heap.push(false);
+    }
+
     /// A floor of one dispatch every `max_wait` (`None`: off) for `tenants` tenants.
     pub fn new(tenants: usize, max_wait: Option<Nanos>) -> Self {
         Floor {

@@ -480,6 +480,16 @@ impl Policy for MClock {
         }
     }
 
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        let x = self.tenant(spec, now);
+        let timed = x.timed();
+        self.tenants.push(x);
+        self.depth.add(now);
+        let id = self.queues.add(spec);
+        self.depth.set_timed(id, timed);
+        id
+    }
+
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
         let fresh = self.tenant(spec, now);
         let x = &mut self.tenants[tenant as usize];

@@ -107,6 +107,21 @@ struct Tenant {
 }
 
 impl Tenant {
+    /// A tenant of `spec`'s weight with nothing measured, keeping `window` ticks.
+    fn new(spec: &TenantSpec, window: usize) -> Self {
+        Tenant {
+            weight: spec.weight,
+            outstanding: 0,
+            active_this_tick: false,
+            moved_this_tick: 0,
+            completed_this_tick: 0,
+            busy_since: None,
+            busy_this_tick: 0,
+            samples: VecDeque::with_capacity(window + 1),
+            factors: VecDeque::with_capacity(window + 1),
+        }
+    }
+
     /// Bandwidth while busy over the window, bytes per ns (0 without a busy tick).
     fn rate(&self) -> f64 {
         let (bytes, busy) = self
@@ -218,20 +233,7 @@ impl Mots {
         Mots {
             base,
             currency,
-            tenants: tenants
-                .iter()
-                .map(|t| Tenant {
-                    weight: t.weight,
-                    outstanding: 0,
-                    active_this_tick: false,
-                    moved_this_tick: 0,
-                    completed_this_tick: 0,
-                    busy_since: None,
-                    busy_this_tick: 0,
-                    samples: VecDeque::with_capacity(window + 1),
-                    factors: VecDeque::with_capacity(window + 1),
-                })
-                .collect(),
+            tenants: tenants.iter().map(|t| Tenant::new(t, window)).collect(),
             window: window.max(1),
             tick,
             next_tick: tick,
@@ -489,6 +491,12 @@ impl Policy for Mots {
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
         self.tenants[tenant as usize].weight = spec.weight;
         self.base.policy_mut().update_tenant(tenant, spec, now);
+    }
+
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.tenants.push(Tenant::new(spec, self.window));
+        self.last_active.push(false);
+        self.base.policy_mut().add_tenant(spec, now)
     }
 
     fn queued(&self) -> usize {

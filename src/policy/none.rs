@@ -8,13 +8,15 @@ use std::collections::VecDeque;
 /// FIFO: requests leave in the order they arrived, whoever sent them.
 pub struct Fifo {
     queue: VecDeque<Request>,
+    tenants: usize,
 }
 
 impl Fifo {
     /// An empty FIFO; the number of tenants does not matter to it.
-    pub fn new(_tenants: usize) -> Self {
+    pub fn new(tenants: usize) -> Self {
         Fifo {
             queue: VecDeque::new(),
+            tenants,
         }
     }
 }
@@ -39,6 +41,11 @@ impl Policy for Fifo {
     fn complete(&mut self, _completion: &Completion, _now: Nanos) {}
 
     fn update_tenant(&mut self, _tenant: TenantId, _spec: &TenantSpec, _now: Nanos) {}
+
+    fn add_tenant(&mut self, _spec: &TenantSpec, _now: Nanos) -> TenantId {
+        self.tenants += 1;
+        (self.tenants - 1) as TenantId
+    }
 
     fn queued(&self) -> usize {
         self.queue.len()

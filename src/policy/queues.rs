@@ -44,6 +44,17 @@ impl TenantQueues {
         }
     }
 
+    /// Appends a tenant with `spec`'s weight and nothing queued; its id is the number of
+    /// tenants before it.
+    pub fn add(&mut self, spec: &TenantSpec) -> TenantId {
+        self.slots.push(Slot {
+            weight: spec.weight,
+            queue: VecDeque::new(),
+            in_flight: 0,
+        });
+        (self.slots.len() - 1) as TenantId
+    }
+
     /// Number of tenants.
     pub fn len(&self) -> usize {
         self.slots.len()

@@ -260,6 +260,17 @@ impl Policy for Sfq {
         self.queues.set_weight(tenant, spec.weight);
     }
 
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.flows.push(Flow {
+            last_finish: 0,
+            head_start: None,
+            factor: 1.0,
+        });
+        self.floor.add();
+        self.depth.add(now);
+        self.queues.add(spec)
+    }
+
     fn queued(&self) -> usize {
         self.queues.queued()
     }

@@ -938,6 +938,17 @@ impl Policy for SwitchedBuckets {
         }
     }
 
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        let id = self.tenants.len();
+        let t = self.tenant(spec, now);
+        if t.bucket.is_some() {
+            self.slo_tenants.push(id);
+        }
+        self.tenants.push(t);
+        self.wake.push(None);
+        id as TenantId
+    }
+
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
         let fresh = self.tenant(spec, now);
         if fresh.bucket.is_none() {

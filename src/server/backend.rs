@@ -23,7 +23,7 @@
 //! Flush and FUA mean what they mean in the other modes: a flush is an `fdatasync` of
 //! the file, which covers both descriptors, and FUA is `RWF_DSYNC` on the write.
 
-use super::config::{BackendKind, Cache, ServerConfig, Storage};
+use super::config::{BackendKind, Cache, ServerConfig, Storage, TenantConfig};
 use crate::io::transfer::Target;
 use crate::units::format_bytes;
 use std::fs::{File, OpenOptions};
@@ -39,9 +39,12 @@ pub struct Files {
     /// Whose each image is (a tenant's name, or `backend.path`), its path and its
     /// buffered descriptor's place in `files`.
     named: Vec<(String, PathBuf, usize)>,
-    /// Images this opening created (they did not exist): the server removes them again,
-    /// with their markers, if it fails to start ([`Files::take_created`]).
+    /// Images this opening created (they did not exist): the caller removes them again,
+    /// with their markers, if the server (or the added tenant) does not start
+    /// ([`Files::take_created`]); an opening that fails half-way removes them itself.
     created: Vec<PathBuf>,
+    /// The shared file's descriptors (buffered, direct) when tenants are its regions.
+    shared: Option<(RawFd, Option<RawFd>)>,
 }
 
 /// Images a start created, removed again (with their markers) when dropped before
@@ -103,97 +106,169 @@ impl Files {
     /// Opens every file the configuration names (creating the shared file, and images
     /// whose tenant says `create = true`, when missing).
     pub fn open(config: &ServerConfig) -> Result<Files, BackendError> {
-        let mut files = Vec::new();
-        let mut targets = Vec::new();
-        let mut created = Created::default();
-        // `cache` needs a direct descriptor; with pdc it carries POSIX_FADV_NOREUSE.
-        let mut open_pair = |path: &std::path::Path,
-                             size: u64,
-                             create: bool,
-                             resize: bool,
-                             cache: Cache|
-         -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
-            let existed = std::fs::symlink_metadata(path).is_ok();
-            if !resize {
-                same_size(path, size)?;
+        Files::empty().opening(|f| f.open_all(config))
+    }
+
+    /// Runs `open` on these files; when it fails, the images it created are removed
+    /// again (with their markers).
+    fn opening(
+        mut self,
+        open: impl FnOnce(&mut Files) -> Result<(), BackendError>,
+    ) -> Result<Files, BackendError> {
+        match open(&mut self) {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                drop(Created(std::mem::take(&mut self.created)));
+                Err(e)
             }
-            let (f, backing) = open_sized(path, size, create)?;
-            if !existed {
-                created.0.push(path.to_path_buf());
-            }
-            let buffered = f.as_raw_fd();
-            let index = files.len();
-            files.push(f);
-            // A loop device's backing file, open for its lock alone.
-            files.extend(backing);
-            let d = if cache.direct() {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(path)
-                    .map_err(|source| BackendError::Direct {
-                        path: path.to_path_buf(),
-                        cache: cache.name(),
-                        source,
-                    })?;
-                let fd = f.as_raw_fd();
-                if cache == Cache::Pdc {
-                    // SAFETY: plain syscall on a descriptor we own. Advice: its failure
-                    // changes nothing the server promises.
-                    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_NOREUSE) };
-                }
-                files.push(f);
-                Some(fd)
-            } else {
-                None
-            };
-            Ok((buffered, d, index))
-        };
-        let mut named = Vec::new();
-        let shared = match (&config.shared, config.backend) {
-            (Some((path, size)), BackendKind::File | BackendKind::Emulated) => {
-                let (need, cache) = shared_needs(config, size.unwrap_or(0));
-                // The shared file (or the emulated device's) is created when missing.
-                // The shared file grows to hold every region.
-                let (buffered, direct, index) = open_pair(path, need, true, true, cache)?;
-                named.push(("backend.path".to_string(), path.clone(), index));
-                Some((buffered, direct))
-            }
-            _ => None,
-        };
-        for t in &config.tenants {
-            targets.push(match &t.storage {
-                Storage::Nothing => None,
-                Storage::Own(path) => {
-                    let (buffered, direct, index) =
-                        open_pair(path, t.size, t.create, t.resize, t.cache)?;
-                    named.push((t.spec.name.clone(), path.clone(), index));
-                    Some(Target {
-                        buffered,
-                        direct,
-                        base: 0,
-                        cache: t.cache,
-                    })
-                }
-                Storage::Region { offset } => {
-                    let (buffered, direct) = shared.expect("checked by the config");
-                    Some(Target {
-                        buffered,
-                        direct,
-                        base: *offset,
-                        cache: t.cache,
-                    })
-                }
-            });
         }
-        Ok(Files {
-            files,
-            targets,
-            named,
-            // Opened whole: what to remove is now the server's to say.
-            created: created.into_paths(),
+    }
+
+    fn open_all(&mut self, config: &ServerConfig) -> Result<(), BackendError> {
+        let f = self;
+        if let (Some((path, size)), BackendKind::File | BackendKind::Emulated) =
+            (&config.shared, config.backend)
+        {
+            let (need, cache) = shared_needs(config, size.unwrap_or(0));
+            // The shared file (or the emulated device's) is created when missing.
+            // The shared file grows to hold every region.
+            let (buffered, direct, index) = f.open_pair(path, need, true, true, cache)?;
+            f.named
+                .push(("backend.path".to_string(), path.clone(), index));
+            f.shared = Some((buffered, direct));
+        }
+        for t in &config.tenants {
+            let target = f.target_of(t)?;
+            f.targets.push(target);
+        }
+        Ok(())
+    }
+
+    /// Opens the image of one tenant added while running (`add-tenant`), for
+    /// [`Files::absorb`] on the engine's side (a region of the shared file needs nothing
+    /// opened: the engine's files hold it).
+    pub fn open_added(t: &TenantConfig) -> Result<Files, BackendError> {
+        Files::empty().opening(|f| {
+            if let Storage::Own(_) = &t.storage {
+                let target = f.target_of(t)?;
+                f.targets.push(target);
+            }
+            Ok(())
         })
+    }
+
+    /// Takes over the files [`Files::open_added`] opened for `t`, and answers where its
+    /// requests go (the next tenant's target).
+    pub fn absorb(&mut self, mut added: Files, t: &TenantConfig) -> Option<Target> {
+        let base = self.files.len();
+        self.files.append(&mut added.files);
+        self.named.extend(
+            added
+                .named
+                .drain(..)
+                .map(|(who, path, i)| (who, path, i + base)),
+        );
+        let target = match &t.storage {
+            Storage::Own(_) => added.targets.pop().expect("opened by open_added"),
+            Storage::Nothing => None,
+            Storage::Region { offset } => {
+                let (buffered, direct) = self.shared.expect("checked by the config");
+                Some(Target {
+                    buffered,
+                    direct,
+                    base: *offset,
+                    cache: t.cache,
+                })
+            }
+        };
+        self.targets.push(target);
+        target
+    }
+
+    fn empty() -> Files {
+        Files {
+            files: Vec::new(),
+            targets: Vec::new(),
+            named: Vec::new(),
+            created: Vec::new(),
+            shared: None,
+        }
+    }
+
+    /// Where `t`'s requests go, opening its own image.
+    fn target_of(&mut self, t: &TenantConfig) -> Result<Option<Target>, BackendError> {
+        Ok(match &t.storage {
+            Storage::Nothing => None,
+            Storage::Own(path) => {
+                let (buffered, direct, index) =
+                    self.open_pair(path, t.size, t.create, t.resize, t.cache)?;
+                self.named.push((t.spec.name.clone(), path.clone(), index));
+                Some(Target {
+                    buffered,
+                    direct,
+                    base: 0,
+                    cache: t.cache,
+                })
+            }
+            Storage::Region { offset } => {
+                let (buffered, direct) = self.shared.expect("checked by the config");
+                Some(Target {
+                    buffered,
+                    direct,
+                    base: *offset,
+                    cache: t.cache,
+                })
+            }
+        })
+    }
+
+    /// Opens an image (its buffered descriptor, and a direct one when `cache` needs it;
+    /// with pdc that one carries `POSIX_FADV_NOREUSE`): the descriptors and the buffered
+    /// one's place in `files`.
+    fn open_pair(
+        &mut self,
+        path: &std::path::Path,
+        size: u64,
+        create: bool,
+        resize: bool,
+        cache: Cache,
+    ) -> Result<(RawFd, Option<RawFd>, usize), BackendError> {
+        let existed = std::fs::symlink_metadata(path).is_ok();
+        if !resize {
+            same_size(path, size)?;
+        }
+        let (f, backing) = open_sized(path, size, create)?;
+        if !existed {
+            self.created.push(path.to_path_buf());
+        }
+        let buffered = f.as_raw_fd();
+        let index = self.files.len();
+        self.files.push(f);
+        // A loop device's backing file, open for its lock alone.
+        self.files.extend(backing);
+        let d = if cache.direct() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+                .map_err(|source| BackendError::Direct {
+                    path: path.to_path_buf(),
+                    cache: cache.name(),
+                    source,
+                })?;
+            let fd = f.as_raw_fd();
+            if cache == Cache::Pdc {
+                // SAFETY: plain syscall on a descriptor we own. Advice: its failure
+                // changes nothing the server promises.
+                unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_NOREUSE) };
+            }
+            self.files.push(f);
+            Some(fd)
+        } else {
+            None
+        };
+        Ok((buffered, d, index))
     }
 
     /// The images this opening created, to keep once the server has started (dropped

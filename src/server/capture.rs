@@ -147,6 +147,22 @@ impl Capture {
         Ok(c)
     }
 
+    /// A tenant added while running (`add-tenant`): its file is added to the log at
+    /// `now`, under the next tenant number.
+    pub fn add(&mut self, name: &str, now: Nanos) {
+        let i = self.files.len();
+        let mut f = iolog::file_name(name, i);
+        let mut k = 1;
+        while self.files.contains(&f) {
+            f = format!("tenant{}-{k}", i + 1);
+            k += 1;
+        }
+        let at = now / 1000;
+        self.pending
+            .push_str(&format!("{at} {f} add\n{at} {f} open\n"));
+        self.files.push(f);
+    }
+
     /// Records a request's arrival.
     pub fn record(&mut self, a: &Arrival) {
         let full = self.bytes + self.pending.len() as u64 >= self.limit

@@ -50,6 +50,7 @@ struct ServerFile {
     tls_client_ca: Option<PathBuf>,
     tls_psk: Option<PathBuf>,
     default_export: Option<toml::Value>,
+    control: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,7 +85,7 @@ struct PdcFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TenantFile {
+pub(crate) struct TenantFile {
     name: String,
     weight: Option<f64>,
     slo: Option<Slo>,
@@ -277,7 +278,14 @@ pub struct ServerConfig {
     /// The tenant the empty export name selects (`server.default_export`; by default
     /// the only tenant when there is one, else none).
     pub default_export: Option<usize>,
+    /// The control socket (`server.control`, mode 0600): `ioshare ctl` adds, changes,
+    /// drains and removes tenants there while the server runs.
+    pub control: Option<PathBuf>,
 }
+
+/// Tenants one server holds at most, those added while running and removed ones
+/// included (a removed tenant keeps its id and counters until a restart).
+pub const MAX_TENANTS: usize = 1024;
 
 impl ServerConfig {
     /// Connections one Unix-socket client process may have open at once.
@@ -369,14 +377,79 @@ impl ServerConfig {
             cost_device: backend.cost_device,
             tenants,
             default_export,
+            control: server.control,
         };
+        if config.tenants.len() > MAX_TENANTS {
+            return Err(Invalid::new(
+                "tenant",
+                format!(
+                    "{} [[tenant]]s; a server holds at most {MAX_TENANTS}",
+                    config.tenants.len()
+                ),
+            ));
+        }
         check_images(&config, config_file)?;
         Ok(config)
     }
 
+    /// A tenant to add while running (`add-tenant`), from the fields a `[[tenant]]`
+    /// table has (`table`; relative paths from `base`), checked as the configuration
+    /// file's tenants are: against every tenant the server holds (names, regions and
+    /// images), the server's own files (`config_file` among them), and
+    /// [`MAX_TENANTS`]. It is not added here.
+    pub fn tenant_to_add(
+        &self,
+        table: toml::Table,
+        base: &Path,
+        config_file: Option<&Path>,
+    ) -> Result<TenantConfig, Invalid> {
+        let t: TenantFile = crate::config::from_table(table)?;
+        let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let tenant = tenant_config(t, &self.tenants, &self.backend(), &at)?;
+        self.check_new_tenant(&tenant, config_file)?;
+        Ok(tenant)
+    }
+
+    /// Whether `tenant` (checked on its own) may join the tenants held now: a name
+    /// none has, a region clear of theirs, an image that is none of theirs nor one of
+    /// the server's own files, and room under [`MAX_TENANTS`].
+    pub fn check_new_tenant(
+        &self,
+        tenant: &TenantConfig,
+        config_file: Option<&Path>,
+    ) -> Result<(), Invalid> {
+        if self.tenants.len() >= MAX_TENANTS {
+            return Err(Invalid::whole(format!(
+                "this server holds {MAX_TENANTS} tenants (removed ones count until a restart), its most"
+            )));
+        }
+        if self.tenants.iter().any(|x| x.spec.name == tenant.spec.name) {
+            return Err(Invalid::new("name", "used by another tenant"));
+        }
+        if let Storage::Region { offset } = tenant.storage {
+            check_region(offset, tenant.size, &self.tenants, &self.backend())?;
+        }
+        let mut with = self.clone();
+        with.tenants.push(tenant.clone());
+        check_images(&with, config_file)
+    }
+
+    /// The `[backend]` it was loaded with.
+    fn backend(&self) -> Backend {
+        Backend {
+            kind: self.backend,
+            cache: self.cache,
+            pdc: self.pdc,
+            shared: self.shared.clone(),
+            emulated: self.emulated.clone(),
+            cost_device: self.cost_device.clone(),
+        }
+    }
+
     /// The first thing in `new` that a running server cannot take on: everything but
-    /// the tenants' weights, SLOs, reservations and limits, and `interval_s`, needs a
-    /// restart. `None` when `new` can be applied by a reload.
+    /// the tenants' weights, SLOs, reservations and limits, tenants added or removed,
+    /// and `interval_s`, needs a restart (a tenant, matched by name, keeps its export).
+    /// `None` when `new` can be applied by a reload.
     pub fn reload_conflict(&self, new: &ServerConfig) -> Option<String> {
         let server = [
             ("server.unix", self.unix == new.unix),
@@ -421,6 +494,7 @@ impl ServerConfig {
                 self.max_connections_per_peer == new.max_connections_per_peer,
             ),
             ("server.tls*", self.tls == new.tls),
+            ("server.control", self.control == new.control),
             (
                 "server.default_export",
                 // Its default follows the number of exports, which is reported as such.
@@ -437,12 +511,13 @@ impl ServerConfig {
         if let Some((field, _)) = server.iter().find(|(_, same)| !same) {
             return Some(field.to_string());
         }
-        if self.tenants.len() != new.tenants.len() {
-            return Some("the number of [[tenant]]s (exports cannot be added or removed)".into());
-        }
-        for (i, (a, b)) in self.tenants.iter().zip(&new.tenants).enumerate() {
+        // Tenants are matched by name: one added or removed is the control socket's
+        // to apply; one in both must keep its export.
+        for (i, a) in self.tenants.iter().enumerate() {
+            let Some(b) = new.tenants.iter().find(|b| b.spec.name == a.spec.name) else {
+                continue;
+            };
             let fields = [
-                ("name", a.spec.name == b.spec.name),
                 ("size", a.size == b.size),
                 ("read_only", a.read_only == b.read_only),
                 ("file/offset", a.storage == b.storage),
@@ -481,6 +556,7 @@ struct Server {
     max_connections_per_tenant: Option<u32>,
     max_connections_per_peer: Option<u32>,
     tls: Tls,
+    control: Option<PathBuf>,
 }
 
 /// Whether clients may or must use TLS (`server.tls`).
@@ -699,6 +775,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         max_connections_per_tenant: s.max_connections_per_tenant,
         max_connections_per_peer: s.max_connections_per_peer,
         tls,
+        control: s.control.map(at),
     })
 }
 
@@ -1452,6 +1529,10 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(old.reload_conflict(&weights), None);
+        // Tenants added or removed are the control socket's to apply.
+        let more = parse(&format!("{base}[[tenant]]\nname='b'\nfile='b'\nsize=4096")).unwrap();
+        assert_eq!(old.reload_conflict(&more), None);
+        assert_eq!(more.reload_conflict(&old), None);
         let cases = [
             (base.replace("'sfq'", "'bfq'"), "server.policy"),
             (
@@ -1461,10 +1542,6 @@ mod tests {
             (
                 base.replace("file='a'", "file='b'"),
                 "tenant 1 ('a'): file/offset",
-            ),
-            (
-                format!("{base}[[tenant]]\nname='b'\nfile='b'\nsize=4096"),
-                "number of [[tenant]]s",
             ),
             (format!("{base}[backend]\ncache='none'"), "backend.cache"),
         ];

@@ -296,6 +296,9 @@ pub struct EngineCore {
     past_end_logged: Vec<Option<Nanos>>,
     /// Per tenant: its backend's errors, as logged.
     backend_errors: Vec<Reported>,
+    /// Per tenant: drained by the control socket (its connections stop being read and
+    /// close once answered; new ones are refused) until resumed.
+    closed: Vec<bool>,
     /// Per tenant with `cache = "pdc"`, its journal detector (fed every write as it
     /// arrives).
     detectors: Vec<Option<JournalDetector>>,
@@ -350,6 +353,7 @@ impl EngineCore {
             inflight_bytes: 0,
             past_end_logged: vec![None; n],
             backend_errors: vec![Reported::default(); n],
+            closed: vec![false; n],
             detectors: cfg
                 .tenants
                 .iter()
@@ -396,9 +400,10 @@ impl EngineCore {
         codec: ServerCodec,
         now: Nanos,
     ) -> Option<usize> {
-        if self.host.deadline().is_some() {
+        if self.host.deadline().is_some() || self.closed[tenant as usize] {
             return None;
         }
+        self.host.observer().0.connection(tenant, true);
         let conn = Conn::new(id, peer, tenant, codec);
         let slot = match self.conns.iter().position(Option::is_none) {
             Some(free) => free,
@@ -416,6 +421,60 @@ impl EngineCore {
     pub fn update(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos) {
         self.host.observer().0.set_weight(tenant, spec.weight);
         self.host.update_tenant(tenant, spec, now);
+    }
+
+    /// A tenant joins while running (`add-tenant`), served from now on by the policy
+    /// and the recorder under the next id (returned), which the counters hold already
+    /// ([`LiveStats::add_tenant`]); `target` is where its requests go (`None`: the null
+    /// backend).
+    pub fn add_tenant(
+        &mut self,
+        tenant: CoreTenant,
+        spec: &TenantSpec,
+        target: Option<Target>,
+        now: Nanos,
+    ) -> TenantId {
+        let id = self.host.add_tenant(spec, now);
+        let (stats, recorder) = self.host.observer_mut();
+        // The counters have it first: the control side reads them at once.
+        assert!(
+            stats.tenants() > id as usize,
+            "tenant {id} is counted before it is served"
+        );
+        if let Some(r) = recorder {
+            r.add_tenant(spec);
+        }
+        self.targets.push(target);
+        self.timeouts_logged.push(Reported::default());
+        self.fenced.push(0);
+        self.past_end_logged.push(None);
+        self.backend_errors.push(Reported::default());
+        self.closed.push(false);
+        self.detectors.push(
+            (tenant.cache == Cache::Pdc).then(|| JournalDetector::new(tenant.size, self.cfg.pdc)),
+        );
+        self.cfg.tenants.push(tenant);
+        id
+    }
+
+    /// Drains one tenant (`drain-tenant`, `remove-tenant`): its connections are no
+    /// longer read, what they sent is served, then they close; new ones are refused
+    /// until [`Self::resume_tenant`]. The other tenants go on as they were.
+    pub fn drain_tenant(&mut self, tenant: TenantId) {
+        self.closed[tenant as usize] = true;
+        for slot in 0..self.conns.len() {
+            if let Some(c) = self.conns[slot].as_mut()
+                && c.tenant == tenant
+                && c.stop_receiving()
+            {
+                self.intents.push(Intent::ShutRead(slot));
+            }
+        }
+    }
+
+    /// A drained tenant takes connections again.
+    pub fn resume_tenant(&mut self, tenant: TenantId) {
+        self.closed[tenant as usize] = false;
     }
 
     /// Stops receiving; what was received is still served.
@@ -926,7 +985,9 @@ impl EngineCore {
             }
             self.inflight_bytes -= c.drop_reservation();
             assert_eq!(c.pending_bytes, 0, "a finished connection holds no data");
+            let tenant = c.tenant;
             self.conns[slot] = None;
+            self.host.observer().0.connection(tenant, false);
             self.intents.push(Intent::Close(slot));
         }
     }
@@ -1428,6 +1489,81 @@ mod tests {
         (1..=n)
             .flat_map(|h| request_header(proto::CMD_READ, 0, h, 0, len))
             .collect()
+    }
+
+    /// A tenant added while running is served beside the others; drained, its
+    /// connection stops being read, is answered, and closes, while the other tenant's
+    /// requests go on; it takes no connection until resumed.
+    #[test]
+    fn a_tenant_added_then_drained_leaves_the_others_alone() {
+        let mut c = core(8, 64, 64 << 20);
+        let a = attach(&mut c);
+        let spec = TenantSpec::weighted("b", 2.0);
+        assert_eq!(c.host.observer().0.add_tenant("b", 2.0), 1);
+        let target = Target {
+            buffered: 4,
+            direct: None,
+            base: 0,
+            cache: Cache::Writeback,
+        };
+        let b_tenant = CoreTenant {
+            name: "b".into(),
+            size: 1 << 20,
+            cache: Cache::Writeback,
+        };
+        assert_eq!(c.add_tenant(b_tenant, &spec, Some(target), 0), 1);
+        let codec = handshaken(&c.cfg.clone(), 1);
+        let b = c.attach(2, "test".into(), 1, codec, 0).expect("served");
+        let _ = intents(&mut c);
+        receive(&mut c, a, &reads(1, 4096), MS);
+        receive(&mut c, b, &reads(1, 4096), MS);
+        c.turn(MS);
+        let asked = intents(&mut c);
+        assert!(
+            asked.contains(&Intent::Io(1)) && asked.contains(&Intent::Io(2)),
+            "both dispatched: {asked:?}"
+        );
+        let (_, tb) = c.transfer(2);
+        assert_eq!(
+            tb.buffered, 4,
+            "the added tenant's request goes to its file"
+        );
+        complete_io(&mut c, &asked, 2 * MS);
+        c.turn(2 * MS);
+        let asked = intents(&mut c);
+        assert!(asked.contains(&Intent::Send(a)) && asked.contains(&Intent::Send(b)));
+        for slot in [a, b] {
+            c.sent(slot, 4096 + 16, 2 * MS);
+        }
+        c.turn(2 * MS);
+        let _ = intents(&mut c);
+        assert_eq!(c.host.observer().0.snapshot()[1].connections, 1);
+        // Drained: its receive is made to return, then it closes; a's goes on.
+        c.drain_tenant(1);
+        assert_eq!(intents(&mut c), vec![Intent::ShutRead(b)]);
+        c.received(b, 0, 3 * MS);
+        c.turn(3 * MS);
+        let asked = intents(&mut c);
+        assert!(asked.contains(&Intent::Close(b)), "{asked:?}");
+        assert!(!asked.contains(&Intent::Close(a)), "{asked:?}");
+        assert_eq!(c.host.observer().0.snapshot()[1].connections, 0);
+        receive(
+            &mut c,
+            a,
+            &request_header(proto::CMD_READ, 0, 3, 0, 4096),
+            4 * MS,
+        );
+        c.turn(4 * MS);
+        assert!(
+            intents(&mut c).contains(&Intent::Io(3)),
+            "a is still served"
+        );
+        let codec = handshaken(&c.cfg.clone(), 1);
+        assert_eq!(c.attach(4, "test".into(), 1, codec, 4 * MS), None);
+        c.resume_tenant(1);
+        let codec = handshaken(&c.cfg.clone(), 1);
+        assert!(c.attach(5, "test".into(), 1, codec, 4 * MS).is_some());
+        assert_eq!(c.live_requests(), 1);
     }
 
     #[test]

@@ -14,9 +14,9 @@
 
 use super::backend::Files;
 use super::capture::Capture;
-use super::config::ServerConfig;
+use super::config::{ServerConfig, TenantConfig};
 use super::conn::{Attach, Slot};
-use super::core::{CoreConfig, EngineCore, Intent, PUBLISH_EVERY};
+use super::core::{CoreConfig, CoreTenant, EngineCore, Intent, PUBLISH_EVERY};
 use super::stats::LiveStats;
 use crate::device::{DeviceModel, DeviceStats};
 use crate::io::ring::Ring;
@@ -49,6 +49,14 @@ pub enum Message {
         /// Its new promise.
         spec: TenantSpec,
     },
+    /// A tenant joins (`add-tenant`), with its image opened ([`Files::open_added`]).
+    /// Its id is the number of tenants before it.
+    Add(Box<(TenantConfig, Files)>),
+    /// Stop reading one tenant's connections, serve what they sent, close them, and
+    /// refuse new ones (`drain-tenant`, `remove-tenant`).
+    DrainTenant(TenantId),
+    /// A drained tenant takes connections again.
+    ResumeTenant(TenantId),
     /// Finish what was received, sync every file, and stop.
     Drain,
 }
@@ -71,6 +79,27 @@ impl EngineHandle {
     /// Stops receiving: what was received is served, then the engine returns.
     pub fn drain(&self) {
         let _ = self.tx.send(Message::Drain);
+        self.poke();
+    }
+
+    /// Hands the engine a tenant added while running, its image opened.
+    pub fn add_tenant(&self, tenant: TenantConfig, files: Files) -> bool {
+        let sent = self
+            .tx
+            .send(Message::Add(Box::new((tenant, files))))
+            .is_ok();
+        self.poke();
+        sent
+    }
+
+    /// Drains one tenant (`resume: false`) or serves it again.
+    pub fn close_tenant(&self, tenant: TenantId, closed: bool) {
+        let m = if closed {
+            Message::DrainTenant(tenant)
+        } else {
+            Message::ResumeTenant(tenant)
+        };
+        let _ = self.tx.send(m);
         self.poke();
     }
 
@@ -104,6 +133,24 @@ pub enum EngineError {
 pub struct Inbox {
     rx: Receiver<Message>,
     wake: Arc<File>,
+}
+
+#[cfg(test)]
+impl Inbox {
+    /// What was sent so far, in order, as (kind, tenant) for tests of the sending side.
+    pub(crate) fn sent(&self) -> Vec<(&'static str, Option<TenantId>)> {
+        self.rx
+            .try_iter()
+            .map(|m| match m {
+                Message::Attach(a) => ("attach", Some(a.tenant)),
+                Message::Update { tenant, .. } => ("update", Some(tenant)),
+                Message::Add(_) => ("add", None),
+                Message::DrainTenant(t) => ("drain", Some(t)),
+                Message::ResumeTenant(t) => ("resume", Some(t)),
+                Message::Drain => ("drain all", None),
+            })
+            .collect()
+    }
 }
 
 /// Creates the engine's channel; [`run`] consumes the receiving side.
@@ -276,27 +323,32 @@ fn offloaded(
     config: &ServerConfig,
     files: &Files,
 ) -> std::collections::HashSet<std::os::fd::RawFd> {
-    let mut fds = std::collections::HashSet::new();
-    for (t, target) in config.tenants.iter().zip(files.targets()) {
-        let Some(target) = target else {
-            continue;
-        };
-        // SAFETY: an all-zero statfs is valid; fstatfs fills it for a descriptor we own.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstatfs(target.buffered, &mut st) } != 0 {
-            continue;
-        }
-        let Some((_, name)) = MAY_BLOCK.iter().find(|(m, _)| *m == st.f_type as i64) else {
-            continue;
-        };
-        eprintln!(
-            "ioshare: {}: its image is on {name}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {name} cannot stop the other tenants",
-            t.spec.name
-        );
-        fds.insert(target.buffered);
-        fds.extend(target.direct);
+    config
+        .tenants
+        .iter()
+        .zip(files.targets())
+        .filter_map(|(t, target)| Some(may_block(&t.spec.name, target?)))
+        .flatten()
+        .collect()
+}
+
+/// `target`'s descriptors when its image is on a [`MAY_BLOCK`] file system (said once,
+/// naming tenant `name`), else none.
+fn may_block(name: &str, target: crate::io::transfer::Target) -> Vec<std::os::fd::RawFd> {
+    // SAFETY: an all-zero statfs is valid; fstatfs fills it for a descriptor we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(target.buffered, &mut st) } != 0 {
+        return Vec::new();
     }
-    fds
+    let Some((_, fs)) = MAY_BLOCK.iter().find(|(m, _)| *m == st.f_type as i64) else {
+        return Vec::new();
+    };
+    eprintln!(
+        "ioshare: {name}: its image is on {fs}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {fs} cannot stop the other tenants"
+    );
+    std::iter::once(target.buffered)
+        .chain(target.direct)
+        .collect()
 }
 
 /// Environment variable for tests of the server's supervision: the engine panics once
@@ -342,6 +394,9 @@ impl Engine {
                 Ok(Message::Attach(a)) => self.attach(a, now),
                 Ok(Message::Update { tenant, spec }) => self.core().update(tenant, &spec, now),
                 Ok(Message::Drain) => self.core().drain(now),
+                Ok(Message::Add(added)) => self.add_tenant(*added, now),
+                Ok(Message::DrainTenant(t)) => self.core().drain_tenant(t),
+                Ok(Message::ResumeTenant(t)) => self.core().resume_tenant(t),
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) => {
                     self.core().drain(now);
@@ -350,6 +405,23 @@ impl Engine {
             }
             self.apply()?;
         }
+    }
+
+    /// A tenant added while running: its files join the engine's, the core serves it.
+    fn add_tenant(&mut self, (tenant, files): (TenantConfig, Files), now: Nanos) {
+        let target = self.files.absorb(files, &tenant);
+        if let Some(t) = target {
+            self.offload.extend(may_block(&tenant.spec.name, t));
+        }
+        if let Some(c) = self.capture.as_mut() {
+            c.add(&tenant.spec.name, now);
+        }
+        let core = CoreTenant {
+            name: tenant.spec.name.clone(),
+            size: tenant.size,
+            cache: tenant.cache,
+        };
+        let _ = self.core().add_tenant(core, &tenant.spec, target, now);
     }
 
     /// A connection past its handshake: its socket goes in the slot the core gives it;

@@ -7,9 +7,10 @@
 
 use super::config::ServerConfig;
 use super::conn::Slot;
+use crate::nbd::ExportInfo;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Connections over `server.max_connections` while the handshakes closed for them end.
 pub const EVICTION_ALLOWANCE: usize = 64;
@@ -38,23 +39,71 @@ pub struct Gate {
     exports: Arc<ExportPlaces>,
 }
 
-/// Served connections per export under `server.max_connections_per_tenant`, shared with
-/// the handshake threads (a connection takes its export's place when it selects it).
+/// The exports as the handshake threads see them: what the codec offers (changed by the
+/// control socket: an export added, drained, removed), whether each takes connections,
+/// and its served connections under `server.max_connections_per_tenant` (a connection
+/// takes its export's place when it selects it).
 pub struct ExportPlaces {
     limit: usize,
-    open: Vec<Arc<AtomicUsize>>,
+    /// Per export: its served connections, and whether it takes new ones.
+    places: RwLock<Vec<(Arc<AtomicUsize>, bool)>>,
+    /// What the codec of a new connection offers (index: the tenant).
+    infos: RwLock<Arc<Vec<ExportInfo>>>,
 }
 
 impl ExportPlaces {
     /// A place among `export`'s served connections, when it has one free.
     pub fn take(&self, export: usize) -> Option<Slot> {
-        Slot::take(&self.open[export], self.limit)
+        Slot::take(&self.places.read().expect("places")[export].0, self.limit)
+    }
+
+    /// Whether `export` takes connections (not drained or removed).
+    pub fn is_open(&self, export: usize) -> bool {
+        self.places.read().expect("places")[export].1
+    }
+
+    /// One more export (added while running), taking connections once
+    /// [`Self::set_infos`] offers it.
+    pub fn add(&self) {
+        self.places
+            .write()
+            .expect("places")
+            .push((Arc::default(), true));
+    }
+
+    /// Whether `export` takes new connections.
+    pub fn set_open(&self, export: usize, open: bool) {
+        self.places.write().expect("places")[export].1 = open;
+    }
+
+    /// The exports a new connection's codec offers.
+    pub fn infos(&self) -> Arc<Vec<ExportInfo>> {
+        self.infos.read().expect("infos").clone()
+    }
+
+    /// Offers `infos` to the connections that start from now on.
+    pub fn set_infos(&self, infos: Vec<ExportInfo>) {
+        *self.infos.write().expect("infos") = Arc::new(infos);
     }
 
     /// `server.max_connections_per_tenant`.
     pub fn limit(&self) -> usize {
         self.limit
     }
+}
+
+/// The exports `config` offers, in tenant order (every one offered).
+pub fn infos_of(config: &ServerConfig) -> Vec<ExportInfo> {
+    config
+        .tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ExportInfo {
+            description: t.description.clone(),
+            default: config.default_export == Some(i),
+            ..ExportInfo::new(t.spec.name.clone(), t.size, t.read_only)
+        })
+        .collect()
 }
 
 /// What the gate says of a new connection.
@@ -98,7 +147,8 @@ impl Gate {
             peers: HashMap::new(),
             exports: Arc::new(ExportPlaces {
                 limit: per_export,
-                open: (0..exports).map(|_| Arc::default()).collect(),
+                places: RwLock::new((0..exports).map(|_| (Arc::default(), true)).collect()),
+                infos: RwLock::new(Arc::new(Vec::new())),
             }),
         }
     }
@@ -114,6 +164,13 @@ impl Gate {
             config.max_connections_per_tenant as usize,
             config.tenants.len(),
         )
+        .offering(infos_of(config))
+    }
+
+    /// Offers `infos` to new connections.
+    pub fn offering(self, infos: Vec<ExportInfo>) -> Gate {
+        self.exports.set_infos(infos);
+        self
     }
 
     /// A new connection from `peer` (`local`: on the Unix socket); `evict_oldest` closes

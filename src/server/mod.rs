@@ -19,6 +19,7 @@ pub(crate) mod budget;
 pub(crate) mod capture;
 pub mod config;
 pub(crate) mod conn;
+pub mod control;
 pub(crate) mod core;
 pub(crate) mod engine;
 mod error;
@@ -263,7 +264,7 @@ struct Handshaking {
 /// caller to write there (`report::write_all`). With `capture` (a file and its size
 /// limit), every request is recorded there as it arrives (`server::capture`).
 pub fn serve(
-    mut config: ServerConfig,
+    config: ServerConfig,
     source: Option<PathBuf>,
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
@@ -326,6 +327,9 @@ pub fn serve(
             .map_err(ServeError::Thread)?
     };
     created.keep();
+    let gate = Gate::of(&config);
+    let (control, _control_socket) =
+        start_control(&config, source.clone(), &handle, &gate, &stats)?;
     warn_of_exposure(&config, metrics_at, &listeners);
     eprintln!(
         "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
@@ -342,17 +346,46 @@ pub fn serve(
         listeners.describe(&config)
     ));
     let registry = accept_until_stopped(
-        &mut config,
-        source.as_deref(),
+        &config,
+        (&control, gate),
         &listeners,
         &handle,
         &stats,
         &offer,
         &|| engine_thread.is_finished(),
     );
+    // Every tenant held at the end, added ones included, is in the summary.
+    let config = control.lock().expect("control lock").config().clone();
     notify("STOPPING=1\nSTATUS=draining: serving what was received, then syncing");
     let outcome = stop(&config, listeners, &registry, handle, engine_thread)?;
     Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// What the control socket and SIGHUP change, and the socket when `server.control`
+/// asks for one (its file removed when dropped).
+fn start_control(
+    config: &ServerConfig,
+    source: Option<PathBuf>,
+    handle: &EngineHandle,
+    gate: &Gate,
+    stats: &Arc<LiveStats>,
+) -> Result<(Arc<Mutex<control::Control>>, Option<SocketFile>), ServeError> {
+    let control = Arc::new(Mutex::new(control::Control::new(
+        config.clone(),
+        source,
+        handle.clone(),
+        gate.exports().clone(),
+        stats.clone(),
+    )));
+    let socket = match &config.control {
+        Some(path) => {
+            let listener = bind_unix(path, "server.control")?;
+            control::spawn(listener, control.clone()).map_err(ServeError::Thread)?;
+            Some(SocketFile(path.clone()))
+        }
+        None => None,
+    };
+    Ok((control, socket))
 }
 
 /// The metrics endpoint, when `server.metrics` asks for one: where it listens.
@@ -610,7 +643,10 @@ impl Listeners {
         let (unix, socket) = match (inherited.unix, &config.unix) {
             // The manager's socket file is the manager's: not removed at exit.
             (Some(l), _) => (Some(l), None),
-            (None, Some(path)) => (Some(bind_unix(path)?), Some(SocketFile(path.clone()))),
+            (None, Some(path)) => (
+                Some(bind_unix(path, "server.unix")?),
+                Some(SocketFile(path.clone())),
+            ),
             (None, None) => (None, None),
         };
         let tcp = match (inherited.tcp, &config.tcp) {
@@ -738,30 +774,17 @@ impl Listeners {
 /// prints the per-tenant line, until SIGTERM/SIGINT or until `engine_gone` (checked at
 /// least every 0.2 s). Returns the connections still handshaking.
 fn accept_until_stopped(
-    config: &mut ServerConfig,
-    source: Option<&std::path::Path>,
+    config: &ServerConfig,
+    (control, mut gate): (&Mutex<control::Control>, Gate),
     listeners: &Listeners,
     handle: &EngineHandle,
     stats: &LiveStats,
     offer: &TlsOffer,
     engine_gone: &dyn Fn() -> bool,
 ) -> Registry {
-    let exports: Arc<Vec<ExportInfo>> = Arc::new(
-        config
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, t)| ExportInfo {
-                description: t.description.clone(),
-                default: config.default_export == Some(i),
-                ..ExportInfo::new(t.spec.name.clone(), t.size, t.read_only)
-            })
-            .collect(),
-    );
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
     let mut next_conn = 0u64;
-    // The limits can change only by a restart (a reload refuses to change them).
-    let mut gate = Gate::of(config);
+    let mut interval_s = config.interval_s;
     let mut refused = Refusals::default();
     let mut last = (Instant::now(), stats.snapshot());
     while !STOP.load(Ordering::SeqCst) {
@@ -769,10 +792,11 @@ fn accept_until_stopped(
             break;
         }
         if RELOAD.swap(false, Ordering::SeqCst) {
-            match source {
-                Some(path) => reload(config, path, handle),
-                None => eprintln!("ioshare: SIGHUP: no configuration file to reload"),
+            let mut control = control.lock().expect("control lock");
+            if let Err(e) = control.reload() {
+                eprintln!("ioshare: reload: {e}");
             }
+            interval_s = control.config().interval_s;
         }
         let timeout = config.handshake_timeout;
         let max = config.max_connections;
@@ -798,13 +822,13 @@ fn accept_until_stopped(
                 next_conn,
                 timeout,
                 places,
-                (&exports, gate.exports()),
+                gate.exports(),
                 handle,
                 &registry,
                 offer,
             );
         });
-        print_interval(config.interval_s, stats, &mut last);
+        print_interval(interval_s, stats, &mut last);
     }
     registry
 }
@@ -951,57 +975,11 @@ fn live_result(
     }
 }
 
-/// Reads the configuration again and hands changed tenant specs to the engine; a
-/// change that needs a restart (or a file that no longer loads) applies nothing.
-fn reload(config: &mut ServerConfig, path: &std::path::Path, engine: &EngineHandle) {
-    let new = match ServerConfig::load(path) {
-        Ok(new) => new,
-        Err(e) => {
-            eprintln!("ioshare: reload: {e}; nothing applied");
-            return;
-        }
-    };
-    if let Some(field) = config.reload_conflict(&new) {
-        eprintln!("ioshare: reload: {field} changed, which needs a restart; nothing applied");
-        return;
-    }
-    let mut changed = 0;
-    for (i, (old, new)) in config.tenants.iter().zip(&new.tenants).enumerate() {
-        if old.spec != new.spec {
-            eprintln!(
-                "ioshare: reload: {}: weight {} -> {}, slo {} -> {}, reservation {} -> {}, limit {} -> {}",
-                new.spec.name,
-                old.spec.weight,
-                new.spec.weight,
-                describe(&old.spec.slo),
-                describe(&new.spec.slo),
-                describe(&old.spec.reservation_iops),
-                describe(&new.spec.reservation_iops),
-                describe(&old.spec.limit_iops),
-                describe(&new.spec.limit_iops),
-            );
-            engine.update(i as TenantId, new.spec.clone());
-            changed += 1;
-        }
-    }
-    if changed == 0 && config.interval_s == new.interval_s {
-        eprintln!("ioshare: reload: nothing changed");
-    }
-    *config = new;
-}
-
-fn describe<T: std::fmt::Debug>(value: &Option<T>) -> String {
-    match value {
-        Some(v) => format!("{v:?}"),
-        None => "none".into(),
-    }
-}
-
 /// Binds the unix socket with mode 0600, non-blocking, replacing a stale socket (never
 /// another file).
-fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
+fn bind_unix(path: &PathBuf, setting: &'static str) -> Result<UnixListener, ServeError> {
     let listen = |source| ServeError::Listen {
-        setting: "server.unix",
+        setting,
         at: path.display().to_string(),
         source,
     };
@@ -1032,7 +1010,7 @@ fn spawn_connection(
     id: u64,
     timeout: std::time::Duration,
     slots: Vec<Slot>,
-    (exports, limits): (&Arc<Vec<ExportInfo>>, &Arc<ExportPlaces>),
+    limits: &Arc<ExportPlaces>,
     engine: &EngineHandle,
     registry: &Registry,
     offer: &TlsOffer,
@@ -1048,7 +1026,9 @@ fn spawn_connection(
             deadline,
         },
     );
-    let (exports, engine, registry) = (exports.clone(), engine.clone(), registry.clone());
+    let (engine, registry) = (engine.clone(), registry.clone());
+    // The exports as they are now: one added later is offered to later connections.
+    let exports = limits.infos();
     let limits = limits.clone();
     let tls = (offer.policy(&stream), offer.config.clone());
     let peer = stream.peer();
@@ -1182,6 +1162,18 @@ fn handshake(
         codec.receive(&buf[..n]);
         // One poll answers every complete option; it stops at an event or for bytes.
         let selected = match codec.poll() {
+            Ok(Some(Event::Selected { export })) if !limits.is_open(export) => {
+                // Drained or removed since this connection read the exports.
+                codec.refuse_selected(&format!(
+                    "export '{}' is drained by this server's operator: it takes no connections now",
+                    exports[export].name
+                ));
+                io.write_all(&codec.take_output())?;
+                if codec.is_closed() {
+                    return Ok(None);
+                }
+                continue;
+            }
             Ok(Some(Event::Selected { export })) => match limits.take(export) {
                 Some(served) => {
                     slots.push(served);

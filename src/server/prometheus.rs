@@ -310,7 +310,7 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 type Field = fn(&TenantCounters) -> f64;
 
 /// The per-tenant series: name, type, help, value.
-const SERIES: [(&str, &str, &str, Field); 16] = [
+const SERIES: [(&str, &str, &str, Field); 18] = [
     (
         "ioshare_requests_arrived_total",
         "counter",
@@ -373,6 +373,18 @@ const SERIES: [(&str, &str, &str, Field); 16] = [
         "gauge",
         "The tenant's proportional-share weight",
         |t| t.weight,
+    ),
+    (
+        "ioshare_tenant_serving",
+        "gauge",
+        "1 while the tenant's export takes connections; 0 once drained or removed through the control socket",
+        |t| f64::from(u8::from(t.state == super::stats::TenantState::Serving)),
+    ),
+    (
+        "ioshare_tenant_connections",
+        "gauge",
+        "Connections the engine serves for the tenant now",
+        |t| t.connections as f64,
     ),
     (
         "ioshare_tenant_queued",

@@ -5,7 +5,6 @@ use crate::host::{Observer, Status};
 use crate::nbd::proto;
 use crate::policy::{Gauge, Refusal};
 use crate::types::{Completion, Nanos, Op, Request, TenantId};
-use hdrhistogram::Histogram;
 use std::sync::Mutex;
 
 /// Upper bounds of the exported latency histogram's buckets, nanoseconds (50 µs to 10 s).
@@ -28,6 +27,72 @@ pub const LATENCY_BUCKETS_NS: [Nanos; 17] = [
     5_000_000_000,
     10_000_000_000,
 ];
+
+/// Buckets of [`Octaves`]: 8 below 8 ns, then 8 per power of two up to 2^64 ns.
+const OCTAVE_BUCKETS: usize = 8 * 62;
+
+/// A latency histogram of eighth-octave buckets (each value within 12.5 % of its
+/// bucket's bounds), 4 KiB: what the live server's per-interval p99 is read from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Octaves(Box<[u64; OCTAVE_BUCKETS]>);
+
+impl Default for Octaves {
+    fn default() -> Self {
+        Octaves(Box::new([0; OCTAVE_BUCKETS]))
+    }
+}
+
+impl Octaves {
+    fn index(ns: u64) -> usize {
+        if ns < 8 {
+            return ns as usize;
+        }
+        let p = 63 - ns.leading_zeros();
+        let sub = (ns >> (p - 3)) & 7;
+        (p as usize - 2) * 8 + sub as usize
+    }
+
+    /// The largest value bucket `i` holds.
+    fn upper(i: usize) -> u64 {
+        if i < 8 {
+            return i as u64;
+        }
+        let (p, sub) = (i / 8 + 2, (i % 8) as u64);
+        let next = (8 + u128::from(sub) + 1) << (p - 3);
+        u64::try_from(next - 1).unwrap_or(u64::MAX)
+    }
+
+    /// Counts one latency of `ns`.
+    pub fn record(&mut self, ns: u64) {
+        self.0[Self::index(ns)] += 1;
+    }
+
+    /// What was counted since `before` (an earlier copy of this one).
+    pub fn since(&self, before: &Octaves) -> Octaves {
+        let mut d = Octaves::default();
+        for (i, (n, b)) in self.0.iter().zip(before.0.iter()).enumerate() {
+            d.0[i] = n.checked_sub(*b).expect("a histogram only grows");
+        }
+        d
+    }
+
+    /// The `q` quantile, as the upper bound of its bucket (0 when empty).
+    pub fn quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.0.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, n) in self.0.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Self::upper(i);
+            }
+        }
+        unreachable!("the rank is within the total")
+    }
+}
 
 /// The reply errors counted one by one (the NBD protocol's values); any other is
 /// counted in one more slot, "other".
@@ -83,8 +148,11 @@ pub struct TenantCounters {
     pub read_bytes: u64,
     /// Bytes written by successful requests.
     pub written_bytes: u64,
-    /// Latency of successful completions, nanoseconds ([`crate::metrics::latency_histogram`]).
-    pub latency: Histogram<u64>,
+    /// Latency of successful completions, nanoseconds, in eighth-octave buckets: small
+    /// enough to copy under the lock the engine records under (an HDR histogram of the
+    /// same range is ~440 KiB a tenant; copying one per tenant for each `/metrics` scrape
+    /// or control-socket read held the engine up, measured: `bench/ctl-change.sh`).
+    pub latency: Octaves,
     /// The same latencies counted exactly into [`LATENCY_BUCKETS_NS`] (non-cumulative;
     /// the last slot holds what is above every bound), and their sum.
     pub latency_buckets: [u64; LATENCY_BUCKETS_NS.len() + 1],
@@ -97,9 +165,66 @@ pub struct TenantCounters {
     pub journal_writes: u64,
     /// Their bytes.
     pub journal_bytes: u64,
+    /// Connections the engine serves for it now.
+    pub connections: u64,
+    /// Whether its export takes connections ([`TenantState`]).
+    pub state: TenantState,
+}
+
+/// Whether a tenant's export is served (the control socket changes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantState {
+    /// Listed and taking connections.
+    Serving,
+    /// Listed; new connections refused, its connections closed once what they sent is
+    /// served (`drain-tenant`), until `resume-tenant`.
+    Drained,
+    /// Drained and no longer listed (`remove-tenant`); its image and counters stay, and
+    /// `resume-tenant` serves it again.
+    Removed,
+}
+
+impl TenantState {
+    /// As the control socket and `/metrics` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TenantState::Serving => "serving",
+            TenantState::Drained => "drained",
+            TenantState::Removed => "removed",
+        }
+    }
 }
 
 impl TenantCounters {
+    /// Nothing counted yet.
+    pub fn new(name: &str, weight: f64) -> Self {
+        TenantCounters {
+            name: name.to_string(),
+            weight,
+            arrived: 0,
+            completed: 0,
+            errors: 0,
+            answered_errors: [0; REPLY_ERRORS.len() + 1],
+            backend_timeouts: 0,
+            fenced: 0,
+            refused: 0,
+            held_back: 0,
+            dispatched: 0,
+            cancelled: 0,
+            read_bytes: 0,
+            written_bytes: 0,
+            latency: Octaves::default(),
+            latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
+            latency_sum_ns: 0,
+            journal_groups: 0,
+            journal_writes: 0,
+            journal_bytes: 0,
+            connections: 0,
+            state: TenantState::Serving,
+        }
+    }
+
     /// The errors it was answered with, by name, those that happened only, in
     /// [`REPLY_ERRORS`] order.
     pub fn errors_by_reason(&self) -> Vec<(String, u64)> {
@@ -144,28 +269,7 @@ impl LiveStats {
             tenants: Mutex::new(
                 tenants
                     .iter()
-                    .map(|(name, weight)| TenantCounters {
-                        name: name.clone(),
-                        weight: *weight,
-                        arrived: 0,
-                        completed: 0,
-                        errors: 0,
-                        answered_errors: [0; REPLY_ERRORS.len() + 1],
-                        backend_timeouts: 0,
-                        fenced: 0,
-                        refused: 0,
-                        held_back: 0,
-                        dispatched: 0,
-                        cancelled: 0,
-                        read_bytes: 0,
-                        written_bytes: 0,
-                        latency: crate::metrics::latency_histogram(),
-                        latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
-                        latency_sum_ns: 0,
-                        journal_groups: 0,
-                        journal_writes: 0,
-                        journal_bytes: 0,
-                    })
+                    .map(|(name, weight)| TenantCounters::new(name, *weight))
                     .collect(),
             ),
             policy: Mutex::new(Vec::new()),
@@ -202,6 +306,36 @@ impl LiveStats {
         let t = &mut all[tenant as usize];
         t.journal_writes += 1;
         t.journal_bytes += bytes;
+    }
+
+    /// A tenant joins (`add-tenant`); its id is the number of tenants before it.
+    pub fn add_tenant(&self, name: &str, weight: f64) -> TenantId {
+        let mut all = self.tenants.lock().expect("stats lock");
+        all.push(TenantCounters::new(name, weight));
+        (all.len() - 1) as TenantId
+    }
+
+    /// Number of tenants counted (added ones included).
+    pub fn tenants(&self) -> usize {
+        self.tenants.lock().expect("stats lock").len()
+    }
+
+    /// `tenant`'s export is now `state`.
+    pub fn set_state(&self, tenant: TenantId, state: TenantState) {
+        self.tenants.lock().expect("stats lock")[tenant as usize].state = state;
+    }
+
+    /// A connection of `tenant` is served by the engine (`true`) or closed (`false`).
+    pub fn connection(&self, tenant: TenantId, open: bool) {
+        let t = &mut self.tenants.lock().expect("stats lock")[tenant as usize];
+        if open {
+            t.connections += 1;
+        } else {
+            t.connections = t
+                .connections
+                .checked_sub(1)
+                .expect("a connection closes once");
+        }
     }
 
     /// A reload changed `tenant`'s weight.
@@ -265,7 +399,7 @@ impl LiveStats {
             Op::Flush | Op::Trim => {}
         }
         let latency = c.latency();
-        t.latency.saturating_record(latency.max(1));
+        t.latency.record(latency);
         t.latency_buckets[LATENCY_BUCKETS_NS.partition_point(|&b| b < latency)] += 1;
         t.latency_sum_ns += latency as u128;
     }
@@ -340,7 +474,7 @@ pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f
                 n.name,
                 bytes as f64 / secs / 1e6,
                 ios as f64 / secs,
-                n.latency.value_at_quantile(0.99) / 1000,
+                n.latency.since(&b.latency).quantile(0.99) / 1000,
                 share,
                 ideal,
                 n.answered_error_total(),
@@ -354,6 +488,48 @@ pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every value lands in a bucket whose bounds hold it within 12.5 %, buckets are
+    /// ordered, and a quantile is read from the counts since an earlier copy.
+    #[test]
+    fn octaves_hold_values_within_an_eighth_and_quantiles_come_from_differences() {
+        let mut last_upper = None;
+        for i in 0..OCTAVE_BUCKETS {
+            let u = Octaves::upper(i);
+            assert!(last_upper.is_none_or(|l| u > l), "bucket {i}");
+            last_upper = Some(u);
+        }
+        for v in (0..64)
+            .map(|p| 1u64 << p)
+            .chain([3, 9, 1000, 999_999, 123_456_789, u64::MAX])
+        {
+            let i = Octaves::index(v);
+            assert!(Octaves::upper(i) >= v, "{v}");
+            assert!(i == 0 || Octaves::upper(i - 1) < v, "{v}");
+            assert!(Octaves::upper(i) as f64 <= v as f64 * 1.125 + 1.0, "{v}");
+        }
+        let mut h = Octaves::default();
+        for us in 1..=100u64 {
+            h.record(us * 1000);
+        }
+        let before = h.clone();
+        for _ in 0..99 {
+            h.record(50_000);
+        }
+        h.record(5_000_000);
+        let p99 = h.quantile(0.99);
+        assert!((100_000..=112_500).contains(&p99), "{p99}");
+        let interval = h.since(&before);
+        assert_eq!(
+            interval.quantile(0.5),
+            Octaves::upper(Octaves::index(50_000))
+        );
+        assert_eq!(
+            interval.quantile(1.0),
+            Octaves::upper(Octaves::index(5_000_000))
+        );
+        assert_eq!(Octaves::default().quantile(0.99), 0);
+    }
 
     #[test]
     fn errors_are_counted_by_reason_and_said_in_order() {
