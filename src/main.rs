@@ -82,6 +82,10 @@ enum Command {
         /// a FILE naming a server that still runs is refused.
         #[arg(long, value_name = "FILE")]
         pidfile: Option<PathBuf>,
+        /// How log lines are written to stderr: `human` (`ioshare: ...`) or `json` (one
+        /// object a line: timestamp, level, message and fields such as `tenant`).
+        #[arg(long, value_enum, default_value = "human")]
+        log_format: ioshare::server::logs::LogFormat,
     },
     /// Run the conformance suite: every proportional-share policy through a matrix of
     /// properties (work conservation, weight accuracy with 8 to 1,024 tenants, a deep
@@ -207,11 +211,18 @@ fn run(cli: Cli) -> Result<()> {
             capture,
             capture_limit,
             pidfile,
+            log_format,
         } => {
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             let capture = capture.map(|path| (path, capture_limit.0));
-            let result =
-                ioshare::server::serve(loaded, Some(config), out.clone(), capture, pidfile)?;
+            let result = ioshare::server::serve(
+                loaded,
+                Some(config),
+                out.clone(),
+                capture,
+                pidfile,
+                log_format,
+            )?;
             if let (Some(result), Some(dir)) = (result, out) {
                 print!("{}", report::table(&result));
                 report::write_all(&result, &dir)?;

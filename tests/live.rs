@@ -1692,6 +1692,38 @@ fn the_control_socket_adds_changes_drains_and_removes_tenants() {
     );
 }
 
+/// `--log-format json`: every line the server writes is one JSON object with a
+/// timestamp, a level and a message; the closing summary carries each tenant's figures
+/// as fields.
+#[test]
+fn json_logs_are_one_object_a_line_with_fields() {
+    let dir = tempdir();
+    let s = Server::start_with(dir.path(), TWO_TENANTS, &["--log-format", "json"]);
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 1 0 1M"])
+        .arg(s.uri("vm1")));
+    let err = s.stopped();
+    let mut summary = None;
+    for line in err.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        for key in ["timestamp", "level", "message"] {
+            assert!(v[key].is_string(), "{key} in {line}");
+        }
+        assert!(
+            !v["message"].as_str().unwrap().starts_with("ioshare: "),
+            "{line}"
+        );
+        if v["tenant"] == "vm1" {
+            summary = Some(v);
+        }
+    }
+    let summary = summary.unwrap_or_else(|| panic!("no summary line for vm1: {err}"));
+    assert_eq!(summary["written_bytes"], 1048576, "{summary}");
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert!(err.contains("\"message\":\"serving 2 export(s)"), "{err}");
+}
+
 #[test]
 fn sigterm_drain_gives_up_on_what_the_policy_holds_at_the_deadline() {
     let dir = tempdir();

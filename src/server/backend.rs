@@ -70,8 +70,8 @@ impl Drop for Created {
         for path in self.0.drain(..) {
             if std::fs::remove_file(&path).is_ok() {
                 let _ = std::fs::remove_file(marker_of(&path));
-                eprintln!(
-                    "ioshare: removed {}, which this failed start had created",
+                tracing::info!(
+                    "removed {}, which this failed start had created",
                     path.display()
                 );
             }
@@ -170,16 +170,8 @@ impl Files {
         );
         let target = match &t.storage {
             Storage::Own(_) => added.targets.pop().expect("opened by open_added"),
-            Storage::Nothing => None,
-            Storage::Region { offset } => {
-                let (buffered, direct) = self.shared.expect("checked by the config");
-                Some(Target {
-                    buffered,
-                    direct,
-                    base: *offset,
-                    cache: t.cache,
-                })
-            }
+            // Nothing to open: a region of the shared file, or the null backend.
+            _ => self.target_of(t).expect("opens nothing"),
         };
         self.targets.push(target);
         target
@@ -535,8 +527,8 @@ fn leave_marker(image: &std::path::Path, marker: &std::path::Path) {
         image.display()
     );
     if let Err(e) = std::fs::write(marker, text) {
-        eprintln!(
-            "ioshare: {}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
+        tracing::warn!(
+            "{}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
             image.display(),
             marker.display()
         );

@@ -169,8 +169,8 @@ impl Capture {
             || self.pending.len() >= PENDING_LIMIT;
         if full {
             if self.lost == 0 {
-                eprintln!(
-                    "ioshare: --capture: {} reached its limit ({} in the file, {} waiting for the disk); further requests are counted, not written",
+                tracing::warn!(
+                    "--capture: {} reached its limit ({} in the file, {} waiting for the disk); further requests are counted, not written",
                     self.path.display(),
                     crate::units::format_bytes(self.bytes + self.pending.len() as u64),
                     crate::units::format_bytes(self.pending.len() as u64)
@@ -245,8 +245,8 @@ impl Capture {
             path: self.path.clone(),
             source,
         })?;
-        eprintln!(
-            "ioshare: --capture: {} requests in {} ({}){}",
+        tracing::info!(
+            "--capture: {} requests in {} ({}){}",
             self.lines,
             self.path.display(),
             crate::units::format_bytes(self.bytes),

@@ -315,8 +315,8 @@ impl Control {
             return Err(CtlError::Failed("the engine is stopping".into()));
         }
         created.keep();
-        eprintln!(
-            "ioshare: {by}: added tenant {} ('{}'): weight {}, {}",
+        tracing::info!(
+            "{by}: added tenant {} ('{}'): weight {}, {}",
             id,
             tenant.spec.name,
             tenant.spec.weight,
@@ -377,8 +377,8 @@ impl Control {
 
     fn apply_spec(&mut self, id: TenantId, spec: TenantSpec, by: &str) {
         let old = &self.config.tenants[id as usize].spec;
-        eprintln!(
-            "ioshare: {by}: {}: weight {} -> {}, slo {} -> {}, reservation {} -> {}, limit {} -> {}",
+        tracing::info!(
+            "{by}: {}: weight {} -> {}, slo {} -> {}, reservation {} -> {}, limit {} -> {}",
             spec.name,
             old.weight,
             spec.weight,
@@ -420,8 +420,8 @@ impl Control {
         self.states[i] = to;
         self.stats.set_state(id, to);
         self.offer();
-        eprintln!(
-            "ioshare: {by}: {} is {}",
+        tracing::info!(
+            "{by}: {} is {}",
             self.config.tenants[i].spec.name,
             match to {
                 TenantState::Serving => "served again",
@@ -506,7 +506,7 @@ impl Control {
         self.from_file = new.tenants.iter().map(|t| t.spec.name.clone()).collect();
         self.config.interval_s = new.interval_s;
         if changes.is_empty() {
-            eprintln!("ioshare: reload: nothing changed");
+            tracing::info!("reload: nothing changed");
         }
         Ok(json!({ "changes": changes }))
     }
@@ -637,7 +637,7 @@ pub fn spawn(listener: UnixListener, control: Arc<Mutex<Control>>) -> std::io::R
                         clients.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
-                    eprintln!("ioshare: control: cannot start a thread for a connection");
+                    tracing::warn!("control: cannot start a thread for a connection");
                 }
             }
         })?;

@@ -241,14 +241,14 @@ pub fn run(
     if let Some(c) = engine.capture.take()
         && let Err(e) = c.finish(engine.now())
     {
-        eprintln!("ioshare: {e}");
+        tracing::info!("{e}");
     }
     ran?;
     if !settled {
         return Err(EngineError::Unsettled);
     }
     if let Err(e) = engine.files.sync_all() {
-        eprintln!("ioshare: final sync failed: {e}");
+        tracing::warn!("final sync failed: {e}");
     }
     let end = engine.now();
     let out = engine.core.take().expect("the core is there").finish();
@@ -343,8 +343,8 @@ fn may_block(name: &str, target: crate::io::transfer::Target) -> Vec<std::os::fd
     let Some((_, fs)) = MAY_BLOCK.iter().find(|(m, _)| *m == st.f_type as i64) else {
         return Vec::new();
     };
-    eprintln!(
-        "ioshare: {name}: its image is on {fs}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {fs} cannot stop the other tenants"
+    tracing::info!(
+        "{name}: its image is on {fs}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {fs} cannot stop the other tenants"
     );
     std::iter::once(target.buffered)
         .chain(target.direct)
@@ -465,11 +465,11 @@ impl Engine {
         for l in logs {
             match l.peer {
                 Some(peer) => super::logs::PeerLog::global().line(&peer, || l.text),
-                None => eprintln!("{}", l.text),
+                None => super::logs::warn_line(&l.text),
             }
         }
         if lost > 0 {
-            eprintln!("ioshare: {lost} log line(s) dropped");
+            tracing::warn!("{lost} log line(s) dropped");
         }
         if let Some(c) = self.capture.as_mut() {
             for a in &arrivals {
@@ -634,8 +634,8 @@ impl Engine {
         if settled {
             return true;
         }
-        eprintln!(
-            "ioshare: {} I/O operations still in the kernel as the engine stops; their buffers are left allocated",
+        tracing::warn!(
+            "{} I/O operations still in the kernel as the engine stops; their buffers are left allocated",
             self.ring.on_ring()
         );
         std::mem::forget(self.core.take());

@@ -1,3 +1,9 @@
+//! The server's log: every line is a `tracing` event, written to stderr as a line of
+//! text (`--log-format human`, the default: `ioshare: ` and the message, as it always
+//! was) or as one JSON object (`--log-format json`: `timestamp`, `level`, `message`, and
+//! the event's fields — `tenant` on the per-interval lines with their figures), for a
+//! journal or a log shipper to parse.
+//!
 //! Log lines a client can cause (a bad handshake, a protocol error, a failed send), at
 //! most [`BURST`] at once and [`PER_SECOND`] after that per peer: a client reconnecting
 //! in a loop with garbage cannot fill the disk with the server's log, and the lines of
@@ -10,8 +16,89 @@
 //! held back, a new one is held back too.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The target of the per-interval lines (written without the `ioshare: ` prefix in the
+/// human format, as a table's rows).
+pub const INTERVAL: &str = "ioshare::interval";
+
+/// How log lines are written (`serve --log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `ioshare: ` and the message, a line each.
+    #[default]
+    Human,
+    /// One JSON object a line: timestamp, level, message and the event's fields.
+    Json,
+}
+
+/// Sends the server's log events to stderr in `format`, from now on (the first call
+/// of a process decides; later ones change nothing).
+pub fn install(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO);
+    let _ = match format {
+        LogFormat::Human => {
+            tracing::subscriber::set_global_default(builder.event_format(Human).finish())
+        }
+        LogFormat::Json => tracing::subscriber::set_global_default(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .finish(),
+        ),
+    };
+}
+
+/// A line made in the human format's words (`ioshare: …`: the engine core's lines, the
+/// image watcher's) as a warning event.
+pub fn warn_line(text: &str) {
+    tracing::warn!("{}", text.strip_prefix("ioshare: ").unwrap_or(text));
+}
+
+/// The human format: `ioshare: MESSAGE` (the interval lines without the prefix).
+struct Human;
+
+/// An event's message.
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for Human
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        if event.metadata().target() == INTERVAL {
+            writeln!(writer, "{}", m.0)
+        } else {
+            writeln!(writer, "ioshare: {}", m.0)
+        }
+    }
+}
 
 /// Lines a peer may log at once.
 pub const BURST: f64 = 20.0;
@@ -74,9 +161,9 @@ impl PeerLog {
     pub fn line(&self, peer: &str, line: impl FnOnce() -> String) {
         if let Some(held_back) = self.admit(peer, Instant::now()) {
             if held_back > 0 {
-                eprintln!("ioshare: {held_back} line(s) from {peer} were not logged (too many)");
+                tracing::warn!("{held_back} line(s) from {peer} were not logged (too many)");
             }
-            eprintln!("{}", line());
+            warn_line(&line());
         }
     }
 }

@@ -25,7 +25,7 @@ pub(crate) mod engine;
 mod error;
 pub(crate) mod gate;
 pub(crate) mod identity;
-pub(crate) mod logs;
+pub mod logs;
 pub(crate) mod prometheus;
 pub(crate) mod service;
 pub(crate) mod stats;
@@ -269,7 +269,9 @@ pub fn serve(
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
     pidfile: Option<PathBuf>,
+    log_format: logs::LogFormat,
 ) -> Result<Option<ScenarioResult>, ServeError> {
+    logs::install(log_format);
     // Read first, before any thread could read the environment.
     let inherited = service::inherited()?;
     let notifier = service::Notifier::from_env();
@@ -331,8 +333,8 @@ pub fn serve(
     let (control, _control_socket) =
         start_control(&config, source.clone(), &handle, &gate, &stats)?;
     warn_of_exposure(&config, metrics_at, &listeners);
-    eprintln!(
-        "ioshare: serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
+    tracing::info!(
+        "serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
         config.tenants.len(),
         listeners.describe(&config),
         config.policy.label,
@@ -421,8 +423,8 @@ fn emulated_model(config: &ServerConfig) -> Option<Box<dyn crate::device::Device
     config.emulated.as_ref().map(|(device, seed)| {
         let t = Instant::now();
         let model = device.build(*seed);
-        eprintln!(
-            "ioshare: emulating {} (built in {:.1} s)",
+        tracing::info!(
+            "emulating {} (built in {:.1} s)",
             device.describe(),
             t.elapsed().as_secs_f64()
         );
@@ -453,9 +455,9 @@ fn stop(
 ) -> Result<engine::Outcome, ServeError> {
     let engine_died = engine_thread.is_finished();
     if engine_died {
-        eprintln!("ioshare: the engine stopped while serving; closing every connection");
+        tracing::warn!("the engine stopped while serving; closing every connection");
     } else {
-        eprintln!("ioshare: stopping: serving what was received, then syncing");
+        tracing::info!("stopping: serving what was received, then syncing");
     }
     drop(listeners);
     if let Some(p) = &config.unix {
@@ -488,8 +490,8 @@ fn check_policy(config: &ServerConfig) -> Result<(), ServeError> {
         && policy.name() != "none"
         && policy.currency() == crate::policy::cost::Currency::DeviceTime
     {
-        eprintln!(
-            "ioshare: policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",
+        tracing::info!(
+            "policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",
             config.policy.label
         );
     }
@@ -524,10 +526,10 @@ fn warn_of_exposure(
     listeners: &Listeners,
 ) {
     if let Some(a) = metrics_at {
-        eprintln!("ioshare: metrics on http://{a}/metrics");
+        tracing::info!("metrics on http://{a}/metrics");
         if !a.ip().is_loopback() {
-            eprintln!(
-                "ioshare: warning: server.metrics ({a}) is reachable beyond this machine: tenant names and their I/O figures are readable by anyone who can connect"
+            tracing::warn!(
+                "server.metrics ({a}) is reachable beyond this machine: tenant names and their I/O figures are readable by anyone who can connect"
             );
         }
     }
@@ -537,11 +539,11 @@ fn warn_of_exposure(
         let authenticated = config.tls.client_ca.is_some() || config.tls.psk.is_some();
         match (config.tls.mode, authenticated) {
             (config::TlsMode::Require, true) => {}
-            (config::TlsMode::Require, false) => eprintln!(
-                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
+            (config::TlsMode::Require, false) => tracing::warn!(
+                "server.tcp ({a}) is reachable beyond this machine; TLS encrypts it, but any client that trusts the certificate may connect (server.tls_client_ca asks clients for certificates)"
             ),
-            _ => eprintln!(
-                "ioshare: warning: server.tcp ({a}) is reachable beyond this machine and TLS is not required (server.tls): anyone who can connect reads and writes the exports"
+            _ => tracing::warn!(
+                "server.tcp ({a}) is reachable beyond this machine and TLS is not required (server.tls): anyone who can connect reads and writes the exports"
             ),
         }
     }
@@ -566,8 +568,15 @@ fn summarize(
         } else {
             String::new()
         };
-        eprintln!(
-            "ioshare: {}: {} requests, {} read, {} written, {} error{}{}, {} refused, {} held back{journal}",
+        tracing::info!(
+            tenant = %t.name,
+            completed = t.completed,
+            read_bytes = t.read_bytes,
+            written_bytes = t.written_bytes,
+            errors = t.answered_error_total(),
+            refused = t.refused,
+            held_back = t.held_back,
+            "{}: {} requests, {} read, {} written, {} error{}{}, {} refused, {} held back{journal}",
             t.name,
             t.completed,
             crate::units::format_bytes(t.read_bytes),
@@ -760,8 +769,8 @@ impl Listeners {
             .get()
             .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
         {
-            eprintln!(
-                "ioshare: cannot accept a connection: {e} (idle clients holding descriptors? raise `ulimit -n`); backing off, next report in {} s",
+            tracing::warn!(
+                "cannot accept a connection: {e} (idle clients holding descriptors? raise `ulimit -n`); backing off, next report in {} s",
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
             self.failure_logged.set(Some(Instant::now()));
@@ -794,7 +803,7 @@ fn accept_until_stopped(
         if RELOAD.swap(false, Ordering::SeqCst) {
             let mut control = control.lock().expect("control lock");
             if let Err(e) = control.reload() {
-                eprintln!("ioshare: reload: {e}");
+                tracing::info!("reload: {e}");
             }
             interval_s = control.config().interval_s;
         }
@@ -849,8 +858,8 @@ impl Refusals {
             .full
             .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
         {
-            eprintln!(
-                "ioshare: server.max_connections ({max}) reached: {} (reported every {} s)",
+            tracing::warn!(
+                "server.max_connections ({max}) reached: {} (reported every {} s)",
                 if evicted {
                     "closing the connections longest in their handshake for new ones"
                 } else {
@@ -868,8 +877,8 @@ impl Refusals {
             .peer
             .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
         {
-            eprintln!(
-                "ioshare: server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
+            tracing::warn!(
+                "server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
             self.peer = Some(Instant::now());
@@ -888,13 +897,26 @@ fn print_interval(
     }
     let now = stats.snapshot();
     let secs = last.0.elapsed().as_secs_f64();
-    if now
-        .iter()
-        .zip(&last.1)
-        .any(|(n, b)| n.completed != b.completed)
+    if now.len() != last.1.len()
+        || now
+            .iter()
+            .zip(&last.1)
+            .any(|(n, b)| n.completed != b.completed)
     {
-        for line in stats::interval_lines(&last.1, &now, secs) {
-            eprintln!("{line}");
+        for i in stats::interval_lines(&last.1, &now, secs) {
+            tracing::info!(
+                target: logs::INTERVAL,
+                tenant = %i.tenant,
+                mb_s = i.mb_s,
+                iops = i.iops,
+                p99_us = i.p99_us,
+                share_pct = i.share_pct,
+                ideal_pct = i.ideal_pct,
+                errors = i.errors,
+                refused = i.refused,
+                "{}",
+                i.text
+            );
         }
     }
     *last = (Instant::now(), now);
@@ -1063,7 +1085,7 @@ fn spawn_connection(
             registry.lock().expect("registry").remove(&id);
         });
     if let Err(e) = spawned {
-        eprintln!("ioshare: connection {id}: cannot start a thread: {e}");
+        tracing::warn!("connection {id}: cannot start a thread: {e}");
     }
 }
 
@@ -1111,7 +1133,7 @@ fn connection(
             slots,
         });
         if !attached && !STOP.load(Ordering::SeqCst) {
-            eprintln!("ioshare: connection {id}: the engine is gone; closed");
+            tracing::warn!("connection {id}: the engine is gone; closed");
         }
     };
     match io {

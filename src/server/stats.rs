@@ -446,10 +446,43 @@ impl Observer for std::sync::Arc<LiveStats> {
     }
 }
 
+/// What a tenant got in one interval of the terminal line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// The tenant.
+    pub tenant: String,
+    /// Bandwidth, MB/s.
+    pub mb_s: f64,
+    /// Requests completed per second.
+    pub iops: f64,
+    /// p99 of the interval's successful requests, µs (an eighth-octave bucket's bound).
+    pub p99_us: u64,
+    /// Its share of the interval's bytes, %.
+    pub share_pct: f64,
+    /// Its weight's share among the tenants that moved data, %.
+    pub ideal_pct: f64,
+    /// Requests answered with an error so far.
+    pub errors: u64,
+    /// Requests refused at admission so far.
+    pub refused: u64,
+    /// The line as the human log writes it.
+    pub text: String,
+}
+
 /// One line per tenant for the interval between two snapshots: bandwidth, IOPS, p99 of
-/// the whole run so far, and the tenant's share of the bandwidth against its weight's
-/// share among the tenants that moved data in the interval.
-pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f64) -> Vec<String> {
+/// the interval, and the tenant's share of the bandwidth against its weight's share
+/// among the tenants that moved data in the interval. A tenant added since `before`
+/// counts from zero.
+pub fn interval_lines(
+    before: &[TenantCounters],
+    now: &[TenantCounters],
+    secs: f64,
+) -> Vec<Interval> {
+    let fresh: Vec<TenantCounters> = now[before.len().min(now.len())..]
+        .iter()
+        .map(|n| TenantCounters::new(&n.name, n.weight))
+        .collect();
+    let before: Vec<&TenantCounters> = before.iter().chain(&fresh).collect();
     let bytes: Vec<u64> = before
         .iter()
         .zip(now)
@@ -469,18 +502,31 @@ pub fn interval_lines(before: &[TenantCounters], now: &[TenantCounters], secs: f
             let ios = n.completed - b.completed;
             let share = if total > 0 { 100.0 * bytes as f64 / total as f64 } else { 0.0 };
             let ideal = if bytes > 0 && active_weight > 0.0 { 100.0 * n.weight / active_weight } else { 0.0 };
-            format!(
-                "{:<12} {:>9.1} MB/s {:>8.0} IOPS  p99 {:>8} µs  share {:>5.1}% (ideal {:>5.1}%)  errors {}{} refused {}",
-                n.name,
-                bytes as f64 / secs / 1e6,
-                ios as f64 / secs,
-                n.latency.since(&b.latency).quantile(0.99) / 1000,
-                share,
-                ideal,
-                n.answered_error_total(),
-                reasons(&n.errors_by_reason()),
-                n.refused
-            )
+            let (mb_s, iops) = (bytes as f64 / secs / 1e6, ios as f64 / secs);
+            let p99_us = n.latency.since(&b.latency).quantile(0.99) / 1000;
+            let (errors, refused) = (n.answered_error_total(), n.refused);
+            Interval {
+                text: format!(
+                    "{:<12} {:>9.1} MB/s {:>8.0} IOPS  p99 {:>8} µs  share {:>5.1}% (ideal {:>5.1}%)  errors {}{} refused {}",
+                    n.name,
+                    mb_s,
+                    iops,
+                    p99_us,
+                    share,
+                    ideal,
+                    errors,
+                    reasons(&n.errors_by_reason()),
+                    refused
+                ),
+                tenant: n.name.clone(),
+                mb_s,
+                iops,
+                p99_us,
+                share_pct: share,
+                ideal_pct: ideal,
+                errors,
+                refused,
+            }
         })
         .collect()
 }

@@ -79,12 +79,12 @@ impl Watch {
                 loop {
                     std::thread::sleep(Self::EVERY);
                     for line in self.check(Instant::now()) {
-                        eprintln!("{line}");
+                        super::logs::warn_line(&line);
                     }
                 }
             });
         if let Err(e) = started {
-            eprintln!("ioshare: cannot start the thread that watches the images: {e}");
+            tracing::warn!("cannot start the thread that watches the images: {e}");
         }
     }
 
