@@ -44,6 +44,7 @@ fn any_option() -> impl Strategy<Value = Vec<u8>> {
         Just("vm1".to_string()),
         Just("ro".to_string()),
         Just("tiny".to_string()),
+        Just("gone".to_string()),
         Just(String::new()),
         Just("../vm1".to_string()),
         "[a-z]{0,6}",

@@ -1116,6 +1116,39 @@ mod tests {
         c
     }
 
+    /// A withdrawn export (a tenant removed while running) keeps its place, so ids stay
+    /// put, but is not listed and not selectable, by name or as the default.
+    #[test]
+    fn a_withdrawn_export_is_neither_listed_nor_selected() {
+        let exports = Arc::new(vec![
+            ExportInfo::new("a", 1 << 20, false),
+            ExportInfo {
+                offered: false,
+                default: true,
+                ..ExportInfo::new("gone", 4096, false)
+            },
+        ]);
+        let mut c = ServerCodec::new(exports.clone());
+        c.take_output();
+        c.receive(&(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES).to_be_bytes());
+        c.receive(&option(OPT_LIST, &[]));
+        assert_eq!(events(&mut c), vec![]);
+        let listed: Vec<Vec<u8>> = replies(&c.take_output())
+            .into_iter()
+            .filter(|r| r.1 == REP_SERVER)
+            .map(|r| r.2[4..].to_vec())
+            .collect();
+        assert_eq!(listed, vec![b"a".to_vec()]);
+        for name in ["gone", ""] {
+            c.receive(&go(name));
+            assert_eq!(events(&mut c), vec![], "{name:?} selected nothing");
+            let r = replies(&c.take_output());
+            assert_eq!(r.last().map(|r| r.1), Some(REP_ERR_UNKNOWN), "{name:?}");
+        }
+        c.receive(&go("a"));
+        assert_eq!(events(&mut c), vec![Event::Selected { export: 0 }]);
+    }
+
     #[test]
     fn protocol_details_follow_the_nbd_document() {
         // A read-only export does not advertise trim or zeroing.

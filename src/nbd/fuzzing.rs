@@ -21,7 +21,8 @@ pub struct Transcript {
     pub output: Vec<u8>,
 }
 
-/// The exports the fuzz target serves: a writable one, a read-only one, a tiny one.
+/// The exports the fuzz target serves: a writable one, a read-only one, a tiny one, and
+/// one withdrawn (a tenant removed while running: listed nowhere, selectable never).
 pub fn exports() -> Arc<Vec<ExportInfo>> {
     Arc::new(vec![
         ExportInfo {
@@ -31,6 +32,10 @@ pub fn exports() -> Arc<Vec<ExportInfo>> {
         },
         ExportInfo::new("ro", 64 << 10, true),
         ExportInfo::new("tiny", 1000, false),
+        ExportInfo {
+            offered: false,
+            ..ExportInfo::new("gone", 1 << 20, false)
+        },
     ])
 }
 
@@ -109,6 +114,7 @@ pub fn check(exports: &[ExportInfo], t: &Transcript) {
         match e {
             Ok(Event::Selected { export }) => {
                 assert!(selected.is_none(), "a second export selected");
+                assert!(exports[*export].offered, "a withdrawn export selected");
                 selected = Some(&exports[*export]);
             }
             Ok(Event::Command(c)) => {
