@@ -1,0 +1,406 @@
+//! `govern`: the kernel's cgroup I/O throttle in front of the device, its limits set
+//! every period by the [`super::governor::Governor`] — what `ioshare govern` does to a
+//! host's cgroups, run in the simulator so that its period and gains are tuned
+//! deterministically before a real disk sees them.
+//!
+//! The throttle is Linux's blk-throttle as `io.max` (cgroup v2) and
+//! `blkio.throttle.{read,write}_{iops,bps}_device` (v1) configure it: per tenant and
+//! direction (reads; writes, trims and flushes), a request passes once its direction's
+//! budget of requests and of bytes allows; the budget accrues at the limit and holds at
+//! most a slice of it (`slice_ms`: the kernel's `throtl_slice`, 20 ms on a
+//! non-rotational device, 100 ms on a disk), so an idle tenant cannot bank a burst. A
+//! request larger than a slice's bytes passes on a full budget and leaves a debt, as
+//! the kernel lets a large bio through over several slices. What passes goes to the
+//! device in the order it passed (the device's own queue: `none`). A direction without
+//! a limit passes at once.
+//!
+//! What the governor is fed is what the kernel counts: requests and bytes per tenant
+//! and direction as they pass the throttle (`io.stat`, `blkio.throttle.io_serviced`),
+//! and the device's completions with their times in the device (`/proc/diskstats`).
+
+use super::cost::CostModel;
+use super::governor::{Allocator, DeviceUsage, Governor, Limits, Params, Usage};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
+use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec, nanos_to_secs};
+use std::collections::VecDeque;
+
+/// One direction's budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Budget {
+    /// Requests and bytes a second (`None`: no limit).
+    iops: Option<f64>,
+    bps: Option<f64>,
+    /// What is left to spend (may be below zero after a large request).
+    requests: f64,
+    bytes: f64,
+    /// When it last accrued.
+    at: Nanos,
+}
+
+impl Budget {
+    fn open() -> Self {
+        Budget {
+            iops: None,
+            bps: None,
+            requests: 0.0,
+            bytes: 0.0,
+            at: 0,
+        }
+    }
+
+    /// Accrues up to `now`, holding at most a slice's worth.
+    fn accrue(&mut self, now: Nanos, slice: Nanos) {
+        let secs = nanos_to_secs(now.saturating_sub(self.at));
+        self.at = self.at.max(now);
+        let s = nanos_to_secs(slice);
+        if let Some(r) = self.iops {
+            self.requests = (self.requests + r * secs).min((r * s).max(1.0));
+        }
+        if let Some(b) = self.bps {
+            self.bytes = (self.bytes + b * secs).min((b * s).max(1.0));
+        }
+    }
+
+    /// Whether a request of `len` bytes may pass now.
+    fn allows(&self, len: u32, slice: Nanos) -> bool {
+        let s = nanos_to_secs(slice);
+        let requests = self
+            .iops
+            .is_none_or(|_| self.requests >= 1.0);
+        let bytes = self
+            .bps
+            .is_none_or(|b| self.bytes >= f64::from(len).min((b * s).max(1.0)));
+        requests && bytes
+    }
+
+    /// When a request of `len` bytes may pass, accruing from now.
+    fn ready_at(&self, len: u32, slice: Nanos) -> Nanos {
+        let s = nanos_to_secs(slice);
+        let wait = |have: f64, need: f64, rate: Option<f64>| match rate {
+            Some(r) if r > 0.0 && have < need.min((r * s).max(1.0)) => {
+                (need.min((r * s).max(1.0)) - have) / r
+            }
+            _ => 0.0,
+        };
+        let secs =
+            wait(self.requests, 1.0, self.iops).max(wait(self.bytes, f64::from(len), self.bps));
+        self.at + (secs * 1e9).ceil() as Nanos
+    }
+
+    fn spend(&mut self, len: u32) {
+        if self.iops.is_some() {
+            self.requests -= 1.0;
+        }
+        if self.bps.is_some() {
+            self.bytes -= f64::from(len);
+        }
+    }
+
+    /// New limits; what was left stays, within the new slice. A direction that had no
+    /// limit starts with a full slice, as the kernel's first slice allows a slice's
+    /// worth at once.
+    fn set(&mut self, iops: Option<f64>, bps: Option<f64>, slice: Nanos) {
+        let s = nanos_to_secs(slice);
+        if let Some(r) = iops {
+            let cap = (r * s).max(1.0);
+            self.requests = if self.iops.is_none() {
+                cap
+            } else {
+                self.requests.min(cap)
+            };
+        }
+        if let Some(b) = bps {
+            let cap = (b * s).max(1.0);
+            self.bytes = if self.bps.is_none() {
+                cap
+            } else {
+                self.bytes.min(cap)
+            };
+        }
+        self.iops = iops;
+        self.bps = bps;
+    }
+}
+
+/// The direction a request counts in.
+fn direction(op: Op) -> usize {
+    match op {
+        Op::Read => 0,
+        Op::Write | Op::Trim | Op::Flush => 1,
+    }
+}
+
+/// The throttle and its governor (module docs).
+pub struct Throttle {
+    governor: Governor,
+    slice: Nanos,
+    /// Per tenant, per direction: requests waiting for their budget, in arrival order.
+    waiting: Vec<[VecDeque<Request>; 2]>,
+    budgets: Vec<[Budget; 2]>,
+    /// Requests that passed, waiting for the device, in the order they passed.
+    passed: VecDeque<Request>,
+    /// Requests in `waiting`.
+    held: usize,
+    /// This period's counts per tenant (at the throttle) and the device's.
+    usage: Vec<Usage>,
+    device: DeviceUsage,
+    next_period: Nanos,
+}
+
+impl Throttle {
+    /// A throttle for `tenants` governed by `governor`, budgets holding `slice` ns.
+    pub fn new(tenants: &[TenantSpec], governor: Governor, slice: Nanos) -> Throttle {
+        let mut t = Throttle {
+            next_period: governor.period(),
+            governor,
+            slice: slice.max(1),
+            waiting: Vec::new(),
+            budgets: Vec::new(),
+            passed: VecDeque::new(),
+            held: 0,
+            usage: Vec::new(),
+            device: DeviceUsage::default(),
+        };
+        for _ in tenants {
+            t.grow();
+        }
+        t.apply(&t.governor.limits(), 0);
+        t
+    }
+
+    /// Builds it from `allocator` (`weights`, `static`, `off`), `period_ms`, `target_us`,
+    /// `probe`, `backoff` and `slice_ms`.
+    pub fn build(
+        params: &mut PolicyParams,
+        tenants: &[TenantSpec],
+    ) -> Result<Box<dyn Policy>, PolicyError> {
+        let cost = params
+            .device()
+            .copied()
+            .unwrap_or_else(CostModel::generic_ssd);
+        let mut p = Params::for_device(&cost);
+        p.allocator = match params.str_or("allocator", "weights")?.as_str() {
+            "weights" => Allocator::Weights,
+            "static" => Allocator::Static,
+            "off" => Allocator::Off,
+            other => {
+                return Err(params.invalid(
+                    "allocator",
+                    format!("'{other}' is none of weights, static, off"),
+                ));
+            }
+        };
+        let period_ms =
+            params.f64_in("period_ms", 100.0, 1.0..=60_000.0, "must be 1 to 60000 ms")?;
+        p.period = (period_ms * 1e6) as Nanos;
+        let target_us = params.f64_in(
+            "target_us",
+            p.target as f64 / 1e3,
+            1.0..=10_000_000.0,
+            "must be 1 µs to 10 s",
+        )?;
+        p.target = (target_us * 1e3) as Nanos;
+        p.probe = params.f64_in("probe", p.probe, 1.0..=2.0, "must be 1 to 2")?;
+        p.backoff = params.f64_in("backoff", p.backoff, 0.5..=1.0, "must be 0.5 to 1")?;
+        let default_slice = if cost.seeks() { 100.0 } else { 20.0 };
+        let slice_ms = params.f64_in(
+            "slice_ms",
+            default_slice,
+            1.0..=10_000.0,
+            "must be 1 to 10000 ms",
+        )?;
+        let governor = Governor::new(tenants, cost, p);
+        Ok(Box::new(Throttle::new(
+            tenants,
+            governor,
+            (slice_ms * 1e6) as Nanos,
+        )))
+    }
+
+    fn grow(&mut self) {
+        self.waiting.push([VecDeque::new(), VecDeque::new()]);
+        self.budgets.push([Budget::open(), Budget::open()]);
+        self.usage.push(Usage::default());
+    }
+
+    /// Sets every tenant's budgets to `limits`, accrued to `now`.
+    fn apply(&mut self, limits: &[Limits], now: Nanos) {
+        for (b, l) in self.budgets.iter_mut().zip(limits) {
+            for d in b.iter_mut() {
+                d.accrue(now, self.slice);
+            }
+            b[0].set(l.riops, l.rbps, self.slice);
+            b[1].set(l.wiops, l.wbps, self.slice);
+        }
+    }
+
+    /// Lets through every waiting request its budget allows, tenant by tenant.
+    fn pass(&mut self, now: Nanos) {
+        for t in 0..self.waiting.len() {
+            for d in 0..2 {
+                if self.waiting[t][d].is_empty() {
+                    continue;
+                }
+                let budget = &mut self.budgets[t][d];
+                budget.accrue(now, self.slice);
+                while let Some(r) = self.waiting[t][d].front() {
+                    if !budget.allows(r.len, self.slice) {
+                        break;
+                    }
+                    let r = self.waiting[t][d].pop_front().expect("a head");
+                    budget.spend(r.len);
+                    self.held -= 1;
+                    count(&mut self.usage[t], &r);
+                    self.passed.push_back(r);
+                }
+            }
+        }
+    }
+
+    /// When the earliest waiting head may pass.
+    fn next_pass(&self) -> Option<Nanos> {
+        (0..self.waiting.len())
+            .flat_map(|t| (0..2).map(move |d| (t, d)))
+            .filter_map(|(t, d)| {
+                let r = self.waiting[t][d].front()?;
+                Some(self.budgets[t][d].ready_at(r.len, self.slice))
+            })
+            .min()
+    }
+}
+
+/// Counts a request that passed in its tenant's usage.
+fn count(u: &mut Usage, r: &Request) {
+    let bytes = u64::from(r.len);
+    match direction(r.op) {
+        0 => {
+            u.read_ios += 1;
+            u.read_bytes += bytes;
+        }
+        _ => {
+            u.write_ios += 1;
+            u.write_bytes += bytes;
+        }
+    }
+}
+
+impl Policy for Throttle {
+    fn name(&self) -> &'static str {
+        "govern"
+    }
+
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
+        let t = request.tenant as usize;
+        let d = direction(request.op);
+        let budget = &mut self.budgets[t][d];
+        budget.accrue(now, self.slice);
+        if self.waiting[t][d].is_empty() && budget.allows(request.len, self.slice) {
+            budget.spend(request.len);
+            count(&mut self.usage[t], &request);
+            self.passed.push_back(request);
+        } else {
+            self.waiting[t][d].push_back(request);
+            self.held += 1;
+        }
+        Admission::Queued
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        if self.passed.is_empty() && self.held > 0 {
+            self.pass(now);
+        }
+        if let Some(r) = self.passed.pop_front() {
+            return Dispatch::Request(r);
+        }
+        match self.next_pass() {
+            Some(at) => Dispatch::Wait(at.max(now + 1)),
+            None => Dispatch::Idle,
+        }
+    }
+
+    fn complete(&mut self, c: &Completion, _now: Nanos) {
+        self.device.ios += 1;
+        self.device.latency_ns += c.finish.saturating_sub(c.start);
+    }
+
+    fn next_timer(&self) -> Option<Nanos> {
+        Some(self.next_period)
+    }
+
+    fn on_timer(&mut self, now: Nanos) {
+        while now >= self.next_period {
+            let usage =
+                std::mem::replace(&mut self.usage, vec![Usage::default(); self.waiting.len()]);
+            let device = std::mem::take(&mut self.device);
+            let limits = self.governor.decide(&usage, device);
+            self.apply(&limits, now);
+            self.next_period += self.governor.period();
+        }
+    }
+
+    fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
+        self.governor.set_weight(tenant as usize, spec.weight);
+    }
+
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.grow();
+        self.governor.add_tenant(spec);
+        let limits = self.governor.limits();
+        self.apply(&limits, now);
+        (self.waiting.len() - 1) as TenantId
+    }
+
+    fn queued(&self) -> usize {
+        self.held + self.passed.len()
+    }
+
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        let mut all: Vec<Request> = self.passed.drain(..).collect();
+        for w in &mut self.waiting {
+            for d in w.iter_mut() {
+                all.extend(d.drain(..));
+            }
+        }
+        self.held = 0;
+        all
+    }
+
+    fn observe(&self, detail: Detail) -> Observation {
+        let mut gauges = vec![Gauge::policy(
+            "forecast_device_seconds",
+            "The governor's forecast of the device time a period holds, seconds",
+            self.governor.capacity() / 1e9,
+        )];
+        for (t, l) in self.governor.limits().iter().enumerate() {
+            gauges.push(Gauge::tenant(
+                "read_iops_limit",
+                "The read limit the governor set, requests a second (0: none)",
+                t,
+                l.riops.unwrap_or(0.0),
+            ));
+            gauges.push(Gauge::tenant(
+                "write_iops_limit",
+                "The write limit the governor set, requests a second (0: none)",
+                t,
+                l.wiops.unwrap_or(0.0),
+            ));
+        }
+        let (periods, congested, probes) = self.governor.counts();
+        Observation::of(detail, gauges, || {
+            serde_json::json!({
+                "periods": periods,
+                "congested_periods": congested,
+                "probed_periods": probes,
+                "forecast_device_seconds": self.governor.capacity() / 1e9,
+            })
+        })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let waiting: usize = self.waiting.iter().map(|w| w[0].len() + w[1].len()).sum();
+        if waiting != self.held {
+            return Err(format!("{waiting} requests wait, {} counted", self.held));
+        }
+        Ok(())
+    }
+}
