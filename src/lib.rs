@@ -19,6 +19,7 @@ pub mod characterize;
 pub mod config;
 pub mod conformance;
 pub mod device;
+pub mod govern;
 pub mod host;
 pub mod io;
 pub mod iolog;

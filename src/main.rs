@@ -137,6 +137,10 @@ enum Command {
     Trace(cli::trace::Args),
     /// List policies, device presets and workload stand-ins.
     List,
+    /// Share a block device between cgroups by ioshare's governor: every period each
+    /// cgroup's I/O is read and the kernel's throttle limits (`io.max`, v1
+    /// `blkio.throttle.*`) set from the weights; the limits found are put back at the end.
+    Govern(cli::govern::Args),
     /// Send one request to a running server's control socket (`server.control`): add,
     /// change, drain, resume or remove a tenant, or read its figures, without a restart.
     #[command(after_help = cli::ctl::commands_help())]
@@ -244,6 +248,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::JournalCheck(a) => cli::journal_check::run(a),
         Command::List => cli::list::run(),
         Command::Ctl(a) => cli::ctl::run(a),
+        Command::Govern(a) => cli::govern::run(a),
         Command::Completions { shell } => cli::generate::completions(shell),
         Command::Man { out } => cli::generate::man(&out),
         Command::Trace(a) => cli::trace::run(a),

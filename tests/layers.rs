@@ -26,7 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("io", &["io", "target", "output"]),
-    ("server", &["server"]),
+    ("server", &["server", "govern"]),
     (
         "tools",
         &["characterize", "calibrate", "conformance", "report"],

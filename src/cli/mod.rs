@@ -7,6 +7,7 @@ pub(crate) mod conformance;
 pub(crate) mod ctl;
 pub(crate) mod engine_swarm;
 pub(crate) mod generate;
+pub(crate) mod govern;
 pub(crate) mod journal_check;
 pub(crate) mod list;
 pub(crate) mod precondition;

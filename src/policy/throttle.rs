@@ -64,9 +64,7 @@ impl Budget {
     /// Whether a request of `len` bytes may pass now.
     fn allows(&self, len: u32, slice: Nanos) -> bool {
         let s = nanos_to_secs(slice);
-        let requests = self
-            .iops
-            .is_none_or(|_| self.requests >= 1.0);
+        let requests = self.iops.is_none_or(|_| self.requests >= 1.0);
         let bytes = self
             .bps
             .is_none_or(|b| self.bytes >= f64::from(len).min((b * s).max(1.0)));
