@@ -166,7 +166,21 @@ pub struct Governor {
     periods: u64,
     congested_periods: u64,
     probes: u64,
+    /// The lowest mean device latency of any period with completions, ns: what the
+    /// device takes unloaded (a loop device over a virtual disk takes a millisecond at
+    /// any load).
+    base_latency: f64,
 }
+
+/// A period is congested when its mean device latency is above `target` and above
+/// this many times the lowest seen: a device slow at any load (an SSD collecting
+/// garbage, a loop device over a virtual disk) is not taken for one the tenants
+/// overload, which had shrunk the forecast period after period to nothing (measured on
+/// a loop device: a tenant left at 5 reads a second).
+const CONGESTED_OVER_BASE: f64 = 1.5;
+
+/// The forecast is never below this fraction of one device-second a second.
+const MIN_CAPACITY: f64 = 0.05;
 
 /// What a smoothed mix moves towards its newest value each period.
 const SMOOTHING: f64 = 0.5;
@@ -185,6 +199,7 @@ impl Governor {
             periods: 0,
             congested_periods: 0,
             probes: 0,
+            base_latency: f64::INFINITY,
         };
         for t in tenants {
             g.add_tenant(t);
@@ -333,7 +348,12 @@ impl Governor {
             .latency_ns
             .checked_div(device.ios)
             .map_or(0.0, |l| l as f64);
-        let congested = device.ios > 0 && latency > self.params.target as f64;
+        if device.ios > 0 {
+            self.base_latency = self.base_latency.min(latency);
+        }
+        let congested = device.ios > 0
+            && latency > self.params.target as f64
+            && latency > CONGESTED_OVER_BASE * self.base_latency;
         if congested {
             self.congested_periods += 1;
             self.forecast_made = self.holt.observe(completed, self.forecast_made);
@@ -347,9 +367,8 @@ impl Governor {
             };
             self.capacity = (self.capacity * self.params.probe).min(bound.max(self.capacity));
         }
-        // Never below a hundredth of a device-second a second: a forecast of nothing
-        // would close every tenant.
-        self.capacity = self.capacity.max(self.params.period as f64 / 100.0);
+        // A forecast of nothing would close every tenant.
+        self.capacity = self.capacity.max(self.params.period as f64 * MIN_CAPACITY);
     }
 
     /// The forecast split by weight among those who want it: a tenant not held gets
@@ -552,6 +571,34 @@ mod tests {
         );
         assert_eq!(g.capacity(), before, "a quiet period says nothing");
         assert_eq!(g.counts(), (32, 1, 30));
+    }
+
+    /// A device slow at any load (its latency over the target whatever is let through)
+    /// is not taken for an overloaded one: the forecast does not shrink period after
+    /// period (it had, to a tenant left at 5 reads a second on a loop device).
+    #[test]
+    fn a_device_slow_at_any_load_does_not_shrink_the_forecast_to_nothing() {
+        let cost = CostModel::generic_ssd();
+        let p = Params::for_device(&cost);
+        let mut g = Governor::new(&specs(&[1.0, 1.0]), cost, p);
+        let secs = nanos_to_secs(g.period());
+        let slow = DeviceUsage {
+            ios: 100,
+            latency_ns: 100 * 4 * p.target,
+        };
+        for _ in 0..200 {
+            let u: Vec<Usage> = g
+                .limits()
+                .iter()
+                .map(|l| reads((l.riops.unwrap() * secs) as u64))
+                .collect();
+            let _ = g.decide(&u, slow);
+        }
+        assert!(
+            g.capacity() >= g.period() as f64,
+            "the forecast fell to {} of a period",
+            g.capacity() / g.period() as f64
+        );
     }
 
     /// A tenant that uses less than its share leaves the rest to the busy one, which is
