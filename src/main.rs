@@ -140,6 +140,8 @@ enum Command {
     /// Share a block device between cgroups by ioshare's governor: every period each
     /// cgroup's I/O is read and the kernel's throttle limits (`io.max`, v1
     /// `blkio.throttle.*`) set from the weights; the limits found are put back at the end.
+    /// Experimental: on real devices the weights hold but not yet the throughput
+    /// (docs/govern.md).
     Govern(cli::govern::Args),
     /// Send one request to a running server's control socket (`server.control`): add,
     /// change, drain, resume or remove a tenant, or read its figures, without a restart.
