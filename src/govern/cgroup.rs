@@ -227,10 +227,13 @@ fn dev_of(word: &str) -> Option<Dev> {
     })
 }
 
-/// v2 `io.stat`: `MAJ:MIN rbytes=… wbytes=… rios=… wios=… dbytes=… dios=…`; a device
-/// without a line has done nothing.
-pub fn parse_io_stat(text: &str, dev: Dev) -> Result<Usage, Bad> {
-    let mut u = Usage::default();
+/// Hands each `key=value` of `dev`'s line in a v2 file (`io.stat`, `io.max`) to `each`,
+/// which says what is wrong with a value; no line for the device: nothing is handed.
+fn device_fields(
+    text: &str,
+    dev: Dev,
+    mut each: impl FnMut(&str, &str) -> Result<(), String>,
+) -> Result<(), Bad> {
     for line in text.lines() {
         let mut words = line.split_whitespace();
         if words.next().and_then(dev_of) != Some(dev) {
@@ -240,51 +243,53 @@ pub fn parse_io_stat(text: &str, dev: Dev) -> Result<Usage, Bad> {
             let Some((k, v)) = w.split_once('=') else {
                 return Err((line.into(), format!("'{w}' is not key=value")));
             };
-            let n = || {
-                v.parse::<u64>()
-                    .map_err(|_| (line.to_string(), format!("{k}={v}: not a count")))
-            };
-            match k {
-                "rbytes" => u.read_bytes = n()?,
-                "wbytes" => u.write_bytes = n()?,
-                "rios" => u.read_ios = n()?,
-                "wios" => u.write_ios = n()?,
-                _ => {}
-            }
+            each(k, v).map_err(|why| (line.to_string(), why))?;
         }
     }
+    Ok(())
+}
+
+/// v2 `io.stat`: `MAJ:MIN rbytes=… wbytes=… rios=… wios=… dbytes=… dios=…`; a device
+/// without a line has done nothing.
+pub fn parse_io_stat(text: &str, dev: Dev) -> Result<Usage, Bad> {
+    let mut u = Usage::default();
+    device_fields(text, dev, |k, v| {
+        let n = || {
+            v.parse::<u64>()
+                .map_err(|_| format!("{k}={v}: not a count"))
+        };
+        match k {
+            "rbytes" => u.read_bytes = n()?,
+            "wbytes" => u.write_bytes = n()?,
+            "rios" => u.read_ios = n()?,
+            "wios" => u.write_ios = n()?,
+            _ => {}
+        }
+        Ok(())
+    })?;
     Ok(u)
 }
 
 /// v2 `io.max`: `MAJ:MIN rbps=… wbps=… riops=… wiops=…` (`max`: none); no line: none.
 pub fn parse_io_max(text: &str, dev: Dev) -> Result<Limits, Bad> {
     let mut l = Limits::default();
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        if words.next().and_then(dev_of) != Some(dev) {
-            continue;
+    device_fields(text, dev, |k, v| {
+        let value = match v {
+            "max" => None,
+            n => Some(
+                n.parse::<u64>()
+                    .map_err(|_| format!("{k}={v}: not a number"))? as f64,
+            ),
+        };
+        match k {
+            "rbps" => l.rbps = value,
+            "wbps" => l.wbps = value,
+            "riops" => l.riops = value,
+            "wiops" => l.wiops = value,
+            _ => {}
         }
-        for w in words {
-            let Some((k, v)) = w.split_once('=') else {
-                return Err((line.into(), format!("'{w}' is not key=value")));
-            };
-            let value = match v {
-                "max" => None,
-                n => Some(
-                    n.parse::<u64>()
-                        .map_err(|_| (line.to_string(), format!("{k}={v}: not a number")))?
-                        as f64,
-                ),
-            };
-            match k {
-                "rbps" => l.rbps = value,
-                "wbps" => l.wbps = value,
-                "riops" => l.riops = value,
-                "wiops" => l.wiops = value,
-                _ => {}
-            }
-        }
-    }
+        Ok(())
+    })?;
     Ok(l)
 }
 
