@@ -357,9 +357,23 @@ fn govern(
         }
         periods += 1;
         if report_every > 0 && periods % report_every == 0 {
+            let r = governor.reading();
             tracing::info!(
                 forecast_device_s = governor.capacity() / 1e9,
-                "govern: period {periods}: forecast {:.3} device-s a period; read IOPS limits {:?}",
+                latency_us = r.latency_ns / 1e3,
+                base_us = r.base_ns / 1e3,
+                congested = r.congested,
+                "govern: period {periods}: device {} IOs, {:.0} us each (base {:.0}{}); forecast {:.3} device-s a period; read IOPS limits {:?}",
+                device.ios,
+                r.latency_ns / 1e3,
+                r.base_ns / 1e3,
+                if r.congested {
+                    ", congested"
+                } else if r.probed {
+                    ", probed"
+                } else {
+                    ""
+                },
                 governor.capacity() / 1e9,
                 limits
                     .iter()

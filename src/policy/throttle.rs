@@ -167,7 +167,7 @@ impl Throttle {
     }
 
     /// Builds it from `allocator` (`weights`, `static`, `off`), `period_ms`, `target_us`,
-    /// `probe`, `backoff` and `slice_ms`.
+    /// `over_base`, `probe`, `fast_probe`, `backoff` and `slice_ms`.
     pub fn build(
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
@@ -199,6 +199,8 @@ impl Throttle {
         )?;
         p.target = (target_us * 1e3) as Nanos;
         p.probe = params.f64_in("probe", p.probe, 1.0..=2.0, "must be 1 to 2")?;
+        p.over_base = params.f64_in("over_base", p.over_base, 1.0..=100.0, "must be 1 to 100")?;
+        p.fast_probe = params.f64_in("fast_probe", p.fast_probe, 1.0..=2.0, "must be 1 to 2")?;
         p.backoff = params.f64_in("backoff", p.backoff, 0.5..=1.0, "must be 0.5 to 1")?;
         let default_slice = if cost.seeks() { 100.0 } else { 20.0 };
         let slice_ms = params.f64_in(
