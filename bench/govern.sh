@@ -6,7 +6,9 @@
 # (direct I/O) over a file on this machine's disk; random read, random write and 50/50
 # (PATTERNS); under no control (`none`), the kernel's BFQ with the weights (`bfq`,
 # blkio.bfq.weight, where the kernel has it), `io.max`-style static limits at the
-# weights' split (`static`: govern with allocator "static") and `govern`. Each pattern's
+# weights' split (`static`: govern with allocator "static"), `govern` (the default SSD
+# cost model) and `calibrated` (govern with the loop device's model from `ioshare
+# calibrate`, fitted once into $DIR/loop-cost.toml). Each pattern's
 # modes run in turn, ROUNDS times (the disk under a virtual machine changes its speed
 # from minute to minute: each mode is compared with the `none` of its own round).
 # Prints per cgroup IOPS, the total against that `none`, and the share error of IOPS
@@ -15,7 +17,7 @@
 #
 # Noisy neighbour (NOISY=1), in blk-iocost's terms: a latency-sensitive reader (4 KiB
 # random reads, iodepth 4) alone, then beside a cgroup flooding 128 KiB writes at
-# iodepth 32, both weight 1, under each mode: isolation (the reader's IOPS against
+# iodepth 32, the reader ten times the writer's weight (NOISY_WEIGHTS), under each mode: isolation (the reader's IOPS against
 # alone), latency impact (its p99 against alone) and work conservation (bytes moved by
 # both against `none`).
 #
@@ -29,9 +31,10 @@ RUNTIME=${RUNTIME:-10}
 RAMP=${RAMP:-3}
 ROUNDS=${ROUNDS:-2}
 PATTERNS=${PATTERNS:-"randread randwrite randrw"}
-MODES=${MODES:-"none bfq static govern"}
+MODES=${MODES:-"none bfq static govern calibrated"}
 WEIGHTS=${WEIGHTS:-"100 50 25 10"}
 NOISY=${NOISY:-1}
+NOISY_WEIGHTS=${NOISY_WEIGHTS:-"10 1"}
 SIZE=${SIZE:-2g}
 DIR=$(realpath -m "${BENCH_DIR:-target/govern-bench}")
 source bench/common.sh
@@ -73,11 +76,12 @@ run() {
             echo "$w" >"$V1/ioshare-bench-$i/blkio.bfq.weight"
         done
     fi
-    if [ "$mode" = static ] || [ "$mode" = govern ]; then
-        local alloc=weights
+    if [ "$mode" != none ] && [ "$mode" != bfq ]; then
+        local alloc=weights cost=
         [ "$mode" = static ] && alloc=static
+        [ "$mode" = calibrated ] && cost="cost_device = \"$DIR/loop-cost.toml\""
         {
-            printf '[govern]\ndevice = "%s"\nallocator = "%s"\nstate = "%s/state.json"\n' "$loop" "$alloc" "$DIR"
+            printf '[govern]\ndevice = "%s"\nallocator = "%s"\nstate = "%s/state.json"\n%s\n' "$loop" "$alloc" "$DIR" "$cost"
             i=0
             for w in "${weights[@]}"; do
                 i=$((i + 1))
@@ -100,6 +104,11 @@ run() {
 
 have_bfq() { grep -qw bfq /sys/block/$name/queue/scheduler; }
 
+if [[ " $MODES " == *" calibrated "* ]] && [ ! -f "$DIR/loop-cost.toml" ]; then
+    echo "calibrating the loop device (about a minute)" >&2
+    "$BIN" calibrate "$loop" --destroy-data --no-check --quiet --out "$DIR/loop-cost.toml" >/dev/null
+fi
+
 for round in $(seq 1 "$ROUNDS"); do
     for pattern in $PATTERNS; do
         for mode in $MODES; do
@@ -120,7 +129,7 @@ if [ "$NOISY" = 1 ]; then
     for mode in $MODES; do
         if [ "$mode" = bfq ] && ! have_bfq; then continue; fi
         echo "noisy neighbour under $mode" >&2
-        run "$mode" "n-$mode" "1 1" "$reader" "$writer"
+        run "$mode" "n-$mode" "$NOISY_WEIGHTS" "$reader" "$writer"
     done
 fi
 

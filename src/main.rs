@@ -110,6 +110,11 @@ enum Command {
         /// property and policy instead of every figure.
         #[arg(long, default_value_t = 1)]
         seeds: u64,
+        /// Judge these policies instead of the suite's (repeatable: a registered name,
+        /// or a scenario's inline table such as `{ name = "govern", probe = 1.05 }`);
+        /// a policy outside the suite, such as `govern`, is held to the suite's targets.
+        #[arg(long = "policy", value_name = "P")]
+        policies: Vec<String>,
     },
     /// Interference characterization (the SSD-analysis paper's method): a foreground
     /// stream — sequential or random, read or write, 4 KiB to 32 MiB — beside no
@@ -244,7 +249,8 @@ fn run(cli: Cli) -> Result<()> {
             slo,
             seed,
             seeds,
-        } => cli::conformance::run(devices, slo, seed, seeds),
+            policies,
+        } => cli::conformance::run(devices, slo, seed, seeds, policies),
         Command::Characterize(a) => cli::characterize::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),

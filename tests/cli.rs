@@ -451,6 +451,34 @@ fn bad_sizes_and_keys_name_the_file_line_tenant_and_field() {
     );
 }
 
+/// `conformance --policy` names what it cannot judge before it runs anything.
+#[test]
+fn conformance_policies_are_checked_first() {
+    for (args, says) in [
+        (
+            vec!["conformance", "--policy", "fifo"],
+            "--policy fifo: --policy:3: policies[0]: unknown policy 'fifo'",
+        ),
+        (
+            vec![
+                "conformance",
+                "--policy",
+                "{ name = \"govern\", probe = 9 }",
+            ],
+            "parameter 'probe': must be 1 to 2",
+        ),
+        (
+            vec!["conformance", "--slo", "--policy", "govern"],
+            "--policy judges proportional-share policies: not with --slo",
+        ),
+    ] {
+        let o = ioshare().args(&args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
 /// The policy that passes the most cells of the conformance matrix
 /// (docs/conformance.md, seed 1, column "all").
 fn conformance_leader() -> String {

@@ -159,4 +159,17 @@ fn the_scenarios_are_what_the_properties_say() {
             .len(),
         64
     );
+    // `conformance --policy`: the policies given beside `none`, the same tenants.
+    let given = ioshare::conformance::scenario_with(
+        Property::Weights(64),
+        Device::Hdd,
+        1,
+        &[
+            "\"govern\"",
+            "{ name = \"govern\", label = \"slow\", probe = 1.01 }",
+        ],
+    );
+    let labels: Vec<&str> = given.policies.iter().map(|p| p.label.as_str()).collect();
+    assert_eq!(labels, ["none", "govern", "slow"]);
+    assert_eq!(given.tenants.len(), 64);
 }

@@ -62,6 +62,11 @@ pub fn run(a: Args) -> Result<()> {
         config.params.period / 1_000_000,
         config.state.display()
     );
+    if !config.calibrated && config.params.allocator != ioshare::policy::governor::Allocator::Off {
+        eprintln!(
+            "ioshare: govern: nothing says what this device's requests cost: they are priced by the default SSD model (Linux blk-iocost's defaults); `ioshare calibrate DEVICE --out FILE` fits one for govern.cost_device"
+        );
+    }
     let summary = ioshare::govern::run(&config, &STOP, duration, a.report_every)?;
     for ((spec, _), u) in config.tenants.iter().zip(&summary.usage) {
         eprintln!(

@@ -263,8 +263,16 @@ const MIXED: [&str; 6] = [
 
 /// The scenario of `property` on `device`.
 pub fn scenario(property: Property, device: Device, seed: u64) -> Scenario {
+    scenario_with(property, device, seed, &POLICIES)
+}
+
+/// The scenario of `property` on `device` for `policies` (entries of a scenario's
+/// `policies` list) beside `none`.
+pub fn scenario_with(property: Property, device: Device, seed: u64, policies: &[&str]) -> Scenario {
     let mut s = String::new();
-    let policies: Vec<&str> = std::iter::once("\"none\"").chain(POLICIES).collect();
+    let policies: Vec<&str> = std::iter::once("\"none\"")
+        .chain(policies.iter().copied())
+        .collect();
     let queue_depth = match property {
         Property::DeepQueue | Property::DeepClosedLoops => 128,
         _ => 32,
@@ -603,7 +611,18 @@ fn wait_bound(none: &RunResult) -> f64 {
 
 /// Runs `property` on `device` and judges every policy.
 pub fn check(property: Property, device: Device, seed: u64) -> (ScenarioResult, Vec<Verdict>) {
-    let s = scenario(property, device, seed);
+    check_with(property, device, seed, &POLICIES)
+}
+
+/// Runs `property` on `device` for `policies` (scenario `policies` entries) and judges
+/// them.
+pub fn check_with(
+    property: Property,
+    device: Device,
+    seed: u64,
+    policies: &[&str],
+) -> (ScenarioResult, Vec<Verdict>) {
+    let s = scenario_with(property, device, seed, policies);
     let result = run_scenarios_with(std::slice::from_ref(&s), false, RunOptions::default())
         .expect("every policy builds");
     let verdicts = judge(property, device, &result);

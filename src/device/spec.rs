@@ -124,6 +124,29 @@ impl DeviceSpec {
         }
     }
 
+    /// The `[device]` of a file (a scenario, a `calibrate --out` file, or the table
+    /// alone); errors name `field`.
+    pub fn of_file(path: &std::path::Path, field: &str) -> Result<DeviceSpec, Invalid> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Invalid::new(field, format!("cannot read {}: {e}", path.display())))?;
+        let mut doc: toml::Table = toml::from_str(&text)
+            .map_err(|e| Invalid::new(field, format!("{}: {}", path.display(), e.message())))?;
+        let table = match doc.remove("device") {
+            Some(toml::Value::Table(t)) => t,
+            _ if doc.contains_key("model") => doc,
+            _ => {
+                return Err(Invalid::new(
+                    field,
+                    format!("{}: no [device] table", path.display()),
+                ));
+            }
+        };
+        let file: DeviceFile = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| Invalid::new(field, e.message().to_string()))?;
+        file.spec().map_err(|e| e.within(field))
+    }
+
     /// What requests cost this device, estimated from its parameters alone
     /// ([`crate::policy::cost`]): the sum of the resources a request uses, before any
     /// device is built (`backend.cost_device` naming a preset, estimates). A loaded

@@ -38,6 +38,7 @@ struct GovernFile {
     allocator: Option<String>,
     target_us: Option<f64>,
     state: Option<PathBuf>,
+    cost_device: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +57,11 @@ pub struct GovernConfig {
     pub device: Dev,
     /// The governor's settings.
     pub params: Params,
+    /// What a request costs the device: `govern.cost_device`'s model (`ioshare
+    /// calibrate --out`), else the generic SSD model.
+    pub cost: CostModel,
+    /// Whether `govern.cost_device` named one.
+    pub calibrated: bool,
     /// Where the limits found are kept while it runs.
     pub state: PathBuf,
     /// The tenants: their promise and their cgroup folder.
@@ -138,8 +144,15 @@ impl GovernConfig {
         let file: File = crate::config::from_table(doc)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let device = device_of(&file.govern.device)?;
-        let mut params = Params::for_device(&CostModel::generic_ssd());
         let g = &file.govern;
+        let cost = match &g.cost_device {
+            Some(p) => {
+                crate::device::spec::DeviceSpec::of_file(&at(p.clone()), "govern.cost_device")?
+                    .cost_model()
+            }
+            None => CostModel::generic_ssd(),
+        };
+        let mut params = Params::for_device(&cost);
         params.allocator = match g.allocator.as_deref().unwrap_or("weights") {
             "weights" => Allocator::Weights,
             "static" => Allocator::Static,
@@ -196,6 +209,8 @@ impl GovernConfig {
         Ok(GovernConfig {
             device,
             params,
+            cost,
+            calibrated: g.cost_device.is_some(),
             state,
             tenants,
         })
@@ -321,7 +336,7 @@ fn govern(
 ) -> Result<Summary, GovernError> {
     let dev = config.device;
     let specs: Vec<TenantSpec> = config.tenants.iter().map(|(s, _)| s.clone()).collect();
-    let mut governor = Governor::new(&specs, CostModel::generic_ssd(), config.params);
+    let mut governor = Governor::new(&specs, config.cost, config.params);
     let period = Duration::from_nanos(governor.period());
     for (c, l) in cgroups.iter().zip(governor.limits()) {
         c.set_limits(dev, &l)?;
@@ -404,6 +419,43 @@ fn minus(now: &Usage, before: &Usage) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calibrated_cost_model_is_taken_from_cost_device() {
+        // Any block device this machine has.
+        let Some(dev) = std::fs::read_dir("/sys/dev/block")
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+        else {
+            eprintln!("no block device here: skipped");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("disk.toml"), "[device]\nmodel = 'hdd'\n").unwrap();
+        let text = |cost: &str| {
+            format!("[govern]\ndevice = '{dev}'\n{cost}[[tenant]]\nname = 'a'\ncgroup = 'a'\n")
+        };
+        let c = GovernConfig::parse(&text("cost_device = 'disk.toml'\n"), dir.path()).unwrap();
+        assert!(c.calibrated);
+        let disk = crate::device::spec::DeviceSpec::of_file(&dir.path().join("disk.toml"), "x")
+            .unwrap()
+            .cost_model();
+        assert_eq!(c.cost, disk);
+        assert!(c.cost.seeks(), "a disk's model");
+        assert_eq!(c.params, Params::for_device(&disk));
+        let plain = GovernConfig::parse(&text(""), dir.path()).unwrap();
+        assert!(!plain.calibrated);
+        assert_eq!(plain.cost, CostModel::generic_ssd());
+        let e = GovernConfig::parse(&text("cost_device = 'none.toml'\n"), dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("govern.cost_device") && e.contains("none.toml"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn configuration_errors_name_the_field() {

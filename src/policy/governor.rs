@@ -355,7 +355,7 @@ impl Governor {
         let held: Vec<bool> = (0..self.tenants.len())
             .map(|i| self.was_held(i, &usage[i]))
             .collect();
-        self.forecast(used.iter().sum(), &held, usage, device);
+        self.forecast(&used, &held, usage, device);
         let allocs = self.water_fill(&used, &held);
         for (i, alloc) in allocs.into_iter().enumerate() {
             self.learn_mix(i, &usage[i]);
@@ -400,7 +400,8 @@ impl Governor {
     /// What it completed while congested also feeds FeedBAC's Holt forecast, whose
     /// level bounds the probe (at most twice it): a device that was seen full is not
     /// probed far past what it held.
-    fn forecast(&mut self, completed: f64, held: &[bool], usage: &[Usage], device: DeviceUsage) {
+    fn forecast(&mut self, used: &[f64], held: &[bool], usage: &[Usage], device: DeviceUsage) {
+        let completed: f64 = used.iter().sum();
         let latency = device
             .latency_ns
             .checked_div(device.ios)

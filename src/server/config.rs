@@ -823,29 +823,6 @@ struct Backend {
     cost_device: Option<DeviceSpec>,
 }
 
-/// The `[device]` of a file (a scenario, a `calibrate --out` file, or the table alone).
-fn device_of_file(path: &std::path::Path) -> Result<DeviceSpec, Invalid> {
-    let field = "backend.cost_device";
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Invalid::new(field, format!("cannot read {}: {e}", path.display())))?;
-    let mut doc: toml::Table = toml::from_str(&text)
-        .map_err(|e| Invalid::new(field, format!("{}: {}", path.display(), e.message())))?;
-    let table = match doc.remove("device") {
-        Some(toml::Value::Table(t)) => t,
-        _ if doc.contains_key("model") => doc,
-        _ => {
-            return Err(Invalid::new(
-                field,
-                format!("{}: no [device] table", path.display()),
-            ));
-        }
-    };
-    let file: DeviceFile = toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| Invalid::new(field, e.message().to_string()))?;
-    file.spec().map_err(|e| e.within(field))
-}
-
 fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Backend, Invalid> {
     let kind = match b.kind.as_deref().unwrap_or("file") {
         "file" => BackendKind::File,
@@ -890,7 +867,7 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
         return Err(Invalid::new("backend.path", "the null backend has no file"));
     }
     let cost_device = match b.cost_device {
-        Some(p) => Some(device_of_file(&at(p))?),
+        Some(p) => Some(DeviceSpec::of_file(&at(p), "backend.cost_device")?),
         None => emulated.as_ref().map(|(d, _)| d.clone()),
     };
     Ok(Backend {
