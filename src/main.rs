@@ -191,7 +191,11 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {}", explain(&e));
+        if ioshare::server::logs::json() {
+            tracing::error!("{}", explain(&e));
+        } else {
+            eprintln!("error: {}", explain(&e));
+        }
         std::process::exit(2);
     }
 }
@@ -224,6 +228,9 @@ fn run(cli: Cli) -> Result<()> {
             pidfile,
             log_format,
         } => {
+            // Installed before the configuration is read, so that its errors are lines
+            // of the format asked for.
+            ioshare::server::logs::install(log_format);
             let loaded = ioshare::server::config::ServerConfig::load(&config)?;
             let capture = capture.map(|path| (path, capture_limit.0));
             let result = ioshare::server::serve(

@@ -451,6 +451,48 @@ fn bad_sizes_and_keys_name_the_file_line_tenant_and_field() {
     );
 }
 
+/// With `--log-format json`, an error that stops `serve` or `govern` at start-up — a bad
+/// configuration — is a JSON line like the rest, naming the field; the human format
+/// keeps its `error:` line.
+#[test]
+fn start_up_errors_follow_the_log_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[server]\nunix = 'x.sock'\nqueue_deph = 4\n").unwrap();
+    let gov = dir.path().join("gov.toml");
+    std::fs::write(
+        &gov,
+        "[govern]\ndevice = '9999:77'\n[[tenant]]\nname='a'\ncgroup='a'\n",
+    )
+    .unwrap();
+    for (cmd, file, says) in [
+        ("serve", &bad, "queue_deph"),
+        ("govern", &gov, "no block device 9999:77"),
+    ] {
+        let o = ioshare()
+            .args([cmd, file.to_str().unwrap(), "--log-format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{cmd}: {err}");
+        let v: serde_json::Value = serde_json::from_str(lines[0])
+            .unwrap_or_else(|e| panic!("{cmd}: not JSON ({e}): {err}"));
+        assert_eq!(v["level"], "ERROR", "{cmd}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(says), "{cmd}: {v}");
+        let o = ioshare()
+            .args([cmd, file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{cmd}: {err}"
+        );
+    }
+}
+
 /// `conformance --policy` names what it cannot judge before it runs anything.
 #[test]
 fn conformance_policies_are_checked_first() {

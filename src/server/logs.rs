@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use tracing::field::{Field, Visit};
@@ -41,6 +42,9 @@ pub enum LogFormat {
 /// Sends the server's log events to stderr in `format`, from now on (the first call
 /// of a process decides; later ones change nothing).
 pub fn install(format: LogFormat) {
+    if format == LogFormat::Json {
+        JSON.store(true, Ordering::SeqCst);
+    }
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(tracing::Level::INFO);
@@ -58,6 +62,15 @@ pub fn install(format: LogFormat) {
         ),
     };
 }
+
+/// Whether JSON logs were installed: an error that ends the process is then a JSON
+/// line too (a configuration error at start-up included), not plain text a log
+/// collector cannot parse.
+pub fn json() -> bool {
+    JSON.load(Ordering::SeqCst)
+}
+
+static JSON: AtomicBool = AtomicBool::new(false);
 
 /// A line made in the human format's words (`ioshare: …`: the engine core's lines, the
 /// image watcher's) as a warning event.
