@@ -42,8 +42,14 @@ install_tools fio:fio
 [ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 1; }
 V1=/sys/fs/cgroup/blkio
 [ -e $V1/blkio.throttle.read_iops_device ] || { echo "needs cgroup v1 blkio at $V1" >&2; exit 1; }
-cargo build --release --quiet
-BIN=$PWD/target/release/ioshare
+# IOSHARE_BIN: another build of ioshare to run (an A/B of two versions of the governor);
+# GOVERN_EXTRA: lines added to the [govern] table (`target_us = 250`).
+if [ -n "${IOSHARE_BIN:-}" ]; then
+    BIN=$(realpath "$IOSHARE_BIN")
+else
+    cargo build --release --quiet
+    BIN=$PWD/target/release/ioshare
+fi
 mkdir -p "$DIR"
 rm -f "$DIR"/*.json "$DIR"/*.log
 img=$DIR/disk.img
@@ -81,7 +87,7 @@ run() {
         [ "$mode" = static ] && alloc=static
         [ "$mode" = calibrated ] && cost="cost_device = \"$DIR/loop-cost.toml\""
         {
-            printf '[govern]\ndevice = "%s"\nallocator = "%s"\nstate = "%s/state.json"\n%s\n' "$loop" "$alloc" "$DIR" "$cost"
+            printf '[govern]\ndevice = "%s"\nallocator = "%s"\nstate = "%s/state.json"\n%s\n%s\n' "$loop" "$alloc" "$DIR" "$cost" "${GOVERN_EXTRA:-}"
             i=0
             for w in "${weights[@]}"; do
                 i=$((i + 1))

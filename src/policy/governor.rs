@@ -260,7 +260,7 @@ const STILL_WANTING: f64 = 0.25;
 
 /// The forecast is probed up to this many times the most the device completed in the
 /// last `RECENT` periods, no further.
-const PROBE_ROOM: f64 = 3.0;
+const PROBE_ROOM: f64 = 1.25;
 
 /// The most a congested period takes the forecast down to, as a fraction of it.
 const MAX_FALL: f64 = 0.5;
@@ -417,7 +417,13 @@ impl Governor {
             .map(|i| self.was_held(i, &usage[i]))
             .collect();
         self.forecast(&used, &held, usage, device);
-        let allocs = self.water_fill(&used, &held);
+        // A tenant that wants more and did not get its limit (squeezed by the device
+        // or, lately, by its own depth) is not satisfied at what it got: taking its use
+        // for its demand had the limits follow the device's FIFO split.
+        let wants: Vec<bool> = (0..held.len())
+            .map(|i| held[i] || self.tenants[i].wanting)
+            .collect();
+        let allocs = self.water_fill(&used, &wants);
         for (i, alloc) in allocs.into_iter().enumerate() {
             self.learn_mix(i, &usage[i]);
             // Room to grow for those under their share; a tenant held gets its split
@@ -506,8 +512,13 @@ impl Governor {
         }
         // Wanting as of the period before: a device that collapses squeezes everyone
         // under a quarter of their allocations at once.
-        let woken = |t: &Tenant| t.woke.is_some_and(|p| p + recent >= now);
-        let wants = |i: usize| self.tenants[i].wanting || woken(&self.tenants[i]);
+        // Woken lately and using a good part of its floor: a tenant that comes back
+        // at depth, not one that does a request a second (it "wakes" every second).
+        let floors: Vec<f64> = (0..usage.len()).map(|i| self.floor(i)).collect();
+        let woken = |i: usize, t: &Tenant| {
+            t.woke.is_some_and(|p| p + recent >= now) && used[i] >= STILL_WANTING * floors[i]
+        };
+        let wants = |i: usize| self.tenants[i].wanting || woken(i, &self.tenants[i]);
         let (weight, took) = (0..usage.len())
             .filter(|&i| wants(i))
             .fold((0.0, 0.0), |(w, u), i| {
@@ -520,7 +531,7 @@ impl Governor {
             .any(|i| !held[i] && wants(i) && used[i] < took * self.tenants[i].weight / weight);
         for (i, &h) in held.iter().enumerate() {
             let t = &mut self.tenants[i];
-            t.wanting = h || woken(t) || (t.wanting && used[i] >= STILL_WANTING * t.alloc);
+            t.wanting = h || woken(i, t) || (t.wanting && used[i] >= STILL_WANTING * t.alloc);
         }
         let congested = device.ios > 0 && latency > threshold && squeezed;
         self.reading = Reading {
@@ -549,6 +560,8 @@ impl Governor {
             // (a sole busy tenant beside light ones) nothing else stops the probe, and
             // a forecast a thousand times the device takes ten halvings to come back
             // when a second one wakes.
+            // (From the RECENT-th period on: the first periods' tenants have not shown
+            // their mix yet, and a reader uses half its allocation.)
             let bound = if self.recent.len() == RECENT as usize {
                 let done = self.recent.iter().copied().fold(0.0, f64::max);
                 seen.min(PROBE_ROOM * done)
@@ -606,10 +619,10 @@ impl Governor {
         };
     }
 
-    /// The forecast split by weight among those who want it: a tenant not held gets
-    /// what it used (its demand) when that is under its share; the rest is split by
-    /// weight among the others, held tenants wanting without bound.
-    fn water_fill(&self, used: &[f64], held: &[bool]) -> Vec<f64> {
+    /// The forecast split by weight among those who want it: a tenant that does not
+    /// want more gets what it used (its demand) when that is under its share; the rest
+    /// is split by weight among the others, those wanting more without bound.
+    fn water_fill(&self, used: &[f64], wants: &[bool]) -> Vec<f64> {
         let n = self.tenants.len();
         let mut alloc = vec![0.0; n];
         let mut open: Vec<usize> = (0..n).collect();
@@ -622,7 +635,7 @@ impl Governor {
             let satisfied: Vec<usize> = open
                 .iter()
                 .copied()
-                .filter(|&i| !held[i] && used[i] <= left * self.tenants[i].weight / weight)
+                .filter(|&i| !wants[i] && used[i] <= left * self.tenants[i].weight / weight)
                 .collect();
             if satisfied.is_empty() {
                 for &i in &open {
@@ -873,7 +886,7 @@ mod tests {
         let u = [at_limit(&g, 0, 1.0), at_limit(&g, 1, 1.0), Usage::default()];
         let _ = g.decide(&u, slow(&u, 4));
         assert_eq!(g.counts(), (1, 0, 1));
-        assert!(g.capacity() > before);
+        assert!(g.reading().probed && g.capacity() > before);
         // One of them at half its limit, at latencies over 1.5 times the device's
         // unloaded one (the first period's): the device held it back.
         let u = [at_limit(&g, 0, 1.0), at_limit(&g, 1, 0.5), Usage::default()];
@@ -916,7 +929,8 @@ mod tests {
     /// congested and the forecast does not spiral down (it fell to a quarter of the
     /// device in the work-conservation property). One of the busy ones squeezed under
     /// its limit and under its share of what the busy ones got makes it congested; so
-    /// does a tenant that wakes from idle and gets a sliver.
+    /// does a tenant that wakes from idle at depth and gets under its share, but not
+    /// one that does a request after a quiet while.
     #[test]
     fn only_a_tenant_that_wants_more_makes_a_slow_device_congested() {
         let cost = CostModel::generic_ssd();
@@ -949,7 +963,7 @@ mod tests {
         let u = [reads(20), at(&g, 1, 1.0), at(&g, 2, 0.5)];
         let _ = g.decide(&u, slow(&u));
         assert!(g.reading().congested);
-        // A tenant idle for a while that comes back with a sliver is squeezed too.
+        // A tenant idle for a while that comes back under its share is squeezed too.
         let mut g = Governor::new(&specs(&[4.0, 1.0, 1.0]), cost, p);
         let _ = g.decide(&[Usage::default(), reads(40), reads(40)], fast);
         for _ in 0..5 {
@@ -957,9 +971,21 @@ mod tests {
             let _ = g.decide(&u, slow(&u));
         }
         assert_eq!(g.counts().1, 0);
-        let u = [reads(20), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+        // Its floor is two thirds of the forecast (its limit half that for reads, its
+        // mix unknown); it gets 80 % of that limit, well under its share.
+        let u = [at(&g, 0, 0.8), at(&g, 1, 1.0), at(&g, 2, 1.0)];
         let _ = g.decide(&u, slow(&u));
-        assert!(g.reading().congested, "woke and got a sliver");
+        assert!(g.reading().congested, "woke and got under its share");
+        // One that does a request now and then "wakes" each time, and is not squeezed.
+        let mut g = Governor::new(&specs(&[4.0, 1.0, 1.0]), cost, p);
+        let _ = g.decide(&[Usage::default(), reads(40), reads(40)], fast);
+        for _ in 0..5 {
+            let u = [Usage::default(), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+            let _ = g.decide(&u, slow(&u));
+        }
+        let u = [reads(1), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+        let _ = g.decide(&u, slow(&u));
+        assert!(!g.reading().congested, "a request after a quiet while");
     }
 
     /// A sole busy tenant beside a light one is never squeezed (it gets all the device
@@ -986,8 +1012,11 @@ mod tests {
             );
         }
         let ratio = g.capacity() / g.period() as f64;
+        // Unbounded it is 1.07^200 times the device; bounded, what the first RECENT
+        // periods reach before the bound applies, or PROBE_ROOM.
+        let most = PROBE_ROOM.max(p.fast_probe.powi(RECENT as i32));
         assert!(
-            (1.0..=PROBE_ROOM * 1.001).contains(&ratio),
+            (1.0..=most).contains(&ratio),
             "forecast {ratio} of the device"
         );
     }
@@ -1093,9 +1122,11 @@ mod tests {
         let used_light = light as f64 * per_read;
         let a = g.tenants[0].alloc;
         assert!(
-            (a + used_light - device).abs() / device < 0.01,
-            "the busy one has the rest of the device: {a} + {used_light} vs {device}",
+            (a + used_light - g.capacity()).abs() / g.capacity() < 0.01,
+            "the busy one has the rest: {a} + {used_light} vs {}",
+            g.capacity()
         );
+        assert!(g.capacity() <= PROBE_ROOM * device * 1.001);
         assert!(a > 0.7 * device, "{a} of {device}");
     }
 
