@@ -23,26 +23,32 @@
 //!   what it could). A quiet period leaves the forecast alone.
 //!   **Readings** (each from a failure the simulator or a real disk showed):
 //!   * *Wanting more* is a tenant held at its limit, one that woke from idle in the
-//!     last `RECENT` periods, or one that was either and still uses a quarter of its
-//!     allocation. Counters cannot tell a tenant that wants little from one the device
-//!     squeezes, so a tenant never seen at its limit (a light reader beside a flood of
-//!     writes) does not make the period congested: with it counting, an SSD collecting
-//!     garbage — over the latency threshold at any load — had the forecast fall to a
-//!     quarter of the device (0.20–0.24× `none` in the work-conservation property; now
-//!     0.9–0.98×). A device over its threshold that gave every such tenant its limit
-//!     kept up (a virtual disk at 1 ms a read whatever its load had the forecast fall
-//!     period after period while it did).
+//!     last `RECENT` periods using a quarter of its weight's share or more, or one that
+//!     was either and still uses a quarter of its allocation; a period is congested
+//!     only when such a tenant got neither its limit nor its weight's share of what
+//!     those wanting more got. Counters cannot tell a tenant that wants little from one
+//!     the device squeezes, so a tenant never seen at its limit (a light reader beside
+//!     a flood of writes) does not make the period congested: with it counting, an SSD
+//!     collecting garbage — over the latency threshold at any load — had the forecast
+//!     fall to a quarter of the device (0.20–0.24× `none` in the work-conservation
+//!     property; now 0.96–0.98×). A device over its threshold that gave every such
+//!     tenant its limit kept up (a virtual disk at 1 ms a read whatever its load had the
+//!     forecast fall period after period while it did).
 //!   * *What it completed* is the device's completions priced at the mean cost of what
 //!     passed the throttle lately (the kernel counts passes — arrivals on cgroup v1 —
-//!     and a device draining a queue completes many more than pass), and a congested
-//!     period takes the forecast down by half at most.
+//!     and a device draining a queue completes many more than pass); a congested period
+//!     takes the forecast down by half at most, and a probe takes it no further than
+//!     `PROBE_ROOM` times what the device completed in the last `RECENT` periods (one
+//!     busy tenant beside light ones is never squeezed: nothing else stops the probe).
 //!   * *Held* is judged over as many periods as it takes a tenant's limits to allow
 //!     `JUDGED_REQUESTS` requests, give or take one: with 128 tenants on a disk, a
 //!     limit is a request a second and one period says nothing.
 //! * **The split is by weight among those who want it** (water-filling, as FeedBAC's
 //!   credits among the active): a tenant that used less than its share gets what it used
-//!   with room to grow, the rest is split by weight among the others, a tenant held at
-//!   its limit counting as wanting more. **Reading: every tenant's limit is at least its
+//!   with room to grow, the rest is split by weight among the others, a tenant that
+//!   wants more (above) counting as wanting without bound — **reading:** whatever it got;
+//!   giving a squeezed tenant what the device's FIFO gave it had the limits follow the
+//!   FIFO's split (33–81 % share error on a real disk). **Reading: every tenant's limit is at least its
 //!   weight's share of the whole forecast**, used or not: a tenant that wakes up is never
 //!   below its share for a period (no starvation, no warm-up), and what idle tenants
 //!   leave goes to the busy ones (work conservation is the allocation, not a hope). The
