@@ -3,8 +3,10 @@
 #
 # Weights: four cgroups with weights 100:50:25:10 (WEIGHTS), one fio each (libaio,
 # O_DIRECT, 4 KiB, iodepth 32, RAMP s not counted then RUNTIME s) on a loop device
-# (direct I/O) over a file on this machine's disk; random read, random write and 50/50
-# (PATTERNS); under no control (`none`), the kernel's BFQ with the weights (`bfq`,
+# (direct I/O) over a file on this machine's disk; random read, random write and 50/50,
+# and MCFQ's fileserver-like mix (`fileserver`: 72 KiB random, two writes to a read, the
+# Filebench fileserver's figures in MCFQ's Table 3) with weights 10:7:4:1
+# (FILESERVER_WEIGHTS) (PATTERNS); under no control (`none`), the kernel's BFQ with the weights (`bfq`,
 # blkio.bfq.weight, where the kernel has it), `io.max`-style static limits at the
 # weights' split (`static`: govern with allocator "static"), `govern` (the default SSD
 # cost model) and `calibrated` (govern with the loop device's model from `ioshare
@@ -12,8 +14,8 @@
 # modes run in turn, ROUNDS times (the disk under a virtual machine changes its speed
 # from minute to minute: each mode is compared with the `none` of its own round).
 # Prints per cgroup IOPS, the total against that `none`, and the share error of IOPS
-# (4 KiB requests of one kind: IOPS is device time) against the weights: mean over the
-# cgroups of |share - ideal| / ideal.
+# (every cgroup runs the same job: IOPS is device time) against the weights: mean over
+# the cgroups of |share - ideal| / ideal.
 #
 # Noisy neighbour (NOISY=1), in blk-iocost's terms: a latency-sensitive reader (4 KiB
 # random reads, iodepth 4) alone, then beside a cgroup flooding 128 KiB writes at
@@ -21,7 +23,7 @@
 # alone), latency impact (its p99 against alone) and work conservation (bytes moved by
 # both against `none`).
 #
-#   bench/govern.sh                      # the whole matrix, about 12 minutes
+#   bench/govern.sh                      # the whole matrix, about 15 minutes
 #   RUNTIME=5 ROUNDS=1 PATTERNS=randread MODES="none govern" NOISY=0 bench/govern.sh
 #
 # Needs root and cgroup v1's blkio mount at /sys/fs/cgroup/blkio.
@@ -30,9 +32,10 @@ cd "$(dirname "$0")/.."
 RUNTIME=${RUNTIME:-10}
 RAMP=${RAMP:-3}
 ROUNDS=${ROUNDS:-2}
-PATTERNS=${PATTERNS:-"randread randwrite randrw"}
+PATTERNS=${PATTERNS:-"randread randwrite randrw fileserver"}
 MODES=${MODES:-"none bfq static govern calibrated"}
 WEIGHTS=${WEIGHTS:-"100 50 25 10"}
+FILESERVER_WEIGHTS=${FILESERVER_WEIGHTS:-"10 7 4 1"}
 NOISY=${NOISY:-1}
 NOISY_WEIGHTS=${NOISY_WEIGHTS:-"10 1"}
 SIZE=${SIZE:-2g}
@@ -120,9 +123,15 @@ for round in $(seq 1 "$ROUNDS"); do
         for mode in $MODES; do
             if [ "$mode" = bfq ] && ! have_bfq; then continue; fi
             jobs=()
-            for _ in $WEIGHTS; do jobs+=("--rw=$pattern --bs=4k --iodepth=32"); done
+            weights=$WEIGHTS
+            args="--rw=$pattern --bs=4k --iodepth=32"
+            if [ "$pattern" = fileserver ]; then
+                weights=$FILESERVER_WEIGHTS
+                args="--rw=randrw --rwmixread=33 --bs=72k --iodepth=32"
+            fi
+            for _ in $weights; do jobs+=("$args"); done
             echo "round $round: $pattern under $mode" >&2
-            run "$mode" "w-$round-$pattern-$mode" "$WEIGHTS" "${jobs[@]}"
+            run "$mode" "w-$round-$pattern-$mode" "$weights" "${jobs[@]}"
         done
     done
 done
@@ -140,11 +149,11 @@ if [ "$NOISY" = 1 ]; then
 fi
 
 echo "# $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), loop device over $(df --output=source "$DIR" | tail -1)"
-python3 - "$DIR" "$ROUNDS" "$PATTERNS" "$MODES" "$WEIGHTS" "$NOISY" <<'PY'
+python3 - "$DIR" "$ROUNDS" "$PATTERNS" "$MODES" "$WEIGHTS" "$NOISY" "$FILESERVER_WEIGHTS" <<'PY'
 import json, os, sys
 d, rounds, patterns, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 weights, noisy = [float(w) for w in sys.argv[5].split()], sys.argv[6] == "1"
-ideal = [w / sum(weights) for w in weights]
+fs_weights = [float(w) for w in sys.argv[7].split()]
 def job(tag, i):
     f = f"{d}/{tag}-c{i}.json"
     return json.load(open(f))["jobs"][0] if os.path.exists(f) else None
@@ -152,8 +161,10 @@ print(f"{'round':<5} {'pattern':<10} {'mode':<7} " + " ".join(f"{'c%d IOPS' % (i
 for r in range(1, rounds + 1):
     for p in patterns:
         base = None
+        ws = fs_weights if p == "fileserver" else weights
+        ideal = [w / sum(ws) for w in ws]
         for m in modes:
-            jobs = [job(f"w-{r}-{p}-{m}", i + 1) for i in range(len(weights))]
+            jobs = [job(f"w-{r}-{p}-{m}", i + 1) for i in range(len(ws))]
             if not all(jobs):
                 continue
             iops = [j["read"]["iops"] + j["write"]["iops"] for j in jobs]
