@@ -51,9 +51,9 @@ fn run<'a>(r: &'a ScenarioResult, label: &str) -> &'a RunResult {
 
 /// Weights within 2.5 % (per interval, device time; 1.7, 0.9 and 0.5 % today, 3.6, 0.7
 /// and 4.2 % before a tenant that wants more kept its weight's split whatever it got)
-/// on random reads, writes and a 50/50 mix, at 0.85× `none`'s throughput or more (the issue asks 0.9×: reads fall short,
-/// docs/benchmarks.md), not behind the static split a user would write into `io.max`,
-/// and every tenant served.
+/// on random reads, writes and a 50/50 mix, at 0.85× `none`'s throughput or more (the
+/// issue asks 0.9×: reads fall short, docs/benchmarks.md), not behind the static split
+/// a user would write into `io.max`, and every tenant served.
 #[test]
 fn govern_keeps_the_weights_near_the_throughput_of_none() {
     for pattern in ["randread", "randwrite", "randrw"] {
