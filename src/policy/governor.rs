@@ -14,7 +14,7 @@
 //!   and bytes, not offsets, so every request is priced as random, at its direction's
 //!   mean size this period.
 //! * **The total is a forecast** of what the device completes in a period (FeedBAC's
-//!   Holt smoothing, [`super::feedbac::Holt`]), fed only when the period says something
+//!   Holt smoothing, `feedbac::Holt`), fed only when the period says something
 //!   about capacity: the device was congested — its mean latency above `target` and
 //!   above 1.5× its unloaded latency (learnt), while a tenant that *wants more* did not
 //!   get its limit: what it completed is what it can — or tenants were held at their
@@ -145,7 +145,7 @@ pub struct Params {
     /// while the device was not congested.
     pub probe: f64,
     /// A period is congested only when its mean latency is above this many times the
-    /// device's unloaded latency too ([`CONGESTED_OVER_BASE`]).
+    /// device's unloaded latency too (`CONGESTED_OVER_BASE`, 1.5).
     pub over_base: f64,
     /// What it grows by instead while the device's latency is under half the
     /// congestion threshold.
@@ -480,14 +480,17 @@ impl Governor {
 
     /// Moves the forecast by what the period says of the device's capacity.
     /// * **Congested** — the device's mean latency above `target` and above
-    ///   [`CONGESTED_OVER_BASE`] times its unloaded latency, while some tenant that did
-    ///   I/O was not held at its limit (so the device, not the throttle, held it back):
-    ///   the forecast goes to `backoff` of what the device completed, so the throttle,
-    ///   not the device's queue, holds the backlog (where the weights are kept).
+    ///   [`CONGESTED_OVER_BASE`] times its unloaded latency, while a tenant that wants
+    ///   more got neither its limit nor its weight's share of what those wanting more
+    ///   got (so the device, not the throttle, held it back): the forecast goes to
+    ///   `backoff` of what the device completed (by [`MAX_FALL`] at most), so the
+    ///   throttle, not the device's queue, holds the backlog (where the weights are
+    ///   kept).
     /// * **Room** — tenants held at their limits while it was not congested: the
     ///   forecast grows by `fast_probe` until the first congested period and again
     ///   [`CALM_PERIODS`] after the last (a device five times faster than its cost model
-    ///   is found in two and a half seconds, not eight), by `probe` near the knee.
+    ///   is found in two and a half seconds, not eight), by `probe` near the knee;
+    ///   never past [`PROBE_ROOM`] times the most the device completed lately.
     /// * A quiet period leaves it.
     ///
     /// What it completed while congested also feeds FeedBAC's Holt forecast, whose

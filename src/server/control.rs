@@ -19,7 +19,7 @@
 //! here is checked as a `[[tenant]]` of the file is (names, images, regions, the
 //! server's own files) and opened before the answer; the engine takes it on between two
 //! turns of its loop. A change of weight, SLO, reservation or limit reaches the policy
-//! as SIGHUP's does ([`super::engine::EngineHandle::update`]). SIGHUP stays: it applies
+//! as SIGHUP's does (`EngineHandle::update`). SIGHUP stays: it applies
 //! what changed in the file since it was last read — tenants new in the file are
 //! added, tenants gone from it removed (those added here are left alone), changed
 //! promises set — through the same operations.
