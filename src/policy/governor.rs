@@ -50,12 +50,13 @@
 //!   with room to grow, the rest is split by weight among the others, a tenant that
 //!   wants more (above) counting as wanting without bound — **reading:** whatever it got;
 //!   giving a squeezed tenant what the device's FIFO gave it had the limits follow the
-//!   FIFO's split (33–81 % share error on a real disk). **Reading: every tenant's limit is at least its
-//!   weight's share of the whole forecast**, used or not: a tenant that wakes up is never
-//!   below its share for a period (no starvation, no warm-up), and what idle tenants
-//!   leave goes to the busy ones (work conservation is the allocation, not a hope). The
-//!   limits therefore add up to more than the forecast while some tenants are idle; the
-//!   latency signal pulls the forecast down in the period after several wake at once.
+//!   FIFO's split (33–81 % share error on a real disk). **Reading: every tenant's limit
+//!   is at least its weight's share of the whole forecast**, used or not: a tenant that
+//!   wakes up is never below its share for a period (no starvation, no warm-up), and
+//!   what idle tenants leave goes to the busy ones (work conservation is the
+//!   allocation, not a hope). The limits therefore add up to more than the forecast
+//!   while some tenants are idle; the latency signal pulls the forecast down in the
+//!   period after several wake at once.
 //! * **Limits per direction** (what the kernel takes): a tenant's device time is split
 //!   between reads and writes by its recent mix (smoothed; at least `min_direction` of
 //!   it to each, so a direction it has not used yet is not closed) and turned into IOPS
@@ -68,6 +69,7 @@
 use super::cost::CostModel;
 use super::feedbac::Holt;
 use crate::types::{Nanos, Op, TenantSpec, nanos_to_secs};
+use std::collections::VecDeque;
 
 /// What a tenant did in one period, as the kernel counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -244,7 +246,7 @@ pub struct Governor {
     passed_cost: f64,
     passed_ios: f64,
     /// What the device completed in each of the last `RECENT` periods, device ns.
-    recent: std::collections::VecDeque<f64>,
+    recent: VecDeque<f64>,
 }
 
 /// A period is congested when its mean device latency is above `target` and above
@@ -307,7 +309,7 @@ impl Governor {
             last_congested: None,
             passed_cost: 0.0,
             passed_ios: 0.0,
-            recent: std::collections::VecDeque::new(),
+            recent: VecDeque::new(),
         };
         for t in tenants {
             g.add_tenant(t);
@@ -448,10 +450,11 @@ impl Governor {
     }
 
     /// Whether tenant `i` used its limit (in a direction, by requests or bytes) to
-    /// `held` or more, give or take a request. A limit of less than [`JUDGED_REQUESTS`] a
-    /// period is judged over as many periods as it takes to allow that many (1,024 tenants on a disk have
-    /// limits of a request a second or less: in one period a tenant whose every request
-    /// waits for its budget passes none); until then its last verdict stands.
+    /// `held` or more, give or take a request. A limit of less than [`JUDGED_REQUESTS`]
+    /// a period is judged over as many periods as it takes to allow that many (1,024
+    /// tenants on a disk have limits of a request a second or less: in one period a
+    /// tenant whose every request waits for its budget passes none); until then its
+    /// last verdict stands.
     fn was_held(&mut self, i: usize, u: &Usage) -> bool {
         let secs = nanos_to_secs(self.params.period);
         let held = self.params.held;
@@ -508,7 +511,6 @@ impl Governor {
             .map_or(0.0, |l| l as f64);
         self.learn_base(latency, device.ios);
         let threshold = (self.params.target as f64).max(self.params.over_base * self.base_latency);
-        let recent = RECENT;
         let now = self.periods;
         for (i, u) in usage.iter().enumerate() {
             if u.read_ios + u.write_ios > 0 {
@@ -521,13 +523,11 @@ impl Governor {
                 t.last_active = Some(now);
             }
         }
-        // Wanting as of the period before: a device that collapses squeezes everyone
-        // under a quarter of their allocations at once.
-        // Woken lately and using a good part of its floor: a tenant that comes back
-        // at depth, not one that does a request a second (it "wakes" every second).
+        // Woken lately and using a good part of its floor: a tenant that comes back at
+        // depth, not one that does a request a second (it "wakes" every second).
         let floors: Vec<f64> = (0..usage.len()).map(|i| self.floor(i)).collect();
         let woken = |i: usize, t: &Tenant| {
-            t.woke.is_some_and(|p| p + recent >= now) && used[i] >= STILL_WANTING * floors[i]
+            t.woke.is_some_and(|p| p + RECENT >= now) && used[i] >= STILL_WANTING * floors[i]
         };
         let wants = |i: usize| self.tenants[i].wanting || woken(i, &self.tenants[i]);
         let (weight, took) = (0..usage.len())
@@ -535,9 +535,11 @@ impl Governor {
             .fold((0.0, 0.0), |(w, u), i| {
                 (w + self.tenants[i].weight, u + used[i])
             });
-        // Squeezed: wants more, did not get its limit, and got less than its weight's
-        // share of what those who want more got (a reader held back by its own
-        // iodepth as the latency rises, but above its share, is not).
+        // Squeezed: wants more (as of the period before: a device that collapses
+        // squeezes everyone under a quarter of their allocations at once), did not get
+        // its limit, and got less than its weight's share of what those who want more
+        // got (a reader held back by its own iodepth as the latency rises, but above its
+        // share, is not).
         let squeezed = (0..usage.len())
             .any(|i| !held[i] && wants(i) && used[i] < took * self.tenants[i].weight / weight);
         for (i, &h) in held.iter().enumerate() {
@@ -554,8 +556,8 @@ impl Governor {
         if congested {
             self.congested_periods += 1;
             self.last_congested = Some(self.periods);
-            // Taken as at least MAX_FALL of the forecast: one period's completions can be far
-            // off their mean (a thousand tenants' few passes priced this period).
+            // Taken as at least MAX_FALL of the forecast: one period's completions can be
+            // far off their mean (a GC burst; a thousand tenants' few passes).
             let seen = completed.max(self.capacity * MAX_FALL);
             self.forecast_made = self.holt.observe(seen, self.forecast_made);
             self.capacity = self.capacity.min(seen) * self.params.backoff;
@@ -567,12 +569,11 @@ impl Governor {
             } else {
                 f64::INFINITY
             };
-            // Not far past what the device completed lately: with no one squeezed
-            // (a sole busy tenant beside light ones) nothing else stops the probe, and
-            // a forecast a thousand times the device takes forty congested periods to come back
-            // when a second one wakes.
-            // (From the RECENT-th period on: the first periods' tenants have not shown
-            // their mix yet, and a reader uses half its allocation.)
+            // Not far past what the device completed lately: with no one squeezed (a sole
+            // busy tenant beside light ones) nothing else stops the probe, and a forecast
+            // a thousand times the device takes forty congested periods to come back when
+            // a second one wakes. From the RECENT-th period on: the first periods'
+            // tenants have not shown their mix yet, and a reader uses half its allocation.
             let bound = if self.recent.len() == RECENT as usize {
                 let done = self.recent.iter().copied().fold(0.0, f64::max);
                 seen.min(PROBE_ROOM * done)
@@ -1033,7 +1034,7 @@ mod tests {
     }
 
     /// A limit of less than a request a period is judged over the periods it takes to
-    /// allow two: a tenant that passes one request every few periods, as its budget
+    /// allow four: a tenant that passes one request every few periods, as its budget
     /// allows, is held (one period alone said "used nothing" and the forecast never
     /// grew: 128 tenants on a disk were left at 1 % of it); one that passes none is not.
     #[test]
