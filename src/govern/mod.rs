@@ -382,7 +382,9 @@ fn govern(
                 device.ios,
                 r.latency_ns / 1e3,
                 r.base_ns / 1e3,
-                if r.congested {
+                if r.deep {
+                    ", congested: a deep queue"
+                } else if r.congested {
                     ", congested"
                 } else if r.probed {
                     ", probed"
