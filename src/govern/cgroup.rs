@@ -354,6 +354,8 @@ pub fn parse_diskstats(text: &str, dev: Dev) -> Option<DeviceUsage> {
         return Some(DeviceUsage {
             ios: reads + writes,
             latency_ns: (ms_reading + ms_writing) * 1_000_000,
+            writes,
+            write_ns: ms_writing * 1_000_000,
         });
     }
     None
@@ -429,7 +431,9 @@ mod tests {
             parse_diskstats(text, VDA),
             Some(DeviceUsage {
                 ios: 1200,
-                latency_ns: 800_000_000
+                latency_ns: 800_000_000,
+                writes: 200,
+                write_ns: 300_000_000,
             })
         );
         assert_eq!(parse_diskstats(text, Dev { major: 7, minor: 0 }), None);

@@ -362,10 +362,7 @@ fn govern(
         next += period;
         let (now_u, now_d) = read_all()?;
         let delta: Vec<Usage> = now_u.iter().zip(&last).map(|(n, b)| minus(n, b)).collect();
-        let device = DeviceUsage {
-            ios: now_d.ios.saturating_sub(last_device.ios),
-            latency_ns: now_d.latency_ns.saturating_sub(last_device.latency_ns),
-        };
+        let device = now_d.since(&last_device);
         let limits = governor.decide(&delta, device);
         for (c, l) in cgroups.iter().zip(&limits) {
             c.set_limits(dev, l)?;

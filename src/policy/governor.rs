@@ -101,6 +101,38 @@ pub struct DeviceUsage {
     pub ios: u64,
     /// The sum of their times in the device, ns.
     pub latency_ns: u64,
+    /// How many of them were writes (0 from a driver that does not tell: every request
+    /// then counts at the mean latency).
+    pub writes: u64,
+    /// The writes' part of `latency_ns`.
+    pub write_ns: u64,
+}
+
+impl DeviceUsage {
+    /// Mean latency of a read and of a write this period, ns (the mean of all for a
+    /// direction with none).
+    fn latencies(&self) -> (f64, f64) {
+        let mean = self.latency_ns.checked_div(self.ios).unwrap_or(0) as f64;
+        let reads = self.ios - self.writes;
+        let read = (self.latency_ns - self.write_ns)
+            .checked_div(reads)
+            .map_or(mean, |l| l as f64);
+        let write = self
+            .write_ns
+            .checked_div(self.writes)
+            .map_or(mean, |l| l as f64);
+        (read, write)
+    }
+
+    /// The counters from `before` to `self` (a kernel's counters since boot).
+    pub fn since(&self, before: &DeviceUsage) -> DeviceUsage {
+        DeviceUsage {
+            ios: self.ios.saturating_sub(before.ios),
+            latency_ns: self.latency_ns.saturating_sub(before.latency_ns),
+            writes: self.writes.saturating_sub(before.writes),
+            write_ns: self.write_ns.saturating_sub(before.write_ns),
+        }
+    }
 }
 
 /// One tenant's limits for a period, per second (`None`: none).
@@ -289,6 +321,12 @@ const MAX_FALL: f64 = 0.85;
 /// the others' requests, not by its own latency (`Governor::squeezed`).
 const DEEP_IN_DEVICE: f64 = 8.0;
 
+/// A tenant whose requests take more than this many times the device's mean is slow on
+/// its own (writes an aged SSD programs behind its garbage collection beside reads it
+/// serves at a tenth of that), not held back by a queue the others share: it does not
+/// make a deep queue (`Governor::squeezed`).
+const SLOW_ON_ITS_OWN: f64 = 2.0;
+
 /// A deep tenant counts as squeezed under this part of its share (a 3 % shortfall on
 /// the heaviest of four tenants is a 3 % share error, inside the 5 % the limits aim
 /// at: closer, the forecast chased each period's noise).
@@ -421,6 +459,10 @@ impl Governor {
     /// limits for the next period.
     pub fn decide(&mut self, usage: &[Usage], device: DeviceUsage) -> Vec<Limits> {
         assert_eq!(usage.len(), self.tenants.len(), "a usage per tenant");
+        assert!(
+            device.writes <= device.ios && device.write_ns <= device.latency_ns,
+            "the writes are part of the device's counters: {device:?}"
+        );
         self.periods += 1;
         match self.params.allocator {
             Allocator::Off => {
@@ -550,7 +592,7 @@ impl Governor {
                 t.last_active = Some(now);
             }
         }
-        let (squeezed, deep) = self.squeezed(used, held, usage, latency);
+        let (squeezed, deep) = self.squeezed(used, held, usage, &device);
         let woken = self.woken(used);
         for (i, &h) in held.iter().enumerate() {
             let t = &mut self.tenants[i];
@@ -635,8 +677,9 @@ impl Governor {
     ///   (a reader held back by its own iodepth as the latency rises, but above its
     ///   share, is not).
     /// * **Deep**: squeezed to under [`DEEP_SHARE`] of that share while keeping
-    ///   [`DEEP_IN_DEVICE`] requests or more in the device (its requests times the
-    ///   device's mean latency over the period, Little's law). Such a tenant is not
+    ///   [`DEEP_IN_DEVICE`] requests or more in the device (its reads and writes times
+    ///   the device's mean latency of each over the period, Little's law), its requests
+    ///   taking no more than [`SLOW_ON_ITS_OWN`] times the device's mean. Such a tenant is not
     ///   waiting on itself: the others' requests ahead of its own in the device's queue
     ///   hold it back, and only lower limits for them give it its share, whatever the
     ///   latency says. **Reading:** the kernel's throttle releases what it holds in
@@ -647,7 +690,13 @@ impl Governor {
     ///   the heaviest got 45 % instead of 54 % (16–19 % share error); with this,
     ///   2 %. A tenant with a request or two outstanding is bound by its own
     ///   latency, and lowering the forecast for it would cost the device's parallelism.
-    fn squeezed(&self, used: &[f64], held: &[bool], usage: &[Usage], latency: f64) -> (bool, bool) {
+    fn squeezed(
+        &self,
+        used: &[f64],
+        held: &[bool],
+        usage: &[Usage],
+        device: &DeviceUsage,
+    ) -> (bool, bool) {
         let woken = self.woken(used);
         let wants = |i: usize| self.tenants[i].wanting || woken[i];
         let (weight, took) = (0..used.len())
@@ -656,6 +705,8 @@ impl Governor {
                 (w + self.tenants[i].weight, u + used[i])
             });
         let period = self.params.period as f64;
+        let (read_ns, write_ns) = device.latencies();
+        let mean = device.latency_ns.checked_div(device.ios).unwrap_or(0) as f64;
         let mut squeezed = false;
         let mut deep = false;
         for (i, u) in usage.iter().enumerate() {
@@ -664,8 +715,12 @@ impl Governor {
                 continue;
             }
             squeezed = true;
-            let in_device = (u.read_ios + u.write_ios) as f64 * latency / period;
-            deep |= in_device >= DEEP_IN_DEVICE && used[i] < DEEP_SHARE * share;
+            let ios = (u.read_ios + u.write_ios) as f64;
+            let in_device = u.read_ios as f64 * read_ns + u.write_ios as f64 * write_ns;
+            let own = in_device / ios.max(1.0);
+            deep |= in_device / period >= DEEP_IN_DEVICE
+                && own <= SLOW_ON_ITS_OWN * mean
+                && used[i] < DEEP_SHARE * share;
         }
         (squeezed, deep)
     }
@@ -852,11 +907,13 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * 2 * target,
+                ..DeviceUsage::default()
             }
         } else {
             DeviceUsage {
                 ios,
                 latency_ns: ios * target / 4,
+                ..DeviceUsage::default()
             }
         };
         g.decide(&u, device)
@@ -918,6 +975,7 @@ mod tests {
         let jammed = DeviceUsage {
             ios: 200,
             latency_ns: 200 * p.target * 3,
+            ..DeviceUsage::default()
         };
         // A device that collapses: tenants that wanted more get a sliver. The forecast
         // falls to what it completed, by MAX_FALL at most in a period.
@@ -964,6 +1022,7 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * times * p.target,
+                ..DeviceUsage::default()
             }
         };
         let at_limit = |g: &Governor, i: usize, part: f64| {
@@ -995,6 +1054,7 @@ mod tests {
         let slow = DeviceUsage {
             ios: 100,
             latency_ns: 100 * 4 * p.target,
+            ..DeviceUsage::default()
         };
         for _ in 0..200 {
             let u: Vec<Usage> = g
@@ -1030,6 +1090,7 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * 4 * p.target,
+                ..DeviceUsage::default()
             }
         };
         let at = |g: &Governor, i: usize, part: f64| {
@@ -1038,6 +1099,7 @@ mod tests {
         let fast = DeviceUsage {
             ios: 100,
             latency_ns: 100 * p.target / 4,
+            ..DeviceUsage::default()
         };
         let _ = g.decide(&[reads(20), reads(40), reads(40)], fast);
         let start = g.capacity();
@@ -1095,6 +1157,7 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * latency,
+                ..DeviceUsage::default()
             }
         };
         for (latency, deep) in [(p.target / 2, true), (p.target / 50, false)] {
@@ -1126,6 +1189,48 @@ mod tests {
         }
     }
 
+    /// A squeezed tenant whose requests take far longer than the device's mean (writes
+    /// an SSD programs slowly beside reads it serves fast) is slow on its own, not held
+    /// back by the others' queue: with the same counts at the same latency as the
+    /// others' it would be a deep queue.
+    #[test]
+    fn a_tenant_slow_on_its_own_is_not_a_deep_queue() {
+        let cost = CostModel::generic_ssd();
+        let mut g = Governor::new(&specs(&[1.0, 1.0]), cost, Params::for_device(&cost));
+        for t in &mut g.tenants {
+            t.wanting = true;
+        }
+        // Tenant 0 writes, tenant 1 (held at its limit) reads; tenant 0 took 0.3 of
+        // what tenant 1 did, well under its half.
+        let (writes, reads_done) = (1_000, 5_000);
+        let usage = [
+            Usage {
+                write_ios: writes,
+                write_bytes: writes * 4096,
+                ..Usage::default()
+            },
+            reads(reads_done),
+        ];
+        let used = [0.3e8, 1e8];
+        let held = [false, true];
+        let read_ns = 1_000_000;
+        for (write_ns, deep) in [(10 * read_ns, false), (read_ns, true)] {
+            let device = DeviceUsage {
+                ios: writes + reads_done,
+                latency_ns: reads_done * read_ns + writes * write_ns,
+                writes,
+                write_ns: writes * write_ns,
+            };
+            // Ten or more of its writes in the device either way.
+            assert!((writes * write_ns) as f64 / g.period() as f64 >= DEEP_IN_DEVICE);
+            assert_eq!(
+                g.squeezed(&used, &held, &usage, &device),
+                (true, deep),
+                "writes at {write_ns} ns, reads at {read_ns}"
+            );
+        }
+    }
+
     /// A sole busy tenant beside a light one is never squeezed (it gets all the device
     /// gives), so nothing pushes the forecast back: it is probed no further than
     /// `PROBE_ROOM` times what the device completed lately.
@@ -1146,6 +1251,7 @@ mod tests {
                 DeviceUsage {
                     ios,
                     latency_ns: ios * p.target / 4,
+                    ..DeviceUsage::default()
                 },
             );
         }
@@ -1221,6 +1327,7 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * 3 * p.target,
+                ..DeviceUsage::default()
             },
         );
         assert_eq!(g.counts().1, 0, "held and kept up: not congested");
@@ -1233,6 +1340,7 @@ mod tests {
             DeviceUsage {
                 ios,
                 latency_ns: ios * 6 * p.target,
+                ..DeviceUsage::default()
             },
         );
         assert!(g.reading().congested);
@@ -1281,6 +1389,7 @@ mod tests {
         let jammed = DeviceUsage {
             ios: 100,
             latency_ns: u64::MAX / 200,
+            ..DeviceUsage::default()
         };
         let l = g.decide(&[reads(10), reads(10)], jammed);
         assert!((l[0].riops.unwrap() / l[1].riops.unwrap() - 3.0).abs() < 1e-9);

@@ -357,8 +357,13 @@ impl Policy for Throttle {
     }
 
     fn complete(&mut self, c: &Completion, _now: Nanos) {
+        let took = c.finish.saturating_sub(c.start);
         self.device.ios += 1;
-        self.device.latency_ns += c.finish.saturating_sub(c.start);
+        self.device.latency_ns += took;
+        if c.request.op == Op::Write {
+            self.device.writes += 1;
+            self.device.write_ns += took;
+        }
     }
 
     fn next_timer(&self) -> Option<Nanos> {
