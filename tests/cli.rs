@@ -521,15 +521,16 @@ fn conformance_policies_are_checked_first() {
     }
 }
 
-/// The policy that passes the most cells of the conformance matrix
-/// (docs/conformance.md, seed 1, column "all").
-fn conformance_leader() -> String {
+/// The policies of the conformance matrix (docs/conformance.md, seed 1), and the one
+/// that passes the most cells (column "all").
+fn conformance_leader() -> (Vec<String>, String) {
     let doc = std::fs::read_to_string("docs/conformance.md").unwrap();
     let table = doc
         .split("### Seed 1: cells passed per policy and device")
         .nth(1)
         .expect("the cells-passed table");
     let mut best = (0u32, String::new());
+    let mut names = Vec::new();
     for row in table.lines().skip_while(|l| !l.starts_with("|---")).skip(1) {
         if !row.starts_with('|') {
             break;
@@ -537,11 +538,12 @@ fn conformance_leader() -> String {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let all = cells[cells.len() - 2];
         let passed: u32 = all.split('/').next().unwrap().parse().unwrap();
+        names.push(cells[1].to_string());
         if passed > best.0 {
             best = (passed, cells[1].to_string());
         }
     }
-    best.1
+    (names, best.1)
 }
 
 #[test]
@@ -552,15 +554,29 @@ fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8(o.stdout).unwrap();
-    let leader = conformance_leader();
+    // Of the matrix's policies, the demo's verdict ranks first the one the matrix
+    // does, and it keeps every promise. `govern` (the kernel-throttle governor) is
+    // judged outside the matrix (docs/benchmarks.md) and may rank above it.
+    let (suite, leader) = conformance_leader();
     assert!(!leader.is_empty());
     let first = text.lines().next().unwrap();
     assert!(
-        first.starts_with(&format!(
-            "Verdict: {leader} keeps every promise here: weights within "
-        )),
+        first.contains(" keeps every promise here: weights within "),
         "{first}"
     );
+    let ranked: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("policy "))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let top = ranked.iter().find(|p| suite.iter().any(|s| s == *p));
+    assert_eq!(top, Some(&leader.as_str()), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{leader:<14} ")))
+        .unwrap();
+    assert!(row.contains(" 0/3 "), "{row}");
     // The README shows the demo's verdict as it is.
     let readme = std::fs::read_to_string("README.md").unwrap();
     assert!(

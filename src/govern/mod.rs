@@ -379,7 +379,9 @@ fn govern(
                 device.ios,
                 r.latency_ns / 1e3,
                 r.base_ns / 1e3,
-                if r.deep {
+                if r.late {
+                    ", congested: past an SLO's response time"
+                } else if r.deep {
                     ", congested: a deep queue"
                 } else if r.congested {
                     ", congested"

@@ -65,6 +65,18 @@
 //!   allocation, not a hope). The limits therefore add up to more than the forecast
 //!   while some tenants are idle; the latency signal pulls the forecast down in the
 //!   period after several wake at once.
+//! * **A tenant with an SLO** `{iops, size, rt}` (Y. J. Nam, C. Park, "Token-Bucket-based
+//!   Performance Control Techniques for Large-Scale Shared Storage Systems";
+//!   `specs/token-bucket.md`) has its rate reserved: `iops` requests of `size` a second
+//!   at its mix's cost come off the top of the forecast while it has been active in the
+//!   last second, and the weights split the rest (mClock's reservation), so its limit is
+//!   never under its rate. And while it sends within its rate, a period in which its
+//!   requests took more than 90 % of `rt` in the device is congested (TA's high water
+//!   mark), whoever is squeezed: the forecast falls and the others' limits with it, its
+//!   own staying at its rate — TA3's reading, the bucket only for those over their rate.
+//!   **Reading:** the counters give no tenant's latency, so its requests are taken at
+//!   the device's mean latency of each direction; and an `rt` under 1.5× the device's
+//!   unloaded latency is not chased (the device misses it at any load).
 //! * **Limits per direction** (what the kernel takes): a tenant's device time is split
 //!   between reads and writes by its recent mix (smoothed; at least `min_direction` of
 //!   it to each, so a direction it has not used yet is not closed) and turned into IOPS
@@ -76,7 +88,7 @@
 
 use super::cost::CostModel;
 use super::feedbac::Holt;
-use crate::types::{Nanos, Op, TenantSpec, nanos_to_secs};
+use crate::types::{Nanos, Op, Slo, TenantSpec, nanos_to_secs};
 use std::collections::VecDeque;
 
 /// What a tenant did in one period, as the kernel counts it.
@@ -159,6 +171,9 @@ pub struct Reading {
     pub congested: bool,
     /// Whether it did by a deep queue alone, under the latency threshold.
     pub deep: bool,
+    /// Whether it did because a tenant within its SLO's rate saw more than its
+    /// response time.
+    pub late: bool,
     /// Whether the forecast was probed upward.
     pub probed: bool,
 }
@@ -236,6 +251,8 @@ impl Params {
 #[derive(Debug, Clone)]
 struct Tenant {
     weight: f64,
+    /// Its response-time objective, if it has one.
+    slo: Option<Slo>,
     /// Smoothed fraction of its device time spent reading.
     read_share: Option<f64>,
     /// Smoothed mean sizes, bytes.
@@ -340,6 +357,15 @@ const DEEP_SHARE: f64 = 0.97;
 /// 1.8 %).
 const DEEP_FALL: f64 = 0.9;
 
+/// A tenant with an SLO past this part of its response time makes the period
+/// congested (TA2/TA3's high water mark; the paper's pairs are 75–95 % of `rt`).
+const SLO_HIGH: f64 = 0.9;
+
+/// A tenant with an SLO is within its rate up to this many times its `iops` in a period
+/// (a closed loop's rate jitters from period to period); above, it has given up the
+/// promise (TA's violator).
+const SLO_RATE_ROOM: f64 = 1.1;
+
 /// The fewest completions a period needs to say what the device's latency is.
 const BASE_SAMPLE: u64 = 16;
 
@@ -391,6 +417,7 @@ impl Governor {
     pub fn add_tenant(&mut self, spec: &TenantSpec) {
         self.tenants.push(Tenant {
             weight: spec.weight,
+            slo: spec.slo,
             read_share: None,
             read_size: 4096.0,
             write_size: 4096.0,
@@ -438,7 +465,22 @@ impl Governor {
     /// A tenant's weight's share of the forecast, device ns a period.
     fn floor(&self, i: usize) -> f64 {
         let total: f64 = self.tenants.iter().map(|t| t.weight).sum();
-        self.capacity * self.tenants[i].weight / total
+        (self.capacity * self.tenants[i].weight / total).max(self.reserve(i))
+    }
+
+    /// Tenant `i`'s SLO rate in device time a period, ns (0 without one): `iops`
+    /// requests of `size` a second, priced at its mix, with room for the direction its
+    /// limits keep open.
+    fn reserve(&self, i: usize) -> f64 {
+        let t = &self.tenants[i];
+        let Some(slo) = t.slo else {
+            return 0.0;
+        };
+        let read = t.read_share.unwrap_or(0.5);
+        let each = read * self.cost.cost(Op::Read, 0, slo.size, true)
+            + (1.0 - read) * self.cost.cost(Op::Write, 0, slo.size, true);
+        // The limits keep `min_direction` of it for the direction it does not use.
+        slo.iops * nanos_to_secs(self.params.period) * each / (1.0 - self.params.min_direction)
     }
 
     /// Device time `u` took, ns, every request priced as random at its direction's
@@ -502,7 +544,16 @@ impl Governor {
         let wants: Vec<bool> = (0..held.len())
             .map(|i| held[i] || self.tenants[i].wanting)
             .collect();
-        let allocs = self.water_fill(&used, &wants);
+        // An SLO's rate comes off the top for a tenant active lately (mClock's
+        // reservation): the weights split what is left.
+        let now = self.periods;
+        let reserved: Vec<f64> = (0..held.len())
+            .map(|i| match self.tenants[i].last_active {
+                Some(p) if p + RECENT >= now => self.reserve(i),
+                _ => 0.0,
+            })
+            .collect();
+        let allocs = self.water_fill(&used, &wants, &reserved);
         for (i, alloc) in allocs.into_iter().enumerate() {
             self.learn_mix(i, &usage[i]);
             // Room to grow for those under their share; a tenant held gets its split
@@ -595,18 +646,20 @@ impl Governor {
             }
         }
         let (squeezed, deep) = self.squeezed(used, held, usage, &device);
+        let late = self.late(usage, &device);
         let woken = self.woken(used);
         for (i, &h) in held.iter().enumerate() {
             let t = &mut self.tenants[i];
             t.wanting = h || woken[i] || (t.wanting && used[i] >= STILL_WANTING * t.alloc);
         }
         let slow = latency > threshold;
-        let congested = device.ios > 0 && squeezed && (slow || deep);
+        let congested = device.ios > 0 && ((squeezed && (slow || deep)) || late);
         self.reading = Reading {
             latency_ns: latency,
             base_ns: self.base_latency,
             congested,
-            deep: congested && !slow,
+            deep: congested && !slow && !late,
+            late,
             probed: false,
         };
         if congested {
@@ -616,7 +669,7 @@ impl Governor {
             // far off their mean (a GC burst; a thousand tenants' few passes).
             // A deep queue under the latency threshold is a correction, not an alarm:
             // the forecast goes to what was completed, by DEEP_FALL at most, no backoff.
-            let (fall, backoff) = if slow {
+            let (fall, backoff) = if slow || late {
                 (MAX_FALL, self.params.backoff)
             } else {
                 (DEEP_FALL, 1.0)
@@ -727,6 +780,28 @@ impl Governor {
         (squeezed, deep)
     }
 
+    /// Whether a tenant within its SLO's rate saw more than [`SLO_HIGH`] of its
+    /// response time (TA's high water mark): its reads and writes at the device's mean
+    /// latency of each, which must be above [`CONGESTED_OVER_BASE`] times the device's
+    /// unloaded latency too — an objective the device misses at any load is not one the
+    /// throttle can keep, and cutting for it would take the forecast to nothing.
+    fn late(&self, usage: &[Usage], device: &DeviceUsage) -> bool {
+        let (read_ns, write_ns) = device.latencies();
+        let secs = nanos_to_secs(self.params.period);
+        let unloaded = self.params.over_base * self.base_latency;
+        usage.iter().zip(&self.tenants).any(|(u, t)| {
+            let Some(slo) = t.slo else {
+                return false;
+            };
+            let ios = u.read_ios + u.write_ios;
+            if ios == 0 || ios as f64 > SLO_RATE_ROOM * slo.iops * secs {
+                return false;
+            }
+            let own = (u.read_ios as f64 * read_ns + u.write_ios as f64 * write_ns) / ios as f64;
+            own > SLO_HIGH * slo.rt_nanos() as f64 && own > unloaded
+        })
+    }
+
     /// What the device completed in a period, device ns: its completions priced at the
     /// mean cost of what the tenants passed (the throttle's counts are passes — arrivals
     /// on cgroup v1 — and a device draining a queue completes many more than pass).
@@ -767,11 +842,12 @@ impl Governor {
     /// The forecast split by weight among those who want it: a tenant that does not
     /// want more gets what it used (its demand) when that is under its share; the rest
     /// is split by weight among the others, those wanting more without bound.
-    fn water_fill(&self, used: &[f64], wants: &[bool]) -> Vec<f64> {
+    fn water_fill(&self, used: &[f64], wants: &[bool], reserved: &[f64]) -> Vec<f64> {
         let n = self.tenants.len();
-        let mut alloc = vec![0.0; n];
+        let mut alloc = reserved.to_vec();
+        let used: Vec<f64> = (0..n).map(|i| (used[i] - reserved[i]).max(0.0)).collect();
         let mut open: Vec<usize> = (0..n).collect();
-        let mut left = self.capacity;
+        let mut left = (self.capacity - reserved.iter().sum::<f64>()).max(0.0);
         loop {
             let weight: f64 = open.iter().map(|&i| self.tenants[i].weight).sum();
             if open.is_empty() || weight <= 0.0 {
@@ -784,12 +860,12 @@ impl Governor {
                 .collect();
             if satisfied.is_empty() {
                 for &i in &open {
-                    alloc[i] = left * self.tenants[i].weight / weight;
+                    alloc[i] += left * self.tenants[i].weight / weight;
                 }
                 break;
             }
             for &i in &satisfied {
-                alloc[i] = used[i];
+                alloc[i] += used[i];
                 left -= used[i];
             }
             open.retain(|i| !satisfied.contains(i));
@@ -1231,6 +1307,74 @@ mod tests {
                 "writes at {write_ns} ns, reads at {read_ns}"
             );
         }
+    }
+
+    /// A tenant with an SLO: its limit is never under its rate, even with a tenth of
+    /// the weight of a busy one; within its rate, a period whose latency is past 90 % of
+    /// its `rt` is congested though nobody is squeezed; over its rate, or with an `rt`
+    /// the unloaded device misses, it is not.
+    #[test]
+    fn an_slo_tenant_keeps_its_rate_and_its_response_time() {
+        let cost = CostModel::generic_ssd();
+        let p = Params::for_device(&cost);
+        let mut tenants = specs(&[1.0, 9.0]);
+        let rate = 2_000.0;
+        let slo = |rt_us| Slo {
+            iops: rate,
+            size: 4096,
+            rt_us,
+        };
+        tenants[0].slo = Some(slo(2_000));
+        let secs = nanos_to_secs(p.period);
+        let at = |g: &Governor, i: usize, part: f64| {
+            reads((g.limits()[i].riops.unwrap() * secs * part) as u64)
+        };
+        let device = |u: &[Usage], latency: u64| {
+            let ios: u64 = u.iter().map(|u| u.read_ios).sum();
+            DeviceUsage {
+                ios,
+                latency_ns: ios * latency,
+                ..DeviceUsage::default()
+            }
+        };
+        let within = reads((rate * secs * 0.9) as u64);
+        let mut g = Governor::new(&tenants, cost, p);
+        // Both busy at 200 µs a request: the busy one held, the other within its rate.
+        for _ in 0..30 {
+            let u = [within, at(&g, 1, 1.0)];
+            let _ = g.decide(&u, device(&u, 200_000));
+            assert!(
+                g.limits()[0].riops.unwrap() >= rate,
+                "its rate is reserved: {:?}",
+                g.limits()[0]
+            );
+        }
+        assert_eq!(g.counts().1, 0, "never congested");
+        // 1.9 ms a request: past 90 % of its 2 ms.
+        let before = g.capacity();
+        let u = [within, at(&g, 1, 1.0)];
+        let _ = g.decide(&u, device(&u, 1_900_000));
+        assert!(g.reading().late && g.reading().congested);
+        assert!(g.capacity() < before);
+        assert!(g.limits()[0].riops.unwrap() >= rate);
+        // Over its rate it has given the promise up.
+        let over = reads((rate * secs * 1.5) as u64);
+        let u = [over, at(&g, 1, 1.0)];
+        let _ = g.decide(&u, device(&u, 1_900_000));
+        assert!(!g.reading().late);
+        // An rt of 250 µs, under 1.5× the device's unloaded 200 µs: not chased.
+        tenants[0].slo = Some(slo(250));
+        let mut g = Governor::new(&tenants, cost, p);
+        for _ in 0..30 {
+            let u = [within, at(&g, 1, 1.0)];
+            let _ = g.decide(&u, device(&u, 200_000));
+        }
+        let u = [within, at(&g, 1, 1.0)];
+        let _ = g.decide(&u, device(&u, 280_000));
+        assert!(
+            !g.reading().late,
+            "280 µs is under 1.5× the unloaded 200 µs"
+        );
     }
 
     /// A sole busy tenant beside a light one is never squeezed (it gets all the device
