@@ -21,7 +21,9 @@
 # random reads, iodepth 4) alone, then beside a cgroup flooding 128 KiB writes at
 # iodepth 32, the reader ten times the writer's weight (NOISY_WEIGHTS), under each mode: isolation (the reader's IOPS against
 # alone), latency impact (its p99 against alone) and work conservation (bytes moved by
-# both against `none`).
+# both against `none`). Mode `slo` (noisy neighbour only; in MODES to run it): govern
+# with the reader holding an SLO from its run alone — its IOPS alone, 4 KiB, within
+# 1.1× its p99 alone (the 10 % latency-impact target).
 #
 #   bench/govern.sh                      # the whole matrix, about 15 minutes
 #   RUNTIME=5 ROUNDS=1 PATTERNS=randread MODES="none govern" NOISY=0 bench/govern.sh
@@ -86,7 +88,8 @@ run() {
         done
     fi
     if [ "$mode" != none ] && [ "$mode" != bfq ]; then
-        local alloc=weights cost=
+        local alloc=weights cost= slo1=
+        [ "$mode" = slo ] && slo1=${SLO_LINE:-}
         [ "$mode" = static ] && alloc=static
         [ "$mode" = calibrated ] && cost="cost_device = \"$DIR/loop-cost.toml\""
         {
@@ -95,6 +98,7 @@ run() {
             for w in "${weights[@]}"; do
                 i=$((i + 1))
                 printf '[[tenant]]\nname = "c%d"\ncgroup = "%s/ioshare-bench-%d"\nweight = %s\n' $i "$V1" $i "$w"
+                if [ $i = 1 ] && [ -n "$slo1" ]; then printf '%s\n' "$slo1"; fi
             done
         } >"$DIR/govern.toml"
         "$BIN" govern "$DIR/govern.toml" --report-every 1 2>"$DIR/$tag.log" &
@@ -122,6 +126,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for pattern in $PATTERNS; do
         for mode in $MODES; do
             if [ "$mode" = bfq ] && ! have_bfq; then continue; fi
+            if [ "$mode" = slo ]; then continue; fi
             jobs=()
             weights=$WEIGHTS
             args="--rw=$pattern --bs=4k --iodepth=32"
@@ -141,6 +146,13 @@ if [ "$NOISY" = 1 ]; then
     writer="--rw=write --bs=128k --iodepth=32"
     echo "noisy neighbour: the reader alone" >&2
     run none "n-alone" "1" "$reader"
+    SLO_LINE=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["jobs"][0]["read"]
+p99 = r["clat_ns"]["percentile"]["99.000000"] / 1e3
+print("slo = { iops = %d, size = \"4k\", rt_us = %d }" % (r["iops"], 1.1 * p99))
+' "$DIR/n-alone-c1.json")
+    echo "noisy neighbour: the reader's SLO under slo: $SLO_LINE" >&2
     for mode in $MODES; do
         if [ "$mode" = bfq ] && ! have_bfq; then continue; fi
         echo "noisy neighbour under $mode" >&2
