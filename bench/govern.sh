@@ -10,7 +10,8 @@
 # blkio.bfq.weight, where the kernel has it), `io.max`-style static limits at the
 # weights' split (`static`: govern with allocator "static"), `govern` (the default SSD
 # cost model) and `calibrated` (govern with the loop device's model from `ioshare
-# calibrate`, fitted once into $DIR/loop-cost.toml). Each pattern's
+# calibrate`, fitted once into $DIR/loop-cost.toml); `feedback` (in MODES to run it):
+# govern with MoTS' feedback on the split (`allocator = "feedback"`). Each pattern's
 # modes run in turn, ROUNDS times (the disk under a virtual machine changes its speed
 # from minute to minute: each mode is compared with the `none` of its own round).
 # Prints per cgroup IOPS, the total against that `none`, and the share error of IOPS
@@ -91,6 +92,7 @@ run() {
         local alloc=weights cost= slo1=
         [ "$mode" = slo ] && slo1=${SLO_LINE:-}
         [ "$mode" = static ] && alloc=static
+        [ "$mode" = feedback ] && alloc=feedback
         [ "$mode" = calibrated ] && cost="cost_device = \"$DIR/loop-cost.toml\""
         {
             printf '[govern]\ndevice = "%s"\nallocator = "%s"\nstate = "%s/state.json"\n%s\n%s\n' "$loop" "$alloc" "$DIR" "$cost" "${GOVERN_EXTRA:-}"

@@ -153,17 +153,14 @@ impl GovernConfig {
             None => CostModel::generic_ssd(),
         };
         let mut params = Params::for_device(&cost);
-        params.allocator = match g.allocator.as_deref().unwrap_or("weights") {
-            "weights" => Allocator::Weights,
-            "static" => Allocator::Static,
-            "off" => Allocator::Off,
-            other => {
-                return Err(Invalid::new(
+        if let Some(named) = g.allocator.as_deref() {
+            params.allocator = Allocator::named(named).ok_or_else(|| {
+                Invalid::new(
                     "govern.allocator",
-                    format!("'{other}' is none of weights, static, off"),
-                ));
-            }
-        };
+                    format!("'{named}' is none of {}", Allocator::NAMES),
+                )
+            })?;
+        }
         if let Some(ms) = g.period_ms {
             if !(10.0..=60_000.0).contains(&ms) {
                 return Err(Invalid::new("govern.period_ms", "must be 10 to 60000"));

@@ -185,14 +185,13 @@ impl Throttle {
             .copied()
             .unwrap_or_else(CostModel::generic_ssd);
         let mut p = Params::for_device(&cost);
-        p.allocator = match params.str_or("allocator", "weights")?.as_str() {
-            "weights" => Allocator::Weights,
-            "static" => Allocator::Static,
-            "off" => Allocator::Off,
-            other => {
+        let named = params.str_or("allocator", "feedback")?;
+        p.allocator = match Allocator::named(&named) {
+            Some(a) => a,
+            None => {
                 return Err(params.invalid(
                     "allocator",
-                    format!("'{other}' is none of weights, static, off"),
+                    format!("'{named}' is none of {}", Allocator::NAMES),
                 ));
             }
         };
