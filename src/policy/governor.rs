@@ -1015,6 +1015,21 @@ mod tests {
         }
     }
 
+    /// Tenant `i`'s reads at `part` of its read limit, for a period.
+    fn at_limit(g: &Governor, i: usize, part: f64) -> Usage {
+        reads((g.limits()[i].riops.unwrap() * nanos_to_secs(g.period()) * part) as u64)
+    }
+
+    /// The device's counters for a period whose reads `u` each took `latency` ns.
+    fn reads_took(u: &[Usage], latency: u64) -> DeviceUsage {
+        let ios: u64 = u.iter().map(|u| u.read_ios).sum();
+        DeviceUsage {
+            ios,
+            latency_ns: ios * latency,
+            ..DeviceUsage::default()
+        }
+    }
+
     /// A device of `capacity` device ns a period: tenants use their limits (busy
     /// ones) or `light` reads; when that is more than the device does, it serves them
     /// as a FIFO device serves equal queues — an equal part each, a tenant wanting less
@@ -1241,7 +1256,6 @@ mod tests {
         let cost = CostModel::generic_ssd();
         let p = Params::for_device(&cost);
         let mut g = Governor::new(&specs(&[4.0, 1.0, 1.0]), cost, p);
-        let secs = nanos_to_secs(g.period());
         let slow = |u: &[Usage]| {
             let ios: u64 = u.iter().map(|u| u.read_ios).sum();
             DeviceUsage {
@@ -1249,9 +1263,6 @@ mod tests {
                 latency_ns: ios * 4 * p.target,
                 ..DeviceUsage::default()
             }
-        };
-        let at = |g: &Governor, i: usize, part: f64| {
-            reads((g.limits()[i].riops.unwrap() * secs * part) as u64)
         };
         let fast = DeviceUsage {
             ios: 100,
@@ -1261,36 +1272,40 @@ mod tests {
         let _ = g.decide(&[reads(20), reads(40), reads(40)], fast);
         let start = g.capacity();
         for _ in 0..100 {
-            let u = [reads(20), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+            let u = [reads(20), at_limit(&g, 1, 1.0), at_limit(&g, 2, 1.0)];
             let _ = g.decide(&u, slow(&u));
         }
         assert_eq!(g.counts().1, 0, "never congested");
         assert!(g.capacity() > start);
         // One busy one at half its limit: squeezed.
-        let u = [reads(20), at(&g, 1, 1.0), at(&g, 2, 0.5)];
+        let u = [reads(20), at_limit(&g, 1, 1.0), at_limit(&g, 2, 0.5)];
         let _ = g.decide(&u, slow(&u));
         assert!(g.reading().congested);
         // A tenant idle for a while that comes back under its share is squeezed too.
         let mut g = Governor::new(&specs(&[4.0, 1.0, 1.0]), cost, p);
         let _ = g.decide(&[Usage::default(), reads(40), reads(40)], fast);
         for _ in 0..5 {
-            let u = [Usage::default(), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+            let u = [Usage::default(), at_limit(&g, 1, 1.0), at_limit(&g, 2, 1.0)];
             let _ = g.decide(&u, slow(&u));
         }
         assert_eq!(g.counts().1, 0);
         // Its floor is two thirds of the forecast (its limit half that for reads, its
         // mix unknown); it gets 80 % of that limit, well under its share.
-        let u = [at(&g, 0, 0.8), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+        let u = [
+            at_limit(&g, 0, 0.8),
+            at_limit(&g, 1, 1.0),
+            at_limit(&g, 2, 1.0),
+        ];
         let _ = g.decide(&u, slow(&u));
         assert!(g.reading().congested, "woke and got under its share");
         // One that does a request now and then "wakes" each time, and is not squeezed.
         let mut g = Governor::new(&specs(&[4.0, 1.0, 1.0]), cost, p);
         let _ = g.decide(&[Usage::default(), reads(40), reads(40)], fast);
         for _ in 0..5 {
-            let u = [Usage::default(), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+            let u = [Usage::default(), at_limit(&g, 1, 1.0), at_limit(&g, 2, 1.0)];
             let _ = g.decide(&u, slow(&u));
         }
-        let u = [reads(1), at(&g, 1, 1.0), at(&g, 2, 1.0)];
+        let u = [reads(1), at_limit(&g, 1, 1.0), at_limit(&g, 2, 1.0)];
         let _ = g.decide(&u, slow(&u));
         assert!(!g.reading().congested, "a request after a quiet while");
     }
@@ -1304,30 +1319,17 @@ mod tests {
         let cost = CostModel::generic_ssd();
         let mut p = Params::for_device(&cost);
         p.target = 10_000_000;
-        let secs = nanos_to_secs(p.period);
-        let at = |g: &Governor, i: usize, part: f64| {
-            reads((g.limits()[i].riops.unwrap() * secs * part) as u64)
-        };
-        // Every request takes `latency` ns in the device.
-        let device = |u: &[Usage], latency: u64| {
-            let ios: u64 = u.iter().map(|u| u.read_ios).sum();
-            DeviceUsage {
-                ios,
-                latency_ns: ios * latency,
-                ..DeviceUsage::default()
-            }
-        };
         for (latency, deep) in [(p.target / 2, true), (p.target / 50, false)] {
             let mut g = Governor::new(&specs(&[2.0, 1.0]), cost, p);
             for _ in 0..20 {
-                let u = [at(&g, 0, 1.0), at(&g, 1, 1.0)];
-                let _ = g.decide(&u, device(&u, latency));
+                let u = [at_limit(&g, 0, 1.0), at_limit(&g, 1, 1.0)];
+                let _ = g.decide(&u, reads_took(&u, latency));
             }
             assert_eq!(g.counts().1, 0, "held at their limits: never congested");
             let before = g.capacity();
-            let u = [at(&g, 0, 0.7), at(&g, 1, 1.0)];
+            let u = [at_limit(&g, 0, 0.7), at_limit(&g, 1, 1.0)];
             let in_device = u[0].read_ios as f64 * latency as f64 / p.period as f64;
-            let _ = g.decide(&u, device(&u, latency));
+            let _ = g.decide(&u, reads_took(&u, latency));
             let r = g.reading();
             assert!(r.latency_ns < p.target as f64);
             assert_eq!(r.congested, deep, "{in_device:.1} requests in the device");
@@ -1405,23 +1407,12 @@ mod tests {
         };
         tenants[0].slo = Some(slo(2_000));
         let secs = nanos_to_secs(p.period);
-        let at = |g: &Governor, i: usize, part: f64| {
-            reads((g.limits()[i].riops.unwrap() * secs * part) as u64)
-        };
-        let device = |u: &[Usage], latency: u64| {
-            let ios: u64 = u.iter().map(|u| u.read_ios).sum();
-            DeviceUsage {
-                ios,
-                latency_ns: ios * latency,
-                ..DeviceUsage::default()
-            }
-        };
         let within = reads((rate * secs * 0.9) as u64);
         let mut g = Governor::new(&tenants, cost, p);
         // Both busy at 200 µs a request: the busy one held, the other within its rate.
         for _ in 0..30 {
-            let u = [within, at(&g, 1, 1.0)];
-            let _ = g.decide(&u, device(&u, 200_000));
+            let u = [within, at_limit(&g, 1, 1.0)];
+            let _ = g.decide(&u, reads_took(&u, 200_000));
             assert!(
                 g.limits()[0].riops.unwrap() >= rate,
                 "its rate is reserved: {:?}",
@@ -1431,25 +1422,25 @@ mod tests {
         assert_eq!(g.counts().1, 0, "never congested");
         // 1.9 ms a request: past 90 % of its 2 ms.
         let before = g.capacity();
-        let u = [within, at(&g, 1, 1.0)];
-        let _ = g.decide(&u, device(&u, 1_900_000));
+        let u = [within, at_limit(&g, 1, 1.0)];
+        let _ = g.decide(&u, reads_took(&u, 1_900_000));
         assert!(g.reading().late && g.reading().congested);
         assert!(g.capacity() < before);
         assert!(g.limits()[0].riops.unwrap() >= rate);
         // Over its rate it has given the promise up.
         let over = reads((rate * secs * 1.5) as u64);
-        let u = [over, at(&g, 1, 1.0)];
-        let _ = g.decide(&u, device(&u, 1_900_000));
+        let u = [over, at_limit(&g, 1, 1.0)];
+        let _ = g.decide(&u, reads_took(&u, 1_900_000));
         assert!(!g.reading().late);
         // An rt of 250 µs, under 1.5× the device's unloaded 200 µs: not chased.
         tenants[0].slo = Some(slo(250));
         let mut g = Governor::new(&tenants, cost, p);
         for _ in 0..30 {
-            let u = [within, at(&g, 1, 1.0)];
-            let _ = g.decide(&u, device(&u, 200_000));
+            let u = [within, at_limit(&g, 1, 1.0)];
+            let _ = g.decide(&u, reads_took(&u, 200_000));
         }
-        let u = [within, at(&g, 1, 1.0)];
-        let _ = g.decide(&u, device(&u, 280_000));
+        let u = [within, at_limit(&g, 1, 1.0)];
+        let _ = g.decide(&u, reads_took(&u, 280_000));
         assert!(
             !g.reading().late,
             "280 µs is under 1.5× the unloaded 200 µs"
@@ -1578,14 +1569,10 @@ mod tests {
         let p = Params::for_device(&cost);
         let mut g = Governor::new(&specs(&[1.0, 1.0]), cost, p);
         let per_read = cost.cost(Op::Read, 0, 4096, true);
-        let secs = nanos_to_secs(g.period());
-        let at = |g: &Governor, i: usize, part: f64| {
-            reads((g.limits()[i].riops.unwrap() * secs * part) as u64)
-        };
         // Both held (they passed their limits), the device completed more: a queue
         // drained. Not congested.
         let ios = (0.8 * g.capacity() / per_read) as u64;
-        let u = [at(&g, 0, 1.0), at(&g, 1, 1.0)];
+        let u = [at_limit(&g, 0, 1.0), at_limit(&g, 1, 1.0)];
         let _ = g.decide(
             &u,
             DeviceUsage {
@@ -1598,7 +1585,7 @@ mod tests {
         // One squeezed to half: congested, and the forecast falls to what the device
         // completed (within MAX_FALL of it), not to what passed.
         let ios = (0.9 * g.capacity() / per_read) as u64;
-        let u = [at(&g, 0, 1.0), at(&g, 1, 0.5)];
+        let u = [at_limit(&g, 0, 1.0), at_limit(&g, 1, 0.5)];
         let _ = g.decide(
             &u,
             DeviceUsage {
