@@ -144,7 +144,7 @@ enum Command {
     List,
     /// Share a block device between cgroups by ioshare's governor: every period each
     /// cgroup's I/O is read and the kernel's throttle limits (`io.max`, v1
-    /// `blkio.throttle.*`) set from the weights; the limits found are put back at the end.
+    /// `blkio.throttle.*`) set from the weights and SLOs; the limits found are put back at the end.
     /// Experimental: on real devices the weights hold but not yet the throughput
     /// (docs/govern.md).
     Govern(cli::govern::Args),

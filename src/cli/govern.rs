@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(clap::Args)]
 pub struct Args {
     /// The configuration (`[govern]` with the device, `[[tenant]]`s with their cgroup
-    /// and weight; docs/govern.md). Not needed with `--restore`.
+    /// and weight, an SLO if they have one; docs/govern.md). Not needed with `--restore`.
     #[arg(required_unless_present = "restore")]
     pub config: Option<PathBuf>,
     /// Stop after this many seconds (default: at SIGTERM or SIGINT).
