@@ -158,6 +158,12 @@ impl DeviceUsage {
     }
 }
 
+/// The time `u`'s requests spent in the device, ns, at `each` (the device's mean
+/// latency of a read and of a write).
+fn time_in_device(u: &Usage, each: (f64, f64)) -> f64 {
+    u.read_ios as f64 * each.0 + u.write_ios as f64 * each.1
+}
+
 /// One tenant's limits for a period, per second (`None`: none).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Limits {
@@ -694,9 +700,10 @@ impl Governor {
                 t.last_active = Some(now);
             }
         }
-        let (squeezed, deep) = self.squeezed(used, held, usage, &device);
-        let late = self.late(usage, &device);
         let woken = self.woken(used);
+        let each = device.latencies();
+        let (squeezed, deep) = self.squeezed(used, held, usage, &woken, each, latency);
+        let late = self.late(usage, each);
         for (i, &h) in held.iter().enumerate() {
             let t = &mut self.tenants[i];
             t.wanting = h || woken[i] || (t.wanting && used[i] >= STILL_WANTING * t.alloc);
@@ -794,33 +801,33 @@ impl Governor {
     ///   the heaviest got 45 % instead of 54 % (16–19 % share error); with this,
     ///   2 %. A tenant with a request or two outstanding is bound by its own
     ///   latency, and lowering the forecast for it would cost the device's parallelism.
+    ///
+    /// `woken`: [`Governor::woken`]; `each`: the device's mean latency of a read and of a
+    /// write, `mean` of any request.
     fn squeezed(
         &self,
         used: &[f64],
         held: &[bool],
         usage: &[Usage],
-        device: &DeviceUsage,
+        woken: &[bool],
+        each: (f64, f64),
+        mean: f64,
     ) -> (bool, bool) {
-        let woken = self.woken(used);
-        let wants = |i: usize| self.tenants[i].wanting || woken[i];
-        let (weight, took) = (0..used.len())
-            .filter(|&i| wants(i))
-            .fold((0.0, 0.0), |(w, u), i| {
-                (w + self.tenants[i].weight, u + used[i])
-            });
+        let wants: Vec<bool> = (0..used.len())
+            .map(|i| self.tenants[i].wanting || woken[i])
+            .collect();
+        let (weight, took) = self.wanting_total(used, &wants);
         let period = self.params.period as f64;
-        let (read_ns, write_ns) = device.latencies();
-        let mean = device.latency_ns.checked_div(device.ios).unwrap_or(0) as f64;
         let mut squeezed = false;
         let mut deep = false;
         for (i, u) in usage.iter().enumerate() {
             let share = took * self.tenants[i].weight / weight;
-            if held[i] || !wants(i) || used[i] >= share {
+            if held[i] || !wants[i] || used[i] >= share {
                 continue;
             }
             squeezed = true;
             let ios = (u.read_ios + u.write_ios) as f64;
-            let in_device = u.read_ios as f64 * read_ns + u.write_ios as f64 * write_ns;
+            let in_device = time_in_device(u, each);
             let own = in_device / ios.max(1.0);
             deep |= in_device / period >= DEEP_IN_DEVICE
                 && own <= SLOW_ON_ITS_OWN * mean
@@ -834,8 +841,7 @@ impl Governor {
     /// latency of each, which must be above [`CONGESTED_OVER_BASE`] times the device's
     /// unloaded latency too — an objective the device misses at any load is not one the
     /// throttle can keep, and cutting for it would take the forecast to nothing.
-    fn late(&self, usage: &[Usage], device: &DeviceUsage) -> bool {
-        let (read_ns, write_ns) = device.latencies();
+    fn late(&self, usage: &[Usage], each: (f64, f64)) -> bool {
         let secs = nanos_to_secs(self.params.period);
         let unloaded = self.params.over_base * self.base_latency;
         usage.iter().zip(&self.tenants).any(|(u, t)| {
@@ -846,7 +852,7 @@ impl Governor {
             if ios == 0 || ios as f64 > SLO_RATE_ROOM * slo.iops * secs {
                 return false;
             }
-            let own = (u.read_ios as f64 * read_ns + u.write_ios as f64 * write_ns) / ios as f64;
+            let own = time_in_device(u, each) / ios as f64;
             own > SLO_HIGH * slo.rt_nanos() as f64 && own > unloaded
         })
     }
@@ -922,6 +928,15 @@ impl Governor {
         alloc
     }
 
+    /// The weights of the tenants that want more, and what they took.
+    fn wanting_total(&self, used: &[f64], wants: &[bool]) -> (f64, f64) {
+        (0..used.len())
+            .filter(|&i| wants[i])
+            .fold((0.0, 0.0), |(w, u), i| {
+                (w + self.tenants[i].weight, u + used[i])
+            })
+    }
+
     /// Tenant `i`'s weight in the split: its weight, times its feedback gain.
     fn split_weight(&self, i: usize) -> f64 {
         self.tenants[i].weight * self.tenants[i].gain
@@ -934,11 +949,7 @@ impl Governor {
     /// weight. A tenant the device gives less than its limit gets a larger split, the
     /// others smaller ones.
     fn feedback(&mut self, used: &[f64], wants: &[bool]) {
-        let (weight, took) = (0..used.len())
-            .filter(|&i| wants[i])
-            .fold((0.0, 0.0), |(w, u), i| {
-                (w + self.tenants[i].weight, u + used[i])
-            });
+        let (weight, took) = self.wanting_total(used, wants);
         for (i, t) in self.tenants.iter_mut().enumerate() {
             if !wants[i] || took <= 0.0 {
                 t.gain = 1.0;
@@ -1383,7 +1394,14 @@ mod tests {
             // Ten or more of its writes in the device either way.
             assert!((writes * write_ns) as f64 / g.period() as f64 >= DEEP_IN_DEVICE);
             assert_eq!(
-                g.squeezed(&used, &held, &usage, &device),
+                g.squeezed(
+                    &used,
+                    &held,
+                    &usage,
+                    &[false; 2],
+                    device.latencies(),
+                    (device.latency_ns / device.ios) as f64,
+                ),
                 (true, deep),
                 "writes at {write_ns} ns, reads at {read_ns}"
             );

@@ -185,16 +185,15 @@ impl Throttle {
             .copied()
             .unwrap_or_else(CostModel::generic_ssd);
         let mut p = Params::for_device(&cost);
-        let named = params.str_or("allocator", "feedback")?;
-        p.allocator = match Allocator::named(&named) {
-            Some(a) => a,
-            None => {
-                return Err(params.invalid(
+        if params.is_set("allocator") {
+            let named = params.str_or("allocator", "")?;
+            p.allocator = Allocator::named(&named).ok_or_else(|| {
+                params.invalid(
                     "allocator",
                     format!("'{named}' is none of {}", Allocator::NAMES),
-                ));
-            }
-        };
+                )
+            })?;
+        }
         let period_ms =
             params.f64_in("period_ms", 100.0, 1.0..=60_000.0, "must be 1 to 60000 ms")?;
         p.period = (period_ms * 1e6) as Nanos;
