@@ -4,11 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # System packages used by the tests that talk to real NBD clients (live server), put a
-# file system on an export (nbdfuse, losetup, mkfs.ext4) and look at report.html in a
-# browser (chromium, headless).
+# file system on an export (nbdfuse, losetup, mkfs.ext4), look at report.html in a
+# browser (chromium, headless) and serve images of a throw-away Ceph cluster
+# (bench/ceph-up.sh: ceph-mon, ceph-osd, ceph-mgr, ceph-common; librbd comes with them).
 need=()
 for pair in fio:fio qemu-img:qemu-utils nbdinfo:libnbd-bin nbdfuse:libnbd-bin nbdkit:nbdkit \
-    mkfs.ext4:e2fsprogs losetup:mount chromium:chromium; do
+    mkfs.ext4:e2fsprogs losetup:mount chromium:chromium \
+    ceph-mon:ceph-mon ceph-osd:ceph-osd ceph-mgr:ceph-mgr ceph:ceph-common rbd:ceph-common \
+    uuidgen:uuid-runtime bc:bc; do
     cmd=${pair%%:*}
     pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

@@ -131,6 +131,61 @@ pub enum FileOp<'a> {
     },
 }
 
+/// The next part of a request, wherever it goes: a file ([`FileOp`] adds the descriptor)
+/// or another store (an RBD image). Its result is what a completion carries: bytes
+/// moved, or a negative errno.
+#[derive(Debug)]
+pub enum Part<'a> {
+    /// Read into `buf`.
+    Read {
+        /// Byte offset in the store.
+        at: u64,
+        /// Where the data goes.
+        buf: &'a mut [u8],
+    },
+    /// Write `data` (durable when done with `fua`).
+    Write {
+        /// Byte offset in the store.
+        at: u64,
+        /// What is written.
+        data: &'a [u8],
+        /// The write is durable when it returns.
+        fua: bool,
+    },
+    /// Write zeroes by writing them, where the store cannot zero a range.
+    ZeroWrite {
+        /// Byte offset in the store.
+        at: u64,
+        /// Zeroes.
+        data: &'a [u8],
+        /// The write is durable when it returns.
+        fua: bool,
+    },
+    /// Make what was written durable.
+    Flush,
+    /// Drop the range from the host's page cache (a journal write under `cache = "pdc"`).
+    DropCache {
+        /// Byte offset in the store.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Discard a range (a trim).
+    Discard {
+        /// Byte offset in the store.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Zero a range without writing its zeroes.
+    WriteZeroes {
+        /// Byte offset in the store.
+        at: u64,
+        /// Bytes.
+        len: u32,
+    },
+}
+
 /// The most zeroes written at once where the file system cannot zero a range.
 const ZERO_CHUNK: usize = 1 << 20;
 
@@ -243,65 +298,108 @@ impl Transfer {
     /// it lends live in `self`, which must stay in place until the operation's result
     /// has been handed to [`Transfer::step`].
     pub fn next_op(&mut self, target: Target) -> FileOp<'_> {
-        let len = self.len;
+        let buffered = target.buffered;
+        let direct = self.choose_path(target.base, target.cache, target.direct.is_some());
+        let fd = if direct {
+            target.direct.expect("direct")
+        } else {
+            buffered
+        };
+        match self.next_part(target.base) {
+            Part::Read { at, buf } => FileOp::Read { fd, at, buf },
+            Part::Write { at, data, fua } => FileOp::Write {
+                fd,
+                at,
+                data,
+                dsync: fua,
+            },
+            // Zeroes go through the page cache: the chunk is not the request's alignment.
+            Part::ZeroWrite { at, data, fua } => FileOp::Write {
+                fd: buffered,
+                at,
+                data,
+                dsync: fua,
+            },
+            Part::Flush => FileOp::Sync { fd: buffered },
+            Part::DropCache { at, len } => FileOp::DropCache {
+                fd: buffered,
+                at,
+                len,
+            },
+            Part::Discard { at, len } => FileOp::PunchHole {
+                fd: buffered,
+                at,
+                len,
+            },
+            Part::WriteZeroes { at, len } => FileOp::ZeroRange {
+                fd: buffered,
+                at,
+                len,
+            },
+        }
+    }
+
+    /// Decides, before the first part, whether the data goes through the `O_DIRECT`
+    /// descriptor (`direct_fd`: the target has one) and allocates a read's buffer;
+    /// answers the decision (the same for every later part).
+    fn choose_path(&mut self, base: u64, cache: Cache, direct_fd: bool) -> bool {
         if self.buf.is_none() && self.stage == Stage::Transfer {
             let aligned = self.offset.is_multiple_of(DIRECT_ALIGN)
-                && target.base.is_multiple_of(DIRECT_ALIGN)
-                && (len as u64).is_multiple_of(DIRECT_ALIGN);
-            let wanted = match target.cache {
+                && base.is_multiple_of(DIRECT_ALIGN)
+                && (self.len as u64).is_multiple_of(DIRECT_ALIGN);
+            let wanted = match cache {
                 Cache::None => true,
                 Cache::Pdc => self.journal,
                 Cache::Writeback => false,
             };
-            self.direct = wanted && target.direct.is_some() && aligned;
+            self.direct = wanted && direct_fd && aligned;
             // Only pdc marks requests as journal.
-            self.journal &= target.cache == Cache::Pdc;
+            self.journal &= cache == Cache::Pdc;
             // Buffers are aligned, so a write goes out from its payload as received.
             if matches!(self.kind, CommandKind::Read) {
-                self.buf = Some(IoBuf::for_overwrite(len as usize));
+                self.buf = Some(IoBuf::for_overwrite(self.len as usize));
             }
         }
-        let fd = if self.direct {
-            target.direct.expect("direct")
-        } else {
-            target.buffered
-        };
-        let at = target.base + self.offset + self.done as u64;
+        self.direct
+    }
+
+    /// The next part of the request on a store that is not a file (a block image
+    /// such as RBD's): the same stages, short transfers and fallbacks as on a file, with
+    /// the store's own offsets from `base`. Nothing goes through a host cache. The
+    /// buffers it lends live in `self`, which must stay in place until the part's
+    /// result has been handed to [`Transfer::step`].
+    pub fn next_part(&mut self, base: u64) -> Part<'_> {
+        if self.buf.is_none() && self.stage == Stage::Transfer {
+            // A file target decided its path already (`choose_path`); this allocates a
+            // read's buffer for any other store.
+            if matches!(self.kind, CommandKind::Read) {
+                self.buf = Some(IoBuf::for_overwrite(self.len as usize));
+            }
+        }
+        let len = self.len;
+        let at = base + self.offset + self.done as u64;
         let rest = len - self.done;
         let done = self.done as usize;
         match (&self.stage, &self.kind) {
-            (Stage::Drop, _) => FileOp::DropCache {
-                fd: target.buffered,
-                at: target.base + self.offset,
+            (Stage::Drop, _) => Part::DropCache {
+                at: base + self.offset,
                 len,
             },
-            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => FileOp::Sync {
-                fd: target.buffered,
-            },
+            (Stage::Sync, _) | (Stage::Transfer, CommandKind::Flush) => Part::Flush,
             (Stage::Transfer, CommandKind::Read) => {
                 let buf = self.buf.as_mut().expect("read buffer");
-                FileOp::Read {
-                    fd,
+                Part::Read {
                     at,
                     buf: &mut buf[done..],
                 }
             }
-            (Stage::Transfer, CommandKind::Write { data, fua }) => FileOp::Write {
-                fd,
+            (Stage::Transfer, CommandKind::Write { data, fua }) => Part::Write {
                 at,
                 data: &data[done..],
-                dsync: *fua,
+                fua: *fua,
             },
-            (Stage::Transfer, CommandKind::Trim { .. }) => FileOp::PunchHole {
-                fd: target.buffered,
-                at,
-                len,
-            },
-            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => FileOp::ZeroRange {
-                fd: target.buffered,
-                at,
-                len,
-            },
+            (Stage::Transfer, CommandKind::Trim { .. }) => Part::Discard { at, len },
+            (Stage::Transfer, CommandKind::WriteZeroes { .. }) => Part::WriteZeroes { at, len },
             (Stage::ZeroWrite, CommandKind::WriteZeroes { fua, .. }) => {
                 // A zeroing request may cover 4 GiB: zeroes go out a chunk at a time
                 // from one buffer, not from one the request's size.
@@ -309,11 +407,10 @@ impl Transfer {
                     .buf
                     .get_or_insert_with(|| IoBuf::zeroed((len as usize).min(ZERO_CHUNK)));
                 let rest = (rest as usize).min(buf.len());
-                FileOp::Write {
-                    fd: target.buffered,
+                Part::ZeroWrite {
                     at,
                     data: &buf[..rest],
-                    dsync: *fua,
+                    fua: *fua,
                 }
             }
             (Stage::ZeroWrite, _) => unreachable!("only zeroing writes zeroes"),

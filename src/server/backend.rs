@@ -32,10 +32,39 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::PathBuf;
 
+/// Where a tenant's requests go.
+#[derive(Debug, Clone, Copy)]
+pub enum Store {
+    /// A file or block device (its own image or a region of the shared one).
+    File(Target),
+    /// An image of the rbd backend: its index among [`Files::images`].
+    Image(usize),
+}
+
+impl Store {
+    /// Where the tenant's export starts in its store.
+    pub fn base(&self) -> u64 {
+        match self {
+            Store::File(t) => t.base,
+            Store::Image(_) => 0,
+        }
+    }
+
+    /// The file target, when the store is one.
+    pub fn file(&self) -> Option<Target> {
+        match self {
+            Store::File(t) => Some(*t),
+            Store::Image(_) => None,
+        }
+    }
+}
+
 /// Opens every tenant's storage as the configuration says.
 pub struct Files {
     files: Vec<File>,
-    targets: Vec<Option<Target>>,
+    targets: Vec<Option<Store>>,
+    /// The rbd backend's open images and connections.
+    images: Option<super::rbd::Images>,
     /// Whose each image is (a tenant's name, or `backend.path`), its path and its
     /// buffered descriptor's place in `files`.
     named: Vec<(String, PathBuf, usize)>,
@@ -81,7 +110,7 @@ impl Drop for Created {
 
 impl Files {
     /// Where each tenant's requests go (`None`: the null backend), in order.
-    pub fn targets(&self) -> Vec<Option<Target>> {
+    pub fn targets(&self) -> Vec<Option<Store>> {
         self.targets.clone()
     }
 
@@ -95,12 +124,21 @@ impl Files {
         )
     }
 
-    /// Flushes every file's data to stable storage (at shutdown); the first error.
+    /// Flushes every file's data to stable storage, and every image (at shutdown);
+    /// the first error.
     pub fn sync_all(&self) -> std::io::Result<()> {
         for f in &self.files {
             f.sync_data()?;
         }
+        if let Some(images) = &self.images {
+            images.flush_all().map_err(std::io::Error::other)?;
+        }
         Ok(())
+    }
+
+    /// The rbd backend's images, when tenants have some.
+    pub fn images(&mut self) -> Option<&mut super::rbd::Images> {
+        self.images.as_mut()
     }
 
     /// Opens every file the configuration names (creating the shared file, and images
@@ -149,7 +187,7 @@ impl Files {
     /// opened: the engine's files hold it).
     pub fn open_added(t: &TenantConfig) -> Result<Files, BackendError> {
         Files::empty().opening(|f| {
-            if let Storage::Own(_) = &t.storage {
+            if let Storage::Own(_) | Storage::Image(_) = &t.storage {
                 let target = f.target_of(t)?;
                 f.targets.push(target);
             }
@@ -159,7 +197,19 @@ impl Files {
 
     /// Takes over the files [`Files::open_added`] opened for `t`, and answers where its
     /// requests go (the next tenant's target).
-    pub fn absorb(&mut self, mut added: Files, t: &TenantConfig) -> Option<Target> {
+    pub fn absorb(&mut self, mut added: Files, t: &TenantConfig) -> Option<Store> {
+        if let (Storage::Image(_), Some(images)) = (&t.storage, added.images.take()) {
+            let index = match self.images.as_mut() {
+                Some(set) => set.absorb(images),
+                None => {
+                    self.images = Some(images);
+                    0
+                }
+            };
+            let target = Some(Store::Image(index));
+            self.targets.push(target);
+            return target;
+        }
         let base = self.files.len();
         self.files.append(&mut added.files);
         self.named.extend(
@@ -169,7 +219,9 @@ impl Files {
                 .map(|(who, path, i)| (who, path, i + base)),
         );
         let target = match &t.storage {
-            Storage::Own(_) => added.targets.pop().expect("opened by open_added"),
+            Storage::Own(_) | Storage::Image(_) => {
+                added.targets.pop().expect("opened by open_added")
+            }
             // Nothing to open: a region of the shared file, or the null backend.
             _ => self.target_of(t).expect("opens nothing"),
         };
@@ -184,32 +236,48 @@ impl Files {
             named: Vec::new(),
             created: Vec::new(),
             shared: None,
+            images: None,
         }
     }
 
     /// Where `t`'s requests go, opening its own image.
-    fn target_of(&mut self, t: &TenantConfig) -> Result<Option<Target>, BackendError> {
+    fn target_of(&mut self, t: &TenantConfig) -> Result<Option<Store>, BackendError> {
         Ok(match &t.storage {
             Storage::Nothing => None,
+            Storage::Image(at) => {
+                if self.images.is_none() {
+                    self.images = Some(super::rbd::Images::new(OP_TIMEOUT_S)?);
+                }
+                let images = self.images.as_mut().expect("made above");
+                let (index, len) = images.open(at, t.create.then_some(t.size))?;
+                if len != t.size && !(t.resize && len > t.size) {
+                    return Err(BackendError::ImageSize {
+                        image: at.to_string(),
+                        len,
+                        size: t.size,
+                    });
+                }
+                Some(Store::Image(index))
+            }
             Storage::Own(path) => {
                 let (buffered, direct, index) =
                     self.open_pair(path, t.size, t.create, t.resize, t.cache)?;
                 self.named.push((t.spec.name.clone(), path.clone(), index));
-                Some(Target {
+                Some(Store::File(Target {
                     buffered,
                     direct,
                     base: 0,
                     cache: t.cache,
-                })
+                }))
             }
             Storage::Region { offset } => {
                 let (buffered, direct) = self.shared.expect("checked by the config");
-                Some(Target {
+                Some(Store::File(Target {
                     buffered,
                     direct,
                     base: *offset,
                     cache: t.cache,
-                })
+                }))
             }
         })
     }
@@ -270,9 +338,30 @@ impl Files {
     }
 }
 
+/// How long an rbd operation may go unanswered before it fails (`ETIMEDOUT`), s: the
+/// server's default `backend_timeout_s`, whose own answer (`EIO`) comes first.
+const OP_TIMEOUT_S: u64 = 30;
+
 /// Why an image could not be served; each names its file.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
+    /// The rbd backend could not open an image (or load librbd, or reach the cluster).
+    #[error("{0}")]
+    Rbd(#[from] super::rbd::RbdError),
+    /// An rbd image whose size is not the tenant's (growing an image is not done
+    /// here: `rbd resize` it).
+    #[error(
+        "{image}: holds {}, but the tenant's size is {}: leave size out to serve the image as it is, set resize = true to serve its first {} of a larger image, or rbd resize it",
+        format_bytes(*len), format_bytes(*size), format_bytes(*size)
+    )]
+    ImageSize {
+        /// The image.
+        image: String,
+        /// Its size.
+        len: u64,
+        /// The tenant's.
+        size: u64,
+    },
     /// A tenant's image is missing and it does not say `create = true`.
     #[error("{}: no such image; set create = true on the tenant to create it (a missing image is not served as a blank disk)", path.display())]
     Missing {
@@ -601,9 +690,9 @@ mod tests {
             5 << 20,
             "the shared file holds every region"
         );
-        assert_eq!(files.targets()[2].unwrap().base, 4 << 20);
+        assert_eq!(files.targets()[2].unwrap().base(), 4 << 20);
         assert!(
-            files.targets()[0].unwrap().direct.is_none(),
+            files.targets()[0].unwrap().file().unwrap().direct.is_none(),
             "writeback: no O_DIRECT"
         );
         files.sync_all().unwrap();

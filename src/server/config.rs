@@ -66,6 +66,12 @@ struct BackendFile {
     device: Option<DeviceFile>,
     /// Seed of the emulated device's aging.
     seed: Option<u64>,
+    /// The rbd backend's cluster configuration file (`ceph.conf`).
+    conf: Option<PathBuf>,
+    /// The rbd backend's pool (tenants may name another).
+    pool: Option<String>,
+    /// The rbd backend's client id (`admin`; tenants may name another).
+    client_id: Option<String>,
     /// The journal detector's thresholds (`cache = "pdc"`).
     pdc: Option<PdcFile>,
     /// A file with a `[device]` table (`ioshare calibrate --out`): what the policy
@@ -100,6 +106,12 @@ pub(crate) struct TenantFile {
     /// is grown; of a larger one the first `size` bytes are served).
     #[serde(default)]
     resize: bool,
+    /// Its image in the rbd backend's pool.
+    image: Option<String>,
+    /// Its image's pool (default `backend.pool`).
+    pool: Option<String>,
+    /// The client id its image is opened as (default `backend.client_id`).
+    client_id: Option<String>,
     /// Region of the shared backend file.
     offset: Option<ByteSize>,
     size: Option<ByteSize>,
@@ -152,6 +164,8 @@ pub enum BackendKind {
     /// Data in `backend.path`, timing from a simulated device: a request completes
     /// when its I/O is done and the model says the device would have finished it.
     Emulated,
+    /// Images of a Ceph cluster through librbd ([`super::rbd`]).
+    Rbd,
 }
 
 /// Where a tenant's bytes live.
@@ -164,6 +178,9 @@ pub enum Storage {
         /// Where the export starts in the shared file.
         offset: u64,
     },
+    /// An image of a Ceph cluster (rbd backend): byte `x` of the export is byte `x` of
+    /// the image.
+    Image(super::rbd::ImageRef),
     /// No storage (null backend).
     Nothing,
 }
@@ -262,6 +279,8 @@ pub struct ServerConfig {
     pub tls: Tls,
     /// What serves the requests.
     pub backend: BackendKind,
+    /// The rbd backend's cluster, pool and client for tenants that name none.
+    pub rbd: Option<RbdDefaults>,
     /// How the file backend uses the page cache (the tenants' default).
     pub cache: Cache,
     /// The journal detector's thresholds, for tenants with `cache = "pdc"`.
@@ -370,6 +389,7 @@ impl ServerConfig {
             max_connections_per_peer: server.max_connections_per_peer,
             tls: server.tls,
             backend: backend.kind,
+            rbd: backend.rbd,
             cache: backend.cache,
             pdc: backend.pdc,
             shared: backend.shared,
@@ -438,6 +458,7 @@ impl ServerConfig {
     fn backend(&self) -> Backend {
         Backend {
             kind: self.backend,
+            rbd: self.rbd.clone(),
             cache: self.cache,
             pdc: self.pdc,
             shared: self.shared.clone(),
@@ -813,9 +834,21 @@ fn waits(s: &ServerFile) -> Result<Waits, Invalid> {
     ))
 }
 
+/// The rbd backend's defaults for its tenants' images.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RbdDefaults {
+    /// The cluster's configuration file.
+    pub conf: PathBuf,
+    /// The pool.
+    pub pool: String,
+    /// The client id.
+    pub client_id: String,
+}
+
 /// `[backend]`, checked.
 struct Backend {
     kind: BackendKind,
+    rbd: Option<RbdDefaults>,
     cache: Cache,
     pdc: JournalParams,
     shared: Option<(PathBuf, Option<u64>)>,
@@ -828,11 +861,48 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
         "file" => BackendKind::File,
         "null" => BackendKind::Null,
         "emulated" => BackendKind::Emulated,
+        "rbd" => BackendKind::Rbd,
         other => {
             return Err(Invalid::new(
                 "backend.kind",
-                format!("'{other}' is not one of file, null, emulated"),
+                format!("'{other}' is not one of file, null, emulated, rbd"),
             ));
+        }
+    };
+    let rbd = match (kind, b.conf) {
+        (BackendKind::Rbd, conf) => {
+            let conf = conf.map(&at).ok_or_else(|| {
+                Invalid::new(
+                    "backend.conf",
+                    "the rbd backend needs the cluster's ceph.conf (e.g. conf = \"/etc/ceph/ceph.conf\")",
+                )
+            })?;
+            if b.path.is_some() {
+                return Err(Invalid::new(
+                    "backend.path",
+                    "the rbd backend has no shared file: each tenant names its image",
+                ));
+            }
+            Some(RbdDefaults {
+                conf,
+                pool: b.pool.unwrap_or_else(|| "rbd".into()),
+                client_id: b.client_id.unwrap_or_else(|| "admin".into()),
+            })
+        }
+        (_, Some(_)) => {
+            return Err(Invalid::new(
+                "backend.conf",
+                "only the rbd backend has a cluster",
+            ));
+        }
+        (_, None) => {
+            if b.pool.is_some() || b.client_id.is_some() {
+                return Err(Invalid::new(
+                    "backend.pool/client_id",
+                    "only the rbd backend has pools and clients",
+                ));
+            }
+            None
         }
     };
     let emulated = match (kind, b.device) {
@@ -870,8 +940,15 @@ fn backend_section(b: BackendFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<B
         Some(p) => Some(DeviceSpec::of_file(&at(p), "backend.cost_device")?),
         None => emulated.as_ref().map(|(d, _)| d.clone()),
     };
+    if kind == BackendKind::Rbd && cache == Cache::Pdc {
+        return Err(Invalid::new(
+            "backend.cache",
+            "pdc keeps journal writes out of the host's page cache; rbd images have none",
+        ));
+    }
     Ok(Backend {
         kind,
+        rbd,
         cache,
         pdc,
         shared,
@@ -939,6 +1016,9 @@ fn tenant_config(
         limit_iops: t.limit_iops,
     }
     .spec(&t.name)?;
+    if t.create && t.image.is_some() && t.size.is_none() {
+        return Err(Invalid::new("size", "an image to create needs its size"));
+    }
     let (storage, size) = storage(&t, backend, at)?;
     if size == 0 {
         return Err(Invalid::new("size", "is 0"));
@@ -946,10 +1026,10 @@ fn tenant_config(
     if let Storage::Region { offset } = storage {
         check_region(offset, size, before, backend)?;
     }
-    if t.create && t.file.is_none() {
+    if t.create && t.file.is_none() && t.image.is_none() {
         return Err(Invalid::new(
             "create",
-            "applies only to a tenant's own file",
+            "applies only to a tenant's own file or image",
         ));
     }
     if t.resize && t.file.is_none() {
@@ -1009,6 +1089,9 @@ fn pdc_params(p: PdcFile) -> Result<JournalParams, Invalid> {
     Ok(params)
 }
 
+/// How long looking up an rbd image's size (a tenant without `size`) may take, s.
+const IMAGE_SIZE_TIMEOUT_S: u64 = 30;
+
 /// Where a tenant's bytes live, and how many there are.
 fn storage(
     t: &TenantFile,
@@ -1016,6 +1099,39 @@ fn storage(
     at: &impl Fn(PathBuf) -> PathBuf,
 ) -> Result<(Storage, u64), Invalid> {
     let size = t.size.map(|s| s.0);
+    if backend.kind != BackendKind::Rbd
+        && (t.image.is_some() || t.pool.is_some() || t.client_id.is_some())
+    {
+        return Err(Invalid::new(
+            "image/pool/client_id",
+            "only tenants of the rbd backend have images",
+        ));
+    }
+    if let Some(rbd) = &backend.rbd {
+        if t.file.is_some() || t.offset.is_some() {
+            return Err(Invalid::new(
+                "file/offset",
+                "the rbd backend serves images: give image = \"name\" (in backend.pool or the tenant's pool)",
+            ));
+        }
+        let image = t
+            .image
+            .clone()
+            .ok_or_else(|| Invalid::new("image", "needed with the rbd backend"))?;
+        let at = super::rbd::ImageRef {
+            conf: rbd.conf.clone(),
+            client_id: t.client_id.clone().unwrap_or_else(|| rbd.client_id.clone()),
+            pool: t.pool.clone().unwrap_or_else(|| rbd.pool.clone()),
+            image,
+        };
+        let size = match size {
+            Some(s) => s,
+            None => super::rbd::image_size(&at, IMAGE_SIZE_TIMEOUT_S).map_err(|e| {
+                Invalid::new("size", format!("not given and {at} cannot be read ({e})"))
+            })?,
+        };
+        return Ok((Storage::Image(at), size));
+    }
     match (backend.kind, &t.file, t.offset) {
         (BackendKind::Null, None, None) => Ok((
             Storage::Nothing,
@@ -1066,6 +1182,7 @@ fn storage(
             "file/offset",
             "needs file = \"image\" or offset (with backend.path)",
         )),
+        (BackendKind::Rbd, _, _) => unreachable!("rbd tenants are placed above"),
     }
 }
 
@@ -1221,6 +1338,82 @@ mod tests {
         assert_eq!(c.tenants[1].storage, Storage::Own("/abs/vm2.img".into()));
         assert!(c.tenants[1].read_only);
         assert_eq!(c.tenants[1].spec.weight, 2.0);
+    }
+
+    /// The rbd backend: images in the backend's pool as its client unless a tenant
+    /// names others; relative paths from the configuration's folder; what does not
+    /// apply to images is refused, naming the field.
+    #[test]
+    fn rbd_images_and_their_errors() {
+        let c = parse(
+            r#"
+            [backend]
+            kind = "rbd"
+            conf = "ceph.conf"
+            [[tenant]]
+            name = "a"
+            image = "vm-a"
+            size = "1g"
+            [[tenant]]
+            name = "b"
+            image = "vm-b"
+            pool = "fast"
+            client_id = "front1"
+            size = "2g"
+            "#,
+        )
+        .unwrap();
+        let image = |pool: &str, client: &str, name: &str| {
+            Storage::Image(super::super::rbd::ImageRef {
+                conf: "/srv/ceph.conf".into(),
+                client_id: client.into(),
+                pool: pool.into(),
+                image: name.into(),
+            })
+        };
+        assert_eq!(c.tenants[0].storage, image("rbd", "admin", "vm-a"));
+        assert_eq!(c.tenants[1].storage, image("fast", "front1", "vm-b"));
+        let bad = |backend: &str, tenant: &str| {
+            parse(&format!(
+                "[backend]\n{backend}\n[[tenant]]\nname = \"t\"\n{tenant}\n"
+            ))
+            .unwrap_err()
+        };
+        let e = bad("kind = \"rbd\"", "image = \"x\"\nsize = \"1g\"");
+        assert!(e.contains("backend.conf") && e.contains("ceph.conf"), "{e}");
+        let e = bad(
+            "kind = \"rbd\"\nconf = \"c\"",
+            "file = \"x.img\"\nsize = \"1g\"",
+        );
+        assert!(e.contains("file/offset") && e.contains("image ="), "{e}");
+        let e = bad("kind = \"rbd\"\nconf = \"c\"", "size = \"1g\"");
+        assert!(
+            e.contains("image") && e.contains("needed with the rbd backend"),
+            "{e}"
+        );
+        let e = bad(
+            "kind = \"rbd\"\nconf = \"c\"\ncache = \"pdc\"",
+            "image = \"x\"\nsize = \"1g\"",
+        );
+        assert!(
+            e.contains("backend.cache") && e.contains("page cache"),
+            "{e}"
+        );
+        let e = bad(
+            "kind = \"rbd\"\nconf = \"c\"",
+            "image = \"x\"\ncreate = true",
+        );
+        assert!(
+            e.contains("size") && e.contains("create needs its size"),
+            "{e}"
+        );
+        let e = bad("conf = \"c\"", "file = \"x.img\"\nsize = \"1g\"");
+        assert!(
+            e.contains("backend.conf") && e.contains("only the rbd backend"),
+            "{e}"
+        );
+        let e = bad("", "file = \"x.img\"\nimage = \"x\"\nsize = \"1g\"");
+        assert!(e.contains("image/pool/client_id"), "{e}");
     }
 
     /// The per-export share of connections: even over the exports, at least 4, never

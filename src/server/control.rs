@@ -150,6 +150,11 @@ fn export_json(t: &TenantConfig) -> Value {
         Storage::Nothing => json!(null),
         Storage::Own(path) => json!({ "file": path.display().to_string() }),
         Storage::Region { offset } => json!({ "offset": offset }),
+        Storage::Image(at) => json!({
+            "pool": at.pool,
+            "image": at.image,
+            "client_id": at.client_id,
+        }),
     };
     json!({
         "size": t.size,

@@ -28,6 +28,7 @@
 //! What a request does on the file backend is [`crate::io::transfer`]'s; admission,
 //! dispatch and drain are the [`crate::host`] core the simulator drives too.
 
+use super::backend::Store;
 use super::budget;
 use super::capture::Arrival;
 use super::conn::{Conn, Input, Output};
@@ -36,7 +37,9 @@ use crate::buffer::IoBuf;
 use crate::device::driver::Driver;
 use crate::device::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::host::{Host, Limits, Refuse, Status};
-use crate::io::transfer::{Cache, Next, Target, Transfer};
+#[cfg(test)]
+use crate::io::transfer::Target;
+use crate::io::transfer::{Cache, Next, Transfer};
 use crate::journal::{JournalDetector, JournalParams, Verdict};
 use crate::metrics::Recorder;
 use crate::nbd::proto;
@@ -266,7 +269,7 @@ pub(crate) enum Plant {
 pub struct EngineCore {
     cfg: CoreConfig,
     /// Where each tenant's requests go (`None`: the null backend).
-    targets: Vec<Option<Target>>,
+    targets: Vec<Option<Store>>,
     /// Admission, dispatch, drain and recording: the same core the simulator drives.
     host: Host<LiveObserver>,
     /// Emulated backend: the device model, driven as the simulator drives it.
@@ -320,7 +323,7 @@ impl EngineCore {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: CoreConfig,
-        targets: Vec<Option<Target>>,
+        targets: Vec<Option<Store>>,
         policy: Box<dyn Policy>,
         cost: crate::policy::cost::CostModel,
         model: Option<Box<dyn DeviceModel>>,
@@ -431,7 +434,7 @@ impl EngineCore {
         &mut self,
         tenant: CoreTenant,
         spec: &TenantSpec,
-        target: Option<Target>,
+        target: Option<Store>,
         now: Nanos,
     ) -> TenantId {
         let id = self.host.add_tenant(spec, now);
@@ -698,7 +701,7 @@ impl EngineCore {
     }
 
     /// What [`Intent::Io`] performs: the request's transfer and its tenant's target.
-    pub fn transfer(&mut self, id: u64) -> (&mut Transfer, Target) {
+    pub fn transfer(&mut self, id: u64) -> (&mut Transfer, Store) {
         let l = self.live.get_mut(&id).expect("I/O of a live request");
         let target = self.targets[l.sub.tenant as usize].expect("file requests only");
         (&mut l.io, target)
@@ -1037,8 +1040,15 @@ impl EngineCore {
             read_at: None,
             bytes,
         };
-        let Some(target) = self.targets[sub.tenant as usize] else {
-            return self.block_status_reply(sub, &[(len, proto::STATE_HOLE | proto::STATE_ZERO)]);
+        let target = match self.targets[sub.tenant as usize] {
+            None => {
+                return self
+                    .block_status_reply(sub, &[(len, proto::STATE_HOLE | proto::STATE_ZERO)]);
+            }
+            // An image's allocation is not asked for: all of it is data, which is
+            // always a true answer (a client then reads what it would have skipped).
+            Some(Store::Image(_)) => return self.block_status_reply(sub, &[(len, 0)]),
+            Some(Store::File(t)) => t,
         };
         self.next_id += 1;
         let ask = StatusAsk {
@@ -1144,7 +1154,7 @@ impl EngineCore {
             id: self.next_id,
             tenant,
             op: io.op(),
-            offset: self.targets[tenant as usize].map_or(0, |x| x.base) + io.offset(),
+            offset: self.targets[tenant as usize].map_or(0, |x| x.base()) + io.offset(),
             len: io.len(),
             arrival: now,
             cost: 0,
@@ -1440,7 +1450,7 @@ mod tests {
         let stats = Arc::new(LiveStats::new(&[("a".into(), 1.0)]));
         EngineCore::new(
             cfg,
-            vec![Some(target)],
+            vec![Some(Store::File(target))],
             policy,
             crate::policy::cost::CostModel::generic_ssd(),
             None,
@@ -1474,8 +1484,8 @@ mod tests {
     fn complete_io(core: &mut EngineCore, asked: &[Intent], now: Nanos) {
         for i in asked {
             if let Intent::Io(id) = *i {
-                let (io, target) = core.transfer(id);
-                let n = match io.next_op(target) {
+                let (io, store) = core.transfer(id);
+                let n = match io.next_op(store.file().expect("a file")) {
                     FileOp::Read { buf, .. } => buf.len() as i32,
                     FileOp::Write { data, .. } => data.len() as i32,
                     _ => 0,
@@ -1511,7 +1521,10 @@ mod tests {
             size: 1 << 20,
             cache: Cache::Writeback,
         };
-        assert_eq!(c.add_tenant(b_tenant, &spec, Some(target), 0), 1);
+        assert_eq!(
+            c.add_tenant(b_tenant, &spec, Some(Store::File(target)), 0),
+            1
+        );
         let codec = handshaken(&c.cfg.clone(), 1);
         let b = c.attach(2, "test".into(), 1, codec, 0).expect("served");
         let _ = intents(&mut c);
@@ -1525,7 +1538,8 @@ mod tests {
         );
         let (_, tb) = c.transfer(2);
         assert_eq!(
-            tb.buffered, 4,
+            tb.file().expect("a file").buffered,
+            4,
             "the added tenant's request goes to its file"
         );
         complete_io(&mut c, &asked, 2 * MS);

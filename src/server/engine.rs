@@ -12,7 +12,7 @@
 // io_uring submissions (buffers outlive their entries) and the eventfd.
 #![allow(unsafe_code)]
 
-use super::backend::Files;
+use super::backend::{Files, Store};
 use super::capture::Capture;
 use super::config::{ServerConfig, TenantConfig};
 use super::conn::{Attach, Slot};
@@ -37,6 +37,8 @@ const TAG_SEND: u64 = 2 << 62;
 const TAG_MASK: u64 = 3 << 62;
 /// `user_data` of the eventfd read that wakes the loop.
 const WAKE: u64 = u64::MAX;
+/// The rbd backend's eventfd read: its images have completions.
+const IMAGES: u64 = u64::MAX - 1;
 
 /// What the accepting side tells the engine.
 pub enum Message {
@@ -224,6 +226,9 @@ pub fn run(
         wake_buf: Box::new([0; 8]),
         wake,
         wake_armed: false,
+        images_buf: Box::new([0; 8]),
+        images_armed: false,
+        reaped: Vec::new(),
         files,
         core: Some(core),
         sockets: Vec::new(),
@@ -284,6 +289,11 @@ struct Engine {
     wake: Arc<File>,
     /// The eventfd read is on the ring.
     wake_armed: bool,
+    /// The rbd images' eventfd read: its buffer, and whether it is on the ring.
+    images_buf: Box<[u8; 8]>,
+    images_armed: bool,
+    /// Finished rbd operations of one wake-up (kept for its allocation).
+    reaped: Vec<(u64, i32)>,
     files: Files,
     /// The decisions; `None` only once finished (or leaked by [`Engine::settle`]).
     core: Option<EngineCore>,
@@ -327,7 +337,7 @@ fn offloaded(
         .tenants
         .iter()
         .zip(files.targets())
-        .filter_map(|(t, target)| Some(may_block(&t.spec.name, target?)))
+        .filter_map(|(t, target)| Some(may_block(&t.spec.name, target?.file()?)))
         .flatten()
         .collect()
 }
@@ -410,7 +420,7 @@ impl Engine {
     /// A tenant added while running: its files join the engine's, the core serves it.
     fn add_tenant(&mut self, (tenant, files): (TenantConfig, Files), now: Nanos) {
         let target = self.files.absorb(files, &tenant);
-        if let Some(t) = target {
+        if let Some(t) = target.and_then(|s| s.file()) {
             self.offload.extend(may_block(&tenant.spec.name, t));
         }
         if let Some(c) = self.capture.as_mut() {
@@ -501,7 +511,18 @@ impl Engine {
                     .user_data(TAG_SEND | slot as u64)
             }
             Intent::Io(id) => {
-                let (io, target) = core.transfer(id);
+                let (io, store) = core.transfer(id);
+                let target = match store {
+                    Store::File(target) => target,
+                    Store::Image(image) => {
+                        let images = self.files.images().expect("tenants with images have them");
+                        if let Err(result) = images.submit(image, id, io.next_part(0)) {
+                            // Refused at once: its completion is this.
+                            core.io_done(id, result, self.clock.elapsed().as_nanos() as Nanos);
+                        }
+                        return Ok(());
+                    }
+                };
                 let e = io.entry(target).user_data(id);
                 if self.offload.contains(&target.buffered) {
                     e.flags(io_uring::squeue::Flags::ASYNC)
@@ -562,6 +583,15 @@ impl Engine {
             push(&mut self.ring, e)?;
             self.wake_armed = true;
         }
+        if !self.images_armed
+            && let Some(images) = self.files.images()
+        {
+            let e = opcode::Read::new(types::Fd(images.eventfd()), self.images_buf.as_mut_ptr(), 8)
+                .build()
+                .user_data(IMAGES);
+            push(&mut self.ring, e)?;
+            self.images_armed = true;
+        }
         let timeout =
             until.map(|at| std::time::Duration::from_nanos(at.saturating_sub(self.now())));
         self.ring.wait(timeout).map_err(EngineError::Ring)
@@ -577,6 +607,14 @@ impl Engine {
             let core = self.core.as_mut().expect("the core runs");
             match user_data {
                 WAKE => self.wake_armed = false,
+                IMAGES => {
+                    self.images_armed = false;
+                    let images = self.files.images().expect("armed for images");
+                    images.reap(&mut self.reaped);
+                    for (id, result) in self.reaped.drain(..) {
+                        core.io_done(id, result, now);
+                    }
+                }
                 u if u & TAG_MASK == TAG_RECV => {
                     core.received((u & !TAG_MASK) as usize, result, now)
                 }
@@ -625,13 +663,25 @@ impl Engine {
     /// loop has ended, before anything of the engine is dropped.
     fn settle(&mut self) -> bool {
         let (sockets, wake) = (&self.sockets, &self.wake);
+        let images = self.files.images().map(|i| i.eventfd());
         let settled = self.ring.settle(TEARDOWN_WAIT, || {
             for s in sockets.iter().flatten() {
                 shutdown(&s.fd, libc::SHUT_RDWR);
             }
             poke(wake);
+            if let Some(fd) = images {
+                poke_fd(fd);
+            }
         });
-        if settled {
+        // The images' operations use the core's buffers too.
+        let images_settled = match self.files.images() {
+            Some(images) => {
+                let mut late = Vec::new();
+                images.settle(TEARDOWN_WAIT, &mut late)
+            }
+            None => true,
+        };
+        if settled && images_settled {
             return true;
         }
         tracing::warn!(
@@ -641,13 +691,19 @@ impl Engine {
         std::mem::forget(self.core.take());
         std::mem::forget(std::mem::take(&mut self.sockets));
         std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new([0; 8])));
+        std::mem::forget(std::mem::replace(&mut self.images_buf, Box::new([0; 8])));
         false
     }
 }
 
 /// Wakes the engine's loop (its eventfd read returns).
 fn poke(wake: &File) {
+    poke_fd(wake.as_raw_fd());
+}
+
+/// Makes a read of eventfd `fd` return.
+fn poke_fd(fd: std::os::fd::RawFd) {
     let one = 1u64.to_ne_bytes();
-    // SAFETY: writing 8 bytes from a valid buffer to an eventfd we own.
-    unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    // SAFETY: writing 8 bytes from a valid buffer to an eventfd the engine holds.
+    unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
 }

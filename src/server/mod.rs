@@ -27,6 +27,7 @@ pub(crate) mod gate;
 pub(crate) mod identity;
 pub mod logs;
 pub(crate) mod prometheus;
+pub mod rbd;
 pub(crate) mod service;
 pub(crate) mod stats;
 pub mod swarm;

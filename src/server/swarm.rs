@@ -32,6 +32,7 @@
 //!   newest one the clients were promised was durable (FUA, or acknowledged before a
 //!   flush that was acknowledged).
 
+use super::backend::Store;
 use super::budget;
 use super::core::{CoreConfig, CoreTenant, EngineCore, Intent, SEND_GRACE};
 use super::stats::LiveStats;
@@ -537,12 +538,12 @@ impl World {
         let targets = (0..tenants)
             .map(|t| {
                 let cache = sc.config.tenants[t].cache;
-                Some(Target {
+                Some(Store::File(Target {
                     buffered: 3,
                     direct: (cache != Cache::Writeback).then_some(4),
                     base: t as u64 * sc.image,
                     cache,
-                })
+                }))
             })
             .collect();
         #[allow(unused_mut)]
@@ -978,7 +979,8 @@ impl World {
         let short = self.rng.random_bool(self.sc.short);
         let cut = self.rng.random_range(0.0..1.0);
         let image = self.sc.image;
-        let (io, target) = self.core.transfer(id);
+        let (io, store) = self.core.transfer(id);
+        let target = store.file().expect("the swarm's tenants have files");
         let tenant = (target.base / image) as usize;
         let d = &mut self.disk;
         let op = io.next_op(target);
