@@ -23,6 +23,7 @@ struct ConfigFile {
     backend: Option<BackendFile>,
     #[serde(default)]
     tenant: Vec<TenantFile>,
+    cluster: Option<super::front::ClusterFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -300,6 +301,9 @@ pub struct ServerConfig {
     /// The control socket (`server.control`, mode 0600): `ioshare ctl` adds, changes,
     /// drains and removes tenants there while the server runs.
     pub control: Option<PathBuf>,
+    /// This server is one front of a shared cluster (`[cluster]`, [`super::front`]):
+    /// its exports are the cluster tenants' volumes, limited by what the fronts agree.
+    pub cluster: Option<super::front::ClusterConfig>,
 }
 
 /// Tenants one server holds at most, those added while running and removed ones
@@ -353,7 +357,37 @@ impl ServerConfig {
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let mut file = file;
         let default_name = file.server.default_export.take();
-        let server = server_section(file.server, &at)?;
+        let policy_given = file.server.policy.is_some();
+        let cluster = file
+            .cluster
+            .take()
+            .map(super::front::cluster_section)
+            .transpose()?;
+        let exports: Vec<(String, bool)> = file
+            .tenant
+            .iter()
+            .map(|t| {
+                let own = t.weight.is_some()
+                    || t.slo.is_some()
+                    || t.reservation_iops.is_some()
+                    || t.limit_iops.is_some();
+                (t.name.clone(), own)
+            })
+            .collect();
+        let mut server = server_section(file.server, &at)?;
+        let cluster_specs = match &cluster {
+            Some(c) => {
+                if policy_given && server.policy.name != "limited" {
+                    return Err(Invalid::new(
+                        "server.policy",
+                        "a cluster front's policy is \"limited\" (the limits the fronts agree on); leave it out",
+                    ));
+                }
+                server.policy = PolicyChoice::named("limited");
+                Some(super::front::check_exports(c, &exports)?)
+            }
+            None => None,
+        };
         let backend = backend_section(file.backend.unwrap_or_default(), &at)?;
         if file.tenant.is_empty() {
             return Err(Invalid::new(
@@ -366,6 +400,11 @@ impl ServerConfig {
             let field = tenant_field(i + 1, &t.name);
             let tenant = tenant_config(t, &tenants, &backend, &at).map_err(|e| e.within(&field))?;
             tenants.push(tenant);
+        }
+        if let Some(specs) = cluster_specs {
+            for (t, spec) in tenants.iter_mut().zip(specs) {
+                t.spec = spec;
+            }
         }
         let default_export = default_export(default_name, &tenants)?;
         let config = ServerConfig {
@@ -398,6 +437,7 @@ impl ServerConfig {
             tenants,
             default_export,
             control: server.control,
+            cluster,
         };
         if config.tenants.len() > MAX_TENANTS {
             return Err(Invalid::new(
@@ -423,6 +463,12 @@ impl ServerConfig {
         base: &Path,
         config_file: Option<&Path>,
     ) -> Result<TenantConfig, Invalid> {
+        if self.cluster.is_some() {
+            return Err(Invalid::new(
+                "tenant",
+                "a cluster front's exports are its configuration's, as every front's list of cluster tenants is: change both and restart",
+            ));
+        }
         let t: TenantFile = crate::config::from_table(table)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let tenant = tenant_config(t, &self.tenants, &self.backend(), &at)?;
@@ -528,6 +574,8 @@ impl ServerConfig {
             ("backend.path/size", self.shared == new.shared),
             ("backend.device", self.emulated == new.emulated),
             ("backend.cost_device", self.cost_device == new.cost_device),
+            ("backend.conf/pool/client_id", self.rbd == new.rbd),
+            ("cluster", self.cluster == new.cluster),
         ];
         if let Some((field, _)) = server.iter().find(|(_, same)| !same) {
             return Some(field.to_string());

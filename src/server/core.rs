@@ -426,6 +426,19 @@ impl EngineCore {
         self.host.update_tenant(tenant, spec, now);
     }
 
+    /// Limits decided outside the policy for `tenant` (a cluster's fronts), from
+    /// `now` on; a policy that does not take them ignores them.
+    pub fn set_limits(
+        &mut self,
+        tenant: TenantId,
+        limits: &crate::policy::governor::Limits,
+        now: Nanos,
+    ) {
+        if (tenant as usize) < self.targets.len() {
+            let _ = self.host.set_limits(tenant, limits, now);
+        }
+    }
+
     /// A tenant joins while running (`add-tenant`), served from now on by the policy
     /// and the recorder under the next id (returned), which the counters hold already
     /// ([`LiveStats::add_tenant`]); `target` is where its requests go (`None`: the null

@@ -22,6 +22,7 @@ use crate::device::{DeviceModel, DeviceStats};
 use crate::io::ring::Ring;
 use crate::metrics::Recorder;
 use crate::policy::{Observation, Policy};
+use crate::policy::governor::Limits;
 use crate::types::{Nanos, TenantId, TenantSpec};
 use io_uring::{opcode, types};
 use std::fs::File;
@@ -59,6 +60,9 @@ pub enum Message {
     DrainTenant(TenantId),
     /// A drained tenant takes connections again.
     ResumeTenant(TenantId),
+    /// Limits decided outside the policy (a cluster's fronts: [`super::front`]), per
+    /// tenant, from now on.
+    Limits(Vec<(TenantId, Limits)>),
     /// Finish what was received, sync every file, and stop.
     Drain,
 }
@@ -112,6 +116,14 @@ impl EngineHandle {
         self.poke();
     }
 
+    /// Hands the policy limits decided outside it (a cluster's fronts); `false` when
+    /// the engine is gone.
+    pub fn set_limits(&self, limits: Vec<(TenantId, Limits)>) -> bool {
+        let sent = self.tx.send(Message::Limits(limits)).is_ok();
+        self.poke();
+        sent
+    }
+
     fn poke(&self) {
         poke(&self.wake);
     }
@@ -149,6 +161,7 @@ impl Inbox {
                 Message::Add(_) => ("add", None),
                 Message::DrainTenant(t) => ("drain", Some(t)),
                 Message::ResumeTenant(t) => ("resume", Some(t)),
+                Message::Limits(_) => ("limits", None),
                 Message::Drain => ("drain all", None),
             })
             .collect()
@@ -407,6 +420,11 @@ impl Engine {
                 Ok(Message::Add(added)) => self.add_tenant(*added, now),
                 Ok(Message::DrainTenant(t)) => self.core().drain_tenant(t),
                 Ok(Message::ResumeTenant(t)) => self.core().resume_tenant(t),
+                Ok(Message::Limits(limits)) => {
+                    for (t, l) in limits {
+                        self.core().set_limits(t, &l, now);
+                    }
+                }
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) => {
                     self.core().drain(now);

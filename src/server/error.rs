@@ -15,6 +15,9 @@ use std::path::PathBuf;
 /// engine's mean it stopped while serving, and the server stopped with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The cluster front's exchange could not start (`[cluster]`).
+    #[error(transparent)]
+    Front(#[from] super::front::FrontError),
     /// `--out`'s folder could not be created.
     #[error("--out: cannot create {}: {source}", dir.display())]
     Output {

@@ -22,6 +22,7 @@ pub(crate) mod conn;
 pub mod control;
 pub(crate) mod core;
 pub(crate) mod engine;
+pub mod front;
 mod error;
 pub(crate) mod gate;
 pub(crate) mod identity;
@@ -307,6 +308,16 @@ pub fn serve(
     let metrics_at = spawn_metrics(&config, &stats)?;
     let clock = Instant::now();
     let (handle, inbox) = engine::channel()?;
+    let front = match &config.cluster {
+        Some(cluster) => Some(front::Front::bind(
+            &config,
+            cluster,
+            stats.clone(),
+            handle.clone(),
+            clock,
+        )?),
+        None => None,
+    };
     let recorder = out
         .as_ref()
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
@@ -330,6 +341,12 @@ pub fn serve(
             .map_err(ServeError::Thread)?
     };
     created.keep();
+    if let Some(front) = front {
+        std::thread::Builder::new()
+            .name("front".into())
+            .spawn(move || front.run())
+            .map_err(ServeError::Thread)?;
+    }
     let gate = Gate::of(&config);
     let (control, _control_socket) =
         start_control(&config, source.clone(), &handle, &gate, &stats)?;

@@ -148,6 +148,17 @@ pub struct TenantCounters {
     pub read_bytes: u64,
     /// Bytes written by successful requests.
     pub written_bytes: u64,
+    /// Successful reads and writes (writes: zeroing included; flushes and trims in
+    /// neither).
+    pub reads: u64,
+    /// See `reads`.
+    pub writes: u64,
+    /// Time the backend took over `reads` and `writes`, from dispatch to completion,
+    /// nanoseconds: what a cluster's fronts tell each other of its speed
+    /// ([`super::front`]).
+    pub backend_read_ns: u64,
+    /// See `backend_read_ns`.
+    pub backend_write_ns: u64,
     /// Latency of successful completions, nanoseconds, in eighth-octave buckets: small
     /// enough to copy under the lock the engine records under (an HDR histogram of the
     /// same range is ~440 KiB a tenant; copying one per tenant for each `/metrics` scrape
@@ -214,6 +225,10 @@ impl TenantCounters {
             cancelled: 0,
             read_bytes: 0,
             written_bytes: 0,
+            reads: 0,
+            writes: 0,
+            backend_read_ns: 0,
+            backend_write_ns: 0,
             latency: Octaves::default(),
             latency_buckets: [0; LATENCY_BUCKETS_NS.len() + 1],
             latency_sum_ns: 0,
@@ -393,9 +408,21 @@ impl LiveStats {
             t.errors += 1;
             return;
         }
+        let backend = c
+            .finish
+            .checked_sub(c.start)
+            .expect("a request finishes after its dispatch");
         match c.request.op {
-            Op::Read => t.read_bytes += c.request.len as u64,
-            Op::Write => t.written_bytes += c.request.len as u64,
+            Op::Read => {
+                t.read_bytes += c.request.len as u64;
+                t.reads += 1;
+                t.backend_read_ns += backend;
+            }
+            Op::Write => {
+                t.written_bytes += c.request.len as u64;
+                t.writes += 1;
+                t.backend_write_ns += backend;
+            }
             Op::Flush | Op::Trim => {}
         }
         let latency = c.latency();
