@@ -380,7 +380,7 @@ impl Policy for Throttle {
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        self.governor.set_weight(tenant as usize, spec.weight);
+        self.governor.set_spec(tenant as usize, spec);
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
