@@ -117,7 +117,7 @@ use crate::types::{Nanos, Op, Slo, TenantSpec, nanos_to_secs};
 use std::collections::VecDeque;
 
 /// What a tenant did in one period, as the kernel counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     /// Reads completed (or passed by the throttle).
     pub read_ios: u64,
@@ -132,7 +132,7 @@ pub struct Usage {
 /// What the whole device did in one period: requests completed and the sum of their
 /// latencies (`/proc/diskstats`' time reading and writing; the simulator's device
 /// times).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct DeviceUsage {
     /// Requests the device completed.
     pub ios: u64,
