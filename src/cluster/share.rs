@@ -269,6 +269,9 @@ pub struct FrontShare {
     /// The front's own report count.
     seq: u64,
     decisions: u64,
+    /// When it last took a report of another front (`None`: never, or every front
+    /// it heard has since said it left).
+    heard_other: Option<Nanos>,
 }
 
 impl FrontShare {
@@ -310,6 +313,7 @@ impl FrontShare {
             global,
             seq: 0,
             decisions: 0,
+            heard_other: None,
         }
     }
 
@@ -402,6 +406,16 @@ impl FrontShare {
     /// A peer left (told so by whoever knows): dropped now.
     pub fn forget(&mut self, front: FrontId) {
         self.peers.remove(&front);
+        self.forget_silence();
+    }
+
+    /// With no other front left that has not said it leaves, silence is not a
+    /// partition any more.
+    fn forget_silence(&mut self) {
+        let me = self.me;
+        if !self.peers.iter().any(|(&f, p)| f != me && !p.latest.leaving) {
+            self.heard_other = None;
+        }
     }
 
     fn take(&mut self, report: Report, now: Nanos) -> Result<bool, ShareError> {
@@ -412,6 +426,9 @@ impl FrontShare {
                 front: report.front,
                 tenant: t.tenant,
             });
+        }
+        if report.front != self.me {
+            self.heard_other = Some(now);
         }
         match self.peers.get_mut(&report.front) {
             Some(p) => {
@@ -463,9 +480,13 @@ impl FrontShare {
         let stale_ns = self.params.stale_after.saturating_mul(period);
         let gone_ns = self.params.gone_after.saturating_mul(period);
         let me = self.me;
+        let said_bye = self.peers.values().any(|p| p.latest.leaving);
         self.peers.retain(|&f, p| {
             f == me || (!p.latest.leaving && now.saturating_sub(p.heard_at) <= gone_ns)
         });
+        if said_bye {
+            self.forget_silence();
+        }
         for p in self.peers.values_mut() {
             p.advance();
         }
@@ -509,8 +530,11 @@ impl FrontShare {
             .iter()
             .map(|(&f, p)| (f, f == me || now.saturating_sub(p.heard_at) <= stale_ns))
             .collect();
-        let others = self.peers.keys().filter(|&&f| f != me).count();
-        let isolated = others > 0 && !fresh.iter().any(|(&f, &ok)| f != me && ok);
+        // Hearing nobody for `stale_after` (peers dropped as gone since included): a
+        // partition as far as this front can tell.
+        let isolated = self
+            .heard_other
+            .is_some_and(|at| now.saturating_sub(at) > stale_ns);
         for t in 0..n {
             self.split(t as TenantId, &fresh);
             if !self.hosted[t] {
@@ -814,8 +838,8 @@ mod tests {
     }
 
     /// A peer silent past `stale_after` keeps its part (frozen) and its rates; a
-    /// front that hears nobody never raises its limits; a peer silent past
-    /// `gone_after` is dropped and its part goes to the others; one that says it
+    /// front that hears nobody never raises its limits, even once the silent peer is
+    /// dropped past `gone_after`, until it is told the peer left; one that says it
     /// leaves is dropped at once.
     #[test]
     fn stale_and_gone_peers() {
@@ -847,13 +871,19 @@ mod tests {
             }
             if silent > params().gone_after {
                 assert_eq!(f[0].peers(), vec![0], "dropped after gone_after");
-                assert!(
-                    (l.riops.unwrap() - f[0].global_limits()[0].riops.unwrap()).abs() < 1e-6,
-                    "the whole limit"
-                );
+                // Still hearing nobody: a partition as far as it can tell.
+                assert!(l.riops.unwrap() <= last.riops.unwrap() + 1e-9, "p {p}");
             }
             last = l;
         }
+        // Told that front 1 left: its part is this front's.
+        f[0].forget(1);
+        let _ = f[0].decide(now + PERIOD);
+        let l = f[0].limits(0).riops.unwrap();
+        assert!(
+            (l - f[0].global_limits()[0].riops.unwrap()).abs() < 1e-6,
+            "the whole limit"
+        );
         // Leaving: dropped at the next decision.
         let mut f = pair();
         let [a, b] = pair_reports(&mut f, 1, [1, 1], [false, false]);

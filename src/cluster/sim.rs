@@ -112,13 +112,12 @@ pub const WINDOW: Nanos = 1_000_000_000;
 pub struct ClusterResult {
     /// Per window, per front, per tenant: requests completed.
     pub windows: Vec<Vec<Vec<u64>>>,
-    /// Per window, per tenant: its global limit in requests a second (reads and writes)
-    /// as the lowest-numbered front still exchanging saw it at the window's end
-    /// (`None` without one: a mode without exchange).
-    pub global: Vec<Vec<Option<f64>>>,
-    /// Per front that left, per tenant: its local limit (requests a second) when it
-    /// left.
-    pub left_with: Vec<(usize, Vec<f64>)>,
+    /// Per window, per tenant: its global limits as the lowest-numbered front still
+    /// exchanging decided them, averaged over the window's periods (`None` without
+    /// one: a mode without exchange).
+    pub global: Vec<Vec<Option<Limits>>>,
+    /// Per front that left, per tenant: its local limits when it left.
+    pub left_with: Vec<(usize, Vec<Limits>)>,
     /// Reports refused by a front (none expected).
     pub refused_reports: u64,
     /// Requests completed.
@@ -278,6 +277,11 @@ struct Run<'a> {
     cost: CostModel,
     params: ShareParams,
     result: ClusterResult,
+    /// This window's sum of the global limits (reads, writes, bytes read, bytes
+    /// written) per tenant as the lowest-numbered exchanging front decided them, and
+    /// the decisions summed.
+    global_sum: Vec<[f64; 4]>,
+    global_n: u32,
 }
 
 /// Runs `s` to its end.
@@ -374,6 +378,8 @@ pub fn run(s: &ClusterScenario) -> Result<ClusterResult, super::model::ClusterEr
             refused_reports: 0,
             completed: 0,
         },
+        global_sum: vec![[0.0; 4]; s.tenants.len()],
+        global_n: 0,
     };
     for f in 0..s.fronts {
         let at = s.joins.iter().find(|j| j.0 == f).map_or(0, |j| j.1);
@@ -444,8 +450,8 @@ impl Run<'_> {
             Ev::Leave { front, how } => {
                 let f = &mut self.fronts[front];
                 if let Some(share) = &f.share {
-                    let l: Vec<f64> = (0..self.s.tenants.len())
-                        .map(|t| iops_of(&share.limits(t as TenantId)))
+                    let l: Vec<Limits> = (0..self.s.tenants.len())
+                        .map(|t| share.limits(t as TenantId))
                         .collect();
                     self.result.left_with.push((front, l));
                 }
@@ -573,6 +579,23 @@ impl Run<'_> {
             assert!(f.host.set_limits(t, &limits[t as usize], now));
         }
         let partitioned = f.partitioned;
+        let seer = self
+            .fronts
+            .iter()
+            .position(|f| f.up && !f.partitioned && f.share.is_some());
+        if seer == Some(front) {
+            let global = self.fronts[front]
+                .share
+                .as_ref()
+                .expect("an exchanging front")
+                .global_limits();
+            for (sum, l) in self.global_sum.iter_mut().zip(global) {
+                for (k, v) in [l.riops, l.wiops, l.rbps, l.wbps].into_iter().enumerate() {
+                    sum[k] += v.unwrap_or(f64::INFINITY);
+                }
+            }
+            self.global_n += 1;
+        }
         self.push(now + self.params.governor.period, Ev::Period { front });
         if !partitioned {
             for to in 0..self.fronts.len() {
@@ -605,20 +628,23 @@ impl Run<'_> {
             ));
         }
         self.result.windows.push(counts);
-        let seer = self
-            .fronts
+        let decisions = f64::from(self.global_n);
+        let global = self
+            .global_sum
             .iter()
-            .find(|f| f.up && !f.partitioned && f.share.is_some());
-        self.result.global.push(
-            (0..n)
-                .map(|t| seer.and_then(|f| f.share.as_ref()).map(|s| iops_of(&s.global_limits()[t])))
-                .collect(),
-        );
+            .map(|sum| {
+                let mean = |k: usize| Some(sum[k] / decisions).filter(|v| v.is_finite());
+                (decisions > 0.0).then(|| Limits {
+                    riops: mean(0),
+                    wiops: mean(1),
+                    rbps: mean(2),
+                    wbps: mean(3),
+                })
+            })
+            .collect();
+        self.result.global.push(global);
+        self.global_sum = vec![[0.0; 4]; n];
+        self.global_n = 0;
         self.push(now + WINDOW, Ev::Window);
     }
-}
-
-/// Requests a second `l` allows, reads and writes.
-fn iops_of(l: &Limits) -> f64 {
-    l.riops.unwrap_or(f64::INFINITY) + l.wiops.unwrap_or(f64::INFINITY)
 }
