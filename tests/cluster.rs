@@ -5,8 +5,8 @@
 
 use ioshare::cluster::model::ClusterParams;
 use ioshare::cluster::sim::{ClusterResult, ClusterScenario, Exchange, Leave, Mode, Volume, run};
-use ioshare::policy::governor::Limits;
 use ioshare::device::fixed::FixedParams;
+use ioshare::policy::governor::Limits;
 use ioshare::types::{Nanos, TenantSpec};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -44,7 +44,12 @@ fn reader(tenant: u32, front: usize, iodepth: u32) -> Volume {
     }
 }
 
-fn scenario(fronts: usize, tenants: Vec<TenantSpec>, volumes: Vec<Volume>, mode: Mode) -> ClusterScenario {
+fn scenario(
+    fronts: usize,
+    tenants: Vec<TenantSpec>,
+    volumes: Vec<Volume>,
+    mode: Mode,
+) -> ClusterScenario {
     ClusterScenario {
         seed: 7,
         duration: 8 * SEC,
@@ -110,7 +115,11 @@ fn weights_hold_across_fronts() {
         let coordinated = run(&weighted(fronts, Mode::Coordinated)).unwrap();
         let local = run(&weighted(fronts, Mode::Local)).unwrap();
         let none = run(&weighted(fronts, Mode::NoQos)).unwrap();
-        let (c, l, n) = (share_error(&coordinated), share_error(&local), share_error(&none));
+        let (c, l, n) = (
+            share_error(&coordinated),
+            share_error(&local),
+            share_error(&none),
+        );
         let ratio = mean_total(&coordinated, 3) / mean_total(&none, 3);
         let over = (3..coordinated.windows.len())
             .flat_map(|w| (0..6).map(move |t| (w, t)))
@@ -124,7 +133,10 @@ fn weights_hold_across_fronts() {
             100.0 * n
         );
         assert!(c <= most, "{fronts} fronts: {c:.4}");
-        assert!(l >= 10.0 * c, "{fronts} fronts: local {l:.4} against {c:.4}");
+        assert!(
+            l >= 10.0 * c,
+            "{fronts} fronts: local {l:.4} against {c:.4}"
+        );
         assert!(ratio >= 0.9, "{fronts} fronts: {ratio:.3}× no QoS");
         assert_eq!(coordinated.refused_reports, 0);
     }
@@ -158,12 +170,18 @@ fn reservations_and_limits_hold_across_fronts() {
     s.duration = 30 * SEC;
     let r = run(&s).unwrap();
     let windows = 2..r.windows.len();
-    let met = windows.clone().filter(|&w| r.iops(w, 0) >= reservation).count();
+    let met = windows
+        .clone()
+        .filter(|&w| r.iops(w, 0) >= reservation)
+        .count();
     let worst_over = windows
         .clone()
         .map(|w| r.iops(w, 1) / limit)
         .fold(0.0, f64::max);
-    let least = windows.clone().map(|w| r.iops(w, 0)).fold(f64::MAX, f64::min);
+    let least = windows
+        .clone()
+        .map(|w| r.iops(w, 0))
+        .fold(f64::MAX, f64::min);
     println!(
         "reservation {reservation}: met in {met} of {} windows (least {least:.0}); limit {limit}: at most {worst_over:.4}× it; the unconstrained tenant {:.0}",
         windows.len(),
@@ -194,7 +212,12 @@ fn a_demand_shift_converges_within_a_second() {
             ..reader(0, 2, 8)
         });
     }
-    volumes.extend([reader(1, 0, 16), reader(1, 1, 16), reader(2, 1, 16), reader(2, 2, 16)]);
+    volumes.extend([
+        reader(1, 0, 16),
+        reader(1, 1, 16),
+        reader(2, 1, 16),
+        reader(2, 2, 16),
+    ]);
     let r = run(&scenario(3, tenants, volumes, Mode::Coordinated)).unwrap();
     let want = 1.0 / 7.0;
     let share = |w: usize| r.iops(w, 0) / r.total(w);
@@ -203,7 +226,10 @@ fn a_demand_shift_converges_within_a_second() {
         .collect();
     println!(
         "demand shift at 4 s: tenant 0's share error per window {:?}; at front 2 from 5 s {:.0}/s",
-        errors.iter().map(|e| format!("{:.3}", e)).collect::<Vec<_>>(),
+        errors
+            .iter()
+            .map(|e| format!("{:.3}", e))
+            .collect::<Vec<_>>(),
         r.front_iops(5, 2, 0)
     );
     assert!(errors[3] <= 0.05, "before the shift: {:.3}", errors[3]);
@@ -232,8 +258,8 @@ fn a_front_that_leaves() {
         let mut worst = 0.0f64;
         let mut worst_plain = 0.0f64;
         for w in 2..r.windows.len() {
-            for t in 0..6 {
-                let allocation = last[t].riops.unwrap_or(0.0) + last[t].wiops.unwrap_or(0.0);
+            for (t, last) in last.iter().enumerate() {
+                let allocation = last.riops.unwrap_or(0.0) + last.wiops.unwrap_or(0.0);
                 let bound = 1.05 * limit + allocation;
                 worst = worst.max(r.iops(w, t) / bound);
                 worst_plain = worst_plain.max(r.iops(w, t) / limit);
@@ -243,7 +269,10 @@ fn a_front_that_leaves() {
                     r.iops(w, t),
                     (0..3).map(|f| r.front_iops(w, f, t)).collect::<Vec<_>>()
                 );
-                let elsewhere = s.volumes.iter().any(|v| v.tenant == t as u32 && v.front != 1);
+                let elsewhere = s
+                    .volumes
+                    .iter()
+                    .any(|v| v.tenant == t as u32 && v.front != 1);
                 if elsewhere && w >= 4 {
                     assert!(r.iops(w, t) > 0.0, "{how:?}: window {w} tenant {t} starved");
                 }
@@ -251,7 +280,9 @@ fn a_front_that_leaves() {
         }
         println!(
             "front 1 leaves ({how:?}) at 4 s: at most {worst:.3} of the bound, {worst_plain:.3}× the limit; served elsewhere; totals {:?}",
-            (0..r.windows.len()).map(|w| r.total(w).round()).collect::<Vec<_>>()
+            (0..r.windows.len())
+                .map(|w| r.total(w).round())
+                .collect::<Vec<_>>()
         );
     }
 }
@@ -281,7 +312,9 @@ fn a_front_that_joins_has_its_tenants_served() {
     let share = |w: usize| r.iops(w, 2) / r.total(w);
     println!(
         "front 2 joins at 3 s: tenant 2 per window {:?}, share in [4 s, 5 s) {:.3} (want {want:.3})",
-        (0..r.windows.len()).map(|w| r.iops(w, 2).round()).collect::<Vec<_>>(),
+        (0..r.windows.len())
+            .map(|w| r.iops(w, 2).round())
+            .collect::<Vec<_>>(),
         share(4)
     );
     assert_eq!(r.iops(2, 2), 0.0);

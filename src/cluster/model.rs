@@ -226,7 +226,10 @@ mod tests {
             }
         }
         // 2,000 objects over 8 OSDs: each within 20 % of 250.
-        assert!(primaries.iter().all(|&n| (200..=300).contains(&n)), "{primaries:?}");
+        assert!(
+            primaries.iter().all(|&n| (200..=300).contains(&n)),
+            "{primaries:?}"
+        );
     }
 
     #[test]
@@ -241,7 +244,19 @@ mod tests {
         // Same seed, same answers.
         let mut d = ClusterModel::new(params(3)).unwrap();
         assert_eq!(d.submit(1, &req(Op::Read, 0), 0), read);
-        assert!(ClusterModel::new(ClusterParams { replication: 9, ..params(3) }).is_err());
-        assert!(ClusterModel::new(ClusterParams { osds: 0, ..params(3) }).is_err());
+        assert!(
+            ClusterModel::new(ClusterParams {
+                replication: 9,
+                ..params(3)
+            })
+            .is_err()
+        );
+        assert!(
+            ClusterModel::new(ClusterParams {
+                osds: 0,
+                ..params(3)
+            })
+            .is_err()
+        );
     }
 }

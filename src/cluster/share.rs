@@ -413,7 +413,11 @@ impl FrontShare {
     /// partition any more.
     fn forget_silence(&mut self) {
         let me = self.me;
-        if !self.peers.iter().any(|(&f, p)| f != me && !p.latest.leaving) {
+        if !self
+            .peers
+            .iter()
+            .any(|(&f, p)| f != me && !p.latest.leaving)
+        {
             self.heard_other = None;
         }
     }
@@ -497,13 +501,13 @@ impl FrontShare {
         let mut seen_held = vec![false; n];
         for p in self.peers.values() {
             for (&t, pt) in &p.tenants {
-                for k in 0..4 {
-                    sum[t as usize][k] += pt.rate[k];
+                for (s, r) in sum[t as usize].iter_mut().zip(pt.rate) {
+                    *s += r;
                 }
                 seen_held[t as usize] |= pt.wanting;
             }
-            for k in 0..4 {
-                device[k] += p.device[k];
+            for (d, r) in device.iter_mut().zip(p.device) {
+                *d += r;
             }
         }
         let usage: Vec<Usage> = sum
@@ -644,8 +648,8 @@ impl Peer {
                 r.usage.write_bytes.saturating_sub(before.write_bytes),
             ];
             let pt = self.tenants.get_mut(&r.tenant).expect("added above");
-            for k in 0..4 {
-                pt.rate[k] = diff[k] as f64 / periods;
+            for (rate, d) in pt.rate.iter_mut().zip(diff) {
+                *rate = d as f64 / periods;
             }
             let ios = pt.rate[0] + pt.rate[1];
             pt.demand += DEMAND_SMOOTHING * (ios - pt.demand);
@@ -784,7 +788,9 @@ mod tests {
         ));
         assert_eq!(f[0].receive(a.clone(), 0), Err(ShareError::Own(0)));
         // Unknown fields are refused too.
-        let text = String::from_utf8(a.encode()).unwrap().replacen('{', "{\"x\":1,", 1);
+        let text = String::from_utf8(a.encode())
+            .unwrap()
+            .replacen('{', "{\"x\":1,", 1);
         assert!(matches!(
             f[1].receive_bytes(text.as_bytes(), 0),
             Err(ShareError::Malformed(_))
@@ -811,7 +817,10 @@ mod tests {
         let busy = f[0].limits(0).riops.unwrap();
         let idle = f[1].limits(0).riops.unwrap();
         assert!(busy >= 0.97 * global, "{busy} of {global}");
-        assert!((idle / global - FLOOR / 2.0).abs() < 0.01, "{idle} of {global}");
+        assert!(
+            (idle / global - FLOOR / 2.0).abs() < 0.01,
+            "{idle} of {global}"
+        );
         assert!((busy + idle - global).abs() < 1e-6 * global);
         assert_eq!(
             f[1].limits(0).riops.unwrap(),

@@ -17,9 +17,9 @@
 use super::model::{ClusterModel, ClusterParams};
 use super::share::{FrontShare, Report, ShareParams};
 use crate::host::{Host, Limits as HostLimits, Observer, Refuse, Status};
+use crate::policy::Fifo;
 use crate::policy::cost::CostModel;
 use crate::policy::governor::{DeviceUsage, Governor, Limits, Usage};
-use crate::policy::Fifo;
 use crate::policy::throttle::{Limited, Throttle};
 use crate::policy::{Admission, Policy, Refusal};
 use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec};
@@ -178,10 +178,17 @@ struct Counts {
 impl Observer for Counts {
     fn arrived(&mut self, _request: &Request) {}
     fn refused(&mut self, request: &Request, reason: Refusal, _now: Nanos) {
-        panic!("request {} refused ({reason:?}): no queue limit", request.id);
+        panic!(
+            "request {} refused ({reason:?}): no queue limit",
+            request.id
+        );
     }
     fn dispatched(&mut self, r: &Request, _now: Nanos) {
-        assert!(self.on_cluster.insert(r.id), "request {} dispatched twice", r.id);
+        assert!(
+            self.on_cluster.insert(r.id),
+            "request {} dispatched twice",
+            r.id
+        );
         let u = &mut self.usage[r.tenant as usize];
         if r.op == Op::Read {
             u.read_ios += 1;
@@ -496,8 +503,7 @@ impl Run<'_> {
         if !self.fronts[front].up {
             return;
         }
-        while self.volumes[v].active && self.volumes[v].outstanding < self.volumes[v].spec.iodepth
-        {
+        while self.volumes[v].active && self.volumes[v].outstanding < self.volumes[v].spec.iodepth {
             let vol = &mut self.volumes[v];
             let (op, offset, len) = vol.generator.next_io(&vol.phase);
             self.next_id += 1;

@@ -557,8 +557,7 @@ impl Governor {
             let each = read * self.cost.cost(Op::Read, 0, slo.size, true)
                 + (1.0 - read) * self.cost.cost(Op::Write, 0, slo.size, true);
             // The limits keep `min_direction` of it for the direction it does not use.
-            slo.iops * nanos_to_secs(self.params.period) * each
-                / (1.0 - self.params.min_direction)
+            slo.iops * nanos_to_secs(self.params.period) * each / (1.0 - self.params.min_direction)
         });
         let reservation = t.reservation_iops.map_or(0.0, |r| self.iops_time(i, r));
         slo.max(reservation).min(self.cap(i))
@@ -577,8 +576,14 @@ impl Governor {
     fn mix(&self, i: usize) -> (f64, f64, f64) {
         let t = &self.tenants[i];
         let size = |s: f64| s.clamp(1.0, f64::from(u32::MAX)) as u32;
-        let r = self.cost.cost(Op::Read, 0, size(t.read_size), true).max(1.0);
-        let w = self.cost.cost(Op::Write, 0, size(t.write_size), true).max(1.0);
+        let r = self
+            .cost
+            .cost(Op::Read, 0, size(t.read_size), true)
+            .max(1.0);
+        let w = self
+            .cost
+            .cost(Op::Write, 0, size(t.write_size), true)
+            .max(1.0);
         let read = t.read_share.map_or(0.5, |s| {
             let (reads, writes) = (s / r, (1.0 - s) / w);
             if reads + writes > 0.0 {
@@ -1604,7 +1609,12 @@ mod tests {
         assert_eq!(g.tenants[0].gain, MAX_GAIN);
         assert_eq!(g.tenants[1].gain, 1.0 / MAX_GAIN);
         // Both want more than any split: it is 4 × 4 to 1.
-        let split = g.water_fill(&[f64::INFINITY; 2], &[true, true], &[0.0; 2], &[f64::INFINITY; 2]);
+        let split = g.water_fill(
+            &[f64::INFINITY; 2],
+            &[true, true],
+            &[0.0; 2],
+            &[f64::INFINITY; 2],
+        );
         assert!((split[0] / split[1] - 16.0).abs() < 1e-9, "{split:?}");
         g.feedback(&used, &[false, true]);
         assert_eq!(g.tenants[0].gain, 1.0, "back to its weight");
@@ -1814,7 +1824,10 @@ mod tests {
             }
         }
         let r1 = g.limits()[1].riops.unwrap();
-        assert!(r1 <= 0.75 * device_iops, "the reservation came off the top: {r1:.0}");
+        assert!(
+            r1 <= 0.75 * device_iops,
+            "the reservation came off the top: {r1:.0}"
+        );
         // Over the limit: held to it.
         tenants[0].limit_iops = Some(0.5 * reservation);
         g.set_spec(0, &tenants[0]);

@@ -426,7 +426,6 @@ impl Throttle {
             (slice_ms * 1e6) as Nanos,
         )))
     }
-
 }
 
 /// Counts a request that passed in its tenant's usage.
