@@ -799,6 +799,38 @@ mod tests {
         assert_eq!(f[1].receive_bytes(&a.encode(), 0), Ok(false), "not newer");
     }
 
+    /// Bytes off the wire never panic: random bytes, and a valid report cut short or
+    /// with one byte changed anywhere, are taken or refused with a typed error.
+    #[test]
+    fn damaged_bytes_are_errors_not_panics() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut f = pair();
+        let [a, _] = pair_reports(&mut f, 3, [10, 5], [true, false]);
+        let good = a.encode();
+        let (mut taken, mut refused) = (0, 0);
+        for i in 0..4000 {
+            let bytes: Vec<u8> = match i % 3 {
+                0 => (0..rng.random_range(0..200))
+                    .map(|_| rng.random())
+                    .collect(),
+                1 => good[..rng.random_range(0..good.len())].to_vec(),
+                _ => {
+                    let mut b = good.clone();
+                    let k = rng.random_range(0..b.len());
+                    b[k] = rng.random();
+                    b
+                }
+            };
+            match f[1].receive_bytes(&bytes, 0) {
+                Ok(_) => taken += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(refused > 3000, "{taken} taken, {refused} refused");
+        let _ = f[1].decide(PERIOD);
+    }
+
     /// The same reports on two fronts give the same global limits; a tenant busy at
     /// one front and idle at the other has its limits moved to the busy one, the other
     /// keeping its floor.

@@ -604,3 +604,51 @@ impl Policy for Limited {
         self.gate.check()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(id: u64) -> Request {
+        Request {
+            id,
+            tenant: 0,
+            op: Op::Read,
+            offset: 0,
+            len: 4096,
+            arrival: 0,
+            cost: 0,
+        }
+    }
+
+    /// `Limited` passes what the limits it is given allow (a slice's budget at once,
+    /// then the rate), nothing before it is given any but everything (no limit), and
+    /// other policies say they take no limits.
+    #[test]
+    fn limited_enforces_the_limits_it_is_given() {
+        let slice = 20_000_000;
+        let mut p = Limited::new(1, slice);
+        let limits = Limits {
+            riops: Some(1_000.0),
+            ..Limits::default()
+        };
+        assert!(p.set_limits(0, &limits, 0));
+        for id in 0..1_000 {
+            let _ = p.enqueue(read(id), 0);
+        }
+        let (mut now, mut passed) = (0, 0);
+        while now <= 100_000_000 {
+            match p.dispatch(now) {
+                Dispatch::Request(_) => passed += 1,
+                Dispatch::Wait(at) => now = at,
+                Dispatch::Idle => break,
+            }
+        }
+        // 20 at once (a slice's worth), then one a millisecond to 100 ms.
+        assert!((118..=122).contains(&passed), "{passed}");
+        assert_eq!(p.queued(), 1_000 - passed);
+        p.check().unwrap();
+        let mut fifo = crate::policy::Fifo::new(1);
+        assert!(!fifo.set_limits(0, &limits, 0));
+    }
+}
