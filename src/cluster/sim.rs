@@ -20,9 +20,9 @@ use crate::host::{Host, Limits as HostLimits, Observer, Refuse, Status};
 use crate::policy::Fifo;
 use crate::policy::cost::CostModel;
 use crate::policy::governor::{DeviceUsage, Governor, Limits, Usage};
-use crate::policy::throttle::{Limited, Throttle};
+use crate::policy::throttle::{Limited, Throttle, count, count_device};
 use crate::policy::{Admission, Policy, Refusal};
-use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec};
+use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use crate::workload::{Arrivals, Generator, Pattern, Phase, SizeDist};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -184,19 +184,8 @@ impl Observer for Counts {
         );
     }
     fn dispatched(&mut self, r: &Request, _now: Nanos) {
-        assert!(
-            self.on_cluster.insert(r.id),
-            "request {} dispatched twice",
-            r.id
-        );
-        let u = &mut self.usage[r.tenant as usize];
-        if r.op == Op::Read {
-            u.read_ios += 1;
-            u.read_bytes += u64::from(r.len);
-        } else {
-            u.write_ios += 1;
-            u.write_bytes += u64::from(r.len);
-        }
+        assert!(self.on_cluster.insert(r.id), "request {} dispatched twice", r.id);
+        count(&mut self.usage[r.tenant as usize], r);
     }
     fn completed(&mut self, c: &Completion, _status: Status) {
         assert!(
@@ -204,13 +193,7 @@ impl Observer for Counts {
             "request {} completed twice or never dispatched",
             c.request.id
         );
-        let took = c.finish - c.start;
-        self.device.ios += 1;
-        self.device.latency_ns += took;
-        if c.request.op == Op::Write {
-            self.device.writes += 1;
-            self.device.write_ns += took;
-        }
+        count_device(&mut self.device, c);
         self.window[c.request.tenant as usize] += 1;
     }
 }

@@ -428,8 +428,9 @@ impl Throttle {
     }
 }
 
-/// Counts a request that passed in its tenant's usage.
-fn count(u: &mut Usage, r: &Request) {
+/// Counts a request that passed in its tenant's usage (the kernel's counts: trims and
+/// flushes with the writes).
+pub fn count(u: &mut Usage, r: &Request) {
     let bytes = u64::from(r.len);
     match direction(r.op) {
         0 => {
@@ -443,8 +444,9 @@ fn count(u: &mut Usage, r: &Request) {
     }
 }
 
-/// The device's counters of a completion.
-fn count_device(device: &mut DeviceUsage, c: &Completion) {
+/// Counts a completion in the device's counters (`/proc/diskstats`' reading: its time
+/// in the device).
+pub fn count_device(device: &mut DeviceUsage, c: &Completion) {
     let took = c.finish.saturating_sub(c.start);
     device.ios += 1;
     device.latency_ns += took;
