@@ -184,7 +184,11 @@ impl Observer for Counts {
         );
     }
     fn dispatched(&mut self, r: &Request, _now: Nanos) {
-        assert!(self.on_cluster.insert(r.id), "request {} dispatched twice", r.id);
+        assert!(
+            self.on_cluster.insert(r.id),
+            "request {} dispatched twice",
+            r.id
+        );
         count(&mut self.usage[r.tenant as usize], r);
     }
     fn completed(&mut self, c: &Completion, _status: Status) {
