@@ -350,3 +350,17 @@ fn a_run_is_deterministic() {
     s.leaves = vec![(2, 2 * SEC, Leave::Partition)];
     assert_eq!(run(&s).unwrap(), run(&s).unwrap());
 }
+
+/// A scenario it cannot run is an error, not a panic.
+#[test]
+fn a_bad_scenario_is_an_error() {
+    let mut s = weighted(3, Mode::Coordinated);
+    s.volumes.push(reader(9, 0, 8));
+    assert!(run(&s).unwrap_err().to_string().contains("volume"));
+    let mut s = weighted(3, Mode::Coordinated);
+    s.leaves = vec![(5, SEC, Leave::Crash)];
+    assert!(run(&s).is_err());
+    let mut s = weighted(3, Mode::Coordinated);
+    s.cluster.replication = 9;
+    assert!(run(&s).is_err());
+}

@@ -14,7 +14,7 @@
 //! a request is dispatched and completes once (its id), a volume's outstanding count
 //! never goes below zero, every host's and gate's counts add up (each window).
 
-use super::model::{ClusterModel, ClusterParams};
+use super::model::{ClusterError, ClusterModel, ClusterParams};
 use super::share::{FrontShare, Report, ShareParams};
 use crate::host::{Host, Limits as HostLimits, Observer, Refuse, Status};
 use crate::policy::Fifo;
@@ -278,8 +278,41 @@ struct Run<'a> {
     global_n: u32,
 }
 
-/// Runs `s` to its end.
-pub fn run(s: &ClusterScenario) -> Result<ClusterResult, super::model::ClusterError> {
+/// What a scenario cannot have, named.
+fn check(s: &ClusterScenario) -> Result<(), ClusterError> {
+    let bad = |what: String| Err(ClusterError(what));
+    if s.fronts == 0 || s.queue_depth == 0 {
+        return bad("at least one front, of queue depth 1 or more".into());
+    }
+    if !(0.0..=1.0).contains(&s.exchange.loss) {
+        return bad(format!("a loss of {} (0 to 1)", s.exchange.loss));
+    }
+    for (i, v) in s.volumes.iter().enumerate() {
+        if v.tenant as usize >= s.tenants.len()
+            || v.front >= s.fronts
+            || v.iodepth == 0
+            || v.size == 0
+            || !(0.0..=1.0).contains(&v.read_mix)
+        {
+            return bad(format!("volume {i}: {v:?}"));
+        }
+    }
+    for &(front, _) in &s.joins {
+        if front >= s.fronts {
+            return bad(format!("front {front} joins: no such front"));
+        }
+    }
+    for &(front, _, _) in &s.leaves {
+        if front >= s.fronts {
+            return bad(format!("front {front} leaves: no such front"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `s` to its end; a scenario it cannot run is an error naming what is wrong.
+pub fn run(s: &ClusterScenario) -> Result<ClusterResult, ClusterError> {
+    check(s)?;
     let cluster = ClusterModel::new(s.cluster)?;
     let cost = cluster.cost_model();
     let mut params = ShareParams::for_cluster(&cost);
