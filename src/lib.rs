@@ -7,7 +7,8 @@
 //! one core both drivers run), [`policy`] (the scheduler inside it), [`device`]
 //! (simulated devices), [`sim`] (the event loop and its checker), [`metrics`] and
 //! [`report`] (what tenants got), [`scenario`] and [`config`] (experiments and settings
-//! as data). `docs/architecture.md` draws the flow and lists the invariants.
+//! as data), [`cluster`] (several hosts' fronts sharing one cluster).
+//! `docs/architecture.md` draws the flow and lists the invariants.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -16,6 +17,7 @@
 pub mod buffer;
 pub mod calibrate;
 pub mod characterize;
+pub mod cluster;
 pub mod config;
 pub mod conformance;
 pub mod device;

@@ -48,6 +48,8 @@ struct TenantFile {
     cgroup: PathBuf,
     weight: Option<f64>,
     slo: Option<Slo>,
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
 }
 
 /// A checked `govern` configuration.
@@ -192,8 +194,8 @@ impl GovernConfig {
             let spec = QosFields {
                 weight: t.weight,
                 slo: t.slo,
-                reservation_iops: None,
-                limit_iops: None,
+                reservation_iops: t.reservation_iops,
+                limit_iops: t.limit_iops,
             }
             .spec(&t.name)
             .map_err(|e| e.within(&field))?;
@@ -443,6 +445,16 @@ mod tests {
         assert_eq!(c.cost, disk);
         assert!(c.cost.seeks(), "a disk's model");
         assert_eq!(c.params, Params::for_device(&disk));
+        // A reservation and a limit, checked as a scenario's are.
+        let qos = |r: u32, l: u32| {
+            format!(
+                "[govern]\ndevice = '{dev}'\n[[tenant]]\nname = 'a'\ncgroup = 'a'\nreservation_iops = {r}\nlimit_iops = {l}\n"
+            )
+        };
+        let c = GovernConfig::parse(&qos(100, 500), dir.path()).unwrap();
+        assert_eq!(c.tenants[0].0.reservation_iops, Some(100.0));
+        assert_eq!(c.tenants[0].0.limit_iops, Some(500.0));
+        assert!(GovernConfig::parse(&qos(500, 100), dir.path()).is_err());
         let plain = GovernConfig::parse(&text(""), dir.path()).unwrap();
         assert!(!plain.calibrated);
         assert_eq!(plain.cost, CostModel::generic_ssd());

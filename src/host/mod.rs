@@ -519,6 +519,17 @@ impl<O: Observer> Host<O> {
         self.policy.update_tenant(tenant, spec, now);
     }
 
+    /// Limits decided outside the policy for `tenant` from `now` on
+    /// ([`Policy::set_limits`]); `false` when the policy does not take them.
+    pub fn set_limits(
+        &mut self,
+        tenant: TenantId,
+        limits: &crate::policy::governor::Limits,
+        now: Nanos,
+    ) -> bool {
+        self.policy.set_limits(tenant, limits, now)
+    }
+
     /// A tenant joins while running: the host and its policy count it from now on. Its
     /// id is the number of tenants before it (the policy answers the same, asserted).
     pub fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {

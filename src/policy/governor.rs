@@ -93,6 +93,20 @@
 //!   it to each, so a direction it has not used yet is not closed) and turned into IOPS
 //!   and bytes per second at its recent mean sizes.
 //!
+//! * **A reservation and a limit** (`reservation_iops`, `limit_iops`: mClock's, A. Gulati,
+//!   A. Merchant, P. Varman, "mClock: Handling Throughput Variability for Hypervisor IO
+//!   Scheduling", OSDI 2010). A reservation is taken off the top of the forecast as an
+//!   SLO's rate is (while the tenant was active in the last second), priced at the
+//!   tenant's mix; a limit caps the tenant's allocation: in the water-filling a capped
+//!   tenant that wants more wants its cap and no more, so what it cannot take goes to
+//!   the others, and its limits never allow more than `limit_iops` requests a second
+//!   between the two directions, give or take `min_direction` of it for the direction
+//!   its mix does not use. **Reading:** the kernel's throttle limits each direction
+//!   alone, so the limit is split between them by the tenant's recent mix in requests
+//!   (each direction at most the limit times its part, at least `min_direction`), and
+//!   the device time it allows is the limit at the mix's cost with room for that
+//!   direction, as an SLO's rate is. A reservation above the limit is held to the limit.
+//!
 //! `allocator = "static"` is the baseline a user would write by hand: each tenant's
 //! weight's share of the nominal capacity (one device-second a second), never changed
 //! (`io.max` at the weights' split). `allocator = "off"` sets no limits.
@@ -103,7 +117,7 @@ use crate::types::{Nanos, Op, Slo, TenantSpec, nanos_to_secs};
 use std::collections::VecDeque;
 
 /// What a tenant did in one period, as the kernel counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     /// Reads completed (or passed by the throttle).
     pub read_ios: u64,
@@ -118,7 +132,7 @@ pub struct Usage {
 /// What the whole device did in one period: requests completed and the sum of their
 /// latencies (`/proc/diskstats`' time reading and writing; the simulator's device
 /// times).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct DeviceUsage {
     /// Requests the device completed.
     pub ios: u64,
@@ -289,6 +303,9 @@ struct Tenant {
     weight: f64,
     /// Its response-time objective, if it has one.
     slo: Option<Slo>,
+    /// Its reservation and limit, requests a second (mClock's).
+    reservation_iops: Option<f64>,
+    limit_iops: Option<f64>,
     /// Smoothed fraction of its device time spent reading.
     read_share: Option<f64>,
     /// Smoothed mean sizes, bytes.
@@ -466,6 +483,8 @@ impl Governor {
         self.tenants.push(Tenant {
             weight: spec.weight,
             slo: spec.slo,
+            reservation_iops: spec.reservation_iops,
+            limit_iops: spec.limit_iops,
             read_share: None,
             read_size: 4096.0,
             write_size: 4096.0,
@@ -489,6 +508,16 @@ impl Governor {
     /// A tenant's weight changed: it counts from the next period.
     pub fn set_weight(&mut self, tenant: usize, weight: f64) {
         self.tenants[tenant].weight = weight;
+    }
+
+    /// A tenant's weight, SLO, reservation or limit changed: they count from the next
+    /// period.
+    pub fn set_spec(&mut self, tenant: usize, spec: &TenantSpec) {
+        let t = &mut self.tenants[tenant];
+        t.weight = spec.weight;
+        t.slo = spec.slo;
+        t.reservation_iops = spec.reservation_iops;
+        t.limit_iops = spec.limit_iops;
     }
 
     /// Each tenant's limits now.
@@ -517,19 +546,61 @@ impl Governor {
         (self.capacity * self.tenants[i].weight / total).max(self.reserve(i))
     }
 
-    /// Tenant `i`'s SLO rate in device time a period, ns (0 without one): `iops`
-    /// requests of `size` a second, priced at its mix, with room for the direction its
-    /// limits keep open.
+    /// Tenant `i`'s SLO rate or reservation in device time a period, ns (0 without
+    /// either; the larger of the two with both): `iops` requests of `size` a second, or
+    /// `reservation_iops` at its mean sizes, priced at its mix, with room for the
+    /// direction its limits keep open; never above its limit ([`Governor::cap`]).
     fn reserve(&self, i: usize) -> f64 {
         let t = &self.tenants[i];
-        let Some(slo) = t.slo else {
-            return 0.0;
-        };
-        let read = t.read_share.unwrap_or(0.5);
-        let each = read * self.cost.cost(Op::Read, 0, slo.size, true)
-            + (1.0 - read) * self.cost.cost(Op::Write, 0, slo.size, true);
-        // The limits keep `min_direction` of it for the direction it does not use.
-        slo.iops * nanos_to_secs(self.params.period) * each / (1.0 - self.params.min_direction)
+        let slo = t.slo.map_or(0.0, |slo| {
+            let read = t.read_share.unwrap_or(0.5);
+            let each = read * self.cost.cost(Op::Read, 0, slo.size, true)
+                + (1.0 - read) * self.cost.cost(Op::Write, 0, slo.size, true);
+            // The limits keep `min_direction` of it for the direction it does not use.
+            slo.iops * nanos_to_secs(self.params.period) * each / (1.0 - self.params.min_direction)
+        });
+        let reservation = t.reservation_iops.map_or(0.0, |r| self.iops_time(i, r));
+        slo.max(reservation).min(self.cap(i))
+    }
+
+    /// `iops` requests a second of tenant `i`'s mix in device time a period, ns, with
+    /// room for the direction its limits keep open (`min_direction`).
+    fn iops_time(&self, i: usize, iops: f64) -> f64 {
+        let (read, each_read, each_write) = self.mix(i);
+        let each = read * each_read + (1.0 - read) * each_write;
+        iops * nanos_to_secs(self.params.period) * each / (1.0 - self.params.min_direction)
+    }
+
+    /// Tenant `i`'s part of requests that are reads (by count, from its device-time
+    /// mix; half without one), and what one read and one write cost at its mean sizes.
+    fn mix(&self, i: usize) -> (f64, f64, f64) {
+        let t = &self.tenants[i];
+        let size = |s: f64| s.clamp(1.0, f64::from(u32::MAX)) as u32;
+        let r = self
+            .cost
+            .cost(Op::Read, 0, size(t.read_size), true)
+            .max(1.0);
+        let w = self
+            .cost
+            .cost(Op::Write, 0, size(t.write_size), true)
+            .max(1.0);
+        let read = t.read_share.map_or(0.5, |s| {
+            let (reads, writes) = (s / r, (1.0 - s) / w);
+            if reads + writes > 0.0 {
+                reads / (reads + writes)
+            } else {
+                0.5
+            }
+        });
+        (read, r, w)
+    }
+
+    /// The most device time tenant `i`'s limit allows a period, ns (infinite without
+    /// one).
+    fn cap(&self, i: usize) -> f64 {
+        self.tenants[i]
+            .limit_iops
+            .map_or(f64::INFINITY, |l| self.iops_time(i, l))
     }
 
     /// Device time `u` took, ns, every request priced as random at its direction's
@@ -551,7 +622,25 @@ impl Governor {
     /// The period's counters (one per tenant, in id order) and the device's: the
     /// limits for the next period.
     pub fn decide(&mut self, usage: &[Usage], device: DeviceUsage) -> Vec<Limits> {
+        self.decide_seen(usage, device, &[])
+    }
+
+    /// As [`Governor::decide`], told besides which tenants the driver saw held at their
+    /// limits (requests waiting for their budget at the period's end; `seen_held`
+    /// empty: none seen). A tenant so seen counts as held whatever its counters say:
+    /// a driver that enforces the limits in parts (fronts of a cluster, each its part)
+    /// sees a tenant held at one part while its sum is under the whole.
+    pub fn decide_seen(
+        &mut self,
+        usage: &[Usage],
+        device: DeviceUsage,
+        seen_held: &[bool],
+    ) -> Vec<Limits> {
         assert_eq!(usage.len(), self.tenants.len(), "a usage per tenant");
+        assert!(
+            seen_held.is_empty() || seen_held.len() == usage.len(),
+            "a verdict per tenant or none"
+        );
         assert!(
             device.writes <= device.ios && device.write_ns <= device.latency_ns,
             "the writes are part of the device's counters: {device:?}"
@@ -567,7 +656,7 @@ impl Governor {
             Allocator::Static => {
                 self.capacity = self.params.period as f64;
                 for (i, u) in usage.iter().enumerate() {
-                    let floor = self.floor(i);
+                    let floor = self.floor(i).min(self.cap(i));
                     self.learn_mix(i, u);
                     self.tenants[i].alloc = floor;
                     self.tenants[i].limits = self.limits_of(i, floor);
@@ -584,7 +673,7 @@ impl Governor {
             })
             .collect();
         let held: Vec<bool> = (0..self.tenants.len())
-            .map(|i| self.was_held(i, &usage[i]))
+            .map(|i| self.was_held(i, &usage[i]) || seen_held.get(i).copied().unwrap_or(false))
             .collect();
         self.forecast(&used, &held, usage, device);
         // A tenant that wants more and did not get its limit (squeezed by the device
@@ -605,7 +694,8 @@ impl Governor {
         if self.params.allocator == Allocator::Feedback {
             self.feedback(&used, &wants);
         }
-        let allocs = self.water_fill(&used, &wants, &reserved);
+        let caps: Vec<f64> = (0..held.len()).map(|i| self.cap(i)).collect();
+        let allocs = self.water_fill(&used, &wants, &reserved, &caps);
         for (i, alloc) in allocs.into_iter().enumerate() {
             self.learn_mix(i, &usage[i]);
             // Room to grow for those under their share; a tenant held gets its split
@@ -618,6 +708,8 @@ impl Governor {
             // A tenant's SLO rate passes with room, held or not (Poisson arrivals at
             // the rate would wait for the budget otherwise).
             let limit = limit.max(self.reserve(i) * self.params.headroom);
+            // Its limit caps it (the reservation is never above it).
+            let limit = limit.min(caps[i]);
             self.tenants[i].alloc = alloc;
             self.tenants[i].limits = self.limits_of(i, limit);
         }
@@ -896,11 +988,23 @@ impl Governor {
 
     /// The forecast split by weight among those who want it: a tenant that does not
     /// want more gets what it used (its demand) when that is under its share; the rest
-    /// is split by weight among the others, those wanting more without bound.
-    fn water_fill(&self, used: &[f64], wants: &[bool], reserved: &[f64]) -> Vec<f64> {
+    /// is split by weight among the others, those wanting more without bound but their
+    /// `caps` (a limit's device time; infinite without one).
+    fn water_fill(&self, used: &[f64], wants: &[bool], reserved: &[f64], caps: &[f64]) -> Vec<f64> {
         let n = self.tenants.len();
         let mut alloc = reserved.to_vec();
-        let used: Vec<f64> = (0..n).map(|i| (used[i] - reserved[i]).max(0.0)).collect();
+        // What each wants beyond its reservation: what it used, or its cap when it
+        // wants more (infinite without one).
+        let used: Vec<f64> = (0..n)
+            .map(|i| {
+                let cap = (caps[i] - reserved[i]).max(0.0);
+                if wants[i] {
+                    cap
+                } else {
+                    (used[i] - reserved[i]).max(0.0).min(cap)
+                }
+            })
+            .collect();
         let mut open: Vec<usize> = (0..n).collect();
         let mut left = (self.capacity - reserved.iter().sum::<f64>()).max(0.0);
         loop {
@@ -911,7 +1015,7 @@ impl Governor {
             let satisfied: Vec<usize> = open
                 .iter()
                 .copied()
-                .filter(|&i| !wants[i] && used[i] <= left * self.split_weight(i) / weight)
+                .filter(|&i| used[i] <= left * self.split_weight(i) / weight)
                 .collect();
             if satisfied.is_empty() {
                 for &i in &open {
@@ -995,8 +1099,22 @@ impl Governor {
             let iops = per_s * share / self.cost.cost(op, 0, size, true).max(1.0);
             (iops, iops * f64::from(size))
         };
-        let (riops, rbps) = one(Op::Read, read, t.read_size);
-        let (wiops, wbps) = one(Op::Write, 1.0 - read, t.write_size);
+        let (mut riops, mut rbps) = one(Op::Read, read, t.read_size);
+        let (mut wiops, mut wbps) = one(Op::Write, 1.0 - read, t.write_size);
+        if let Some(limit) = t.limit_iops {
+            // Each direction at most the limit times its part of requests.
+            let (reads, _, _) = self.mix(i);
+            let most_r = limit * reads.max(m);
+            let most_w = limit * (1.0 - reads).max(m);
+            if riops > most_r {
+                rbps *= most_r / riops;
+                riops = most_r;
+            }
+            if wiops > most_w {
+                wbps *= most_w / wiops;
+                wiops = most_w;
+            }
+        }
         Limits {
             riops: Some(riops),
             wiops: Some(wiops),
@@ -1491,7 +1609,12 @@ mod tests {
         assert_eq!(g.tenants[0].gain, MAX_GAIN);
         assert_eq!(g.tenants[1].gain, 1.0 / MAX_GAIN);
         // Both want more than any split: it is 4 × 4 to 1.
-        let split = g.water_fill(&[f64::INFINITY; 2], &[true, true], &[0.0; 2]);
+        let split = g.water_fill(
+            &[f64::INFINITY; 2],
+            &[true, true],
+            &[0.0; 2],
+            &[f64::INFINITY; 2],
+        );
         assert!((split[0] / split[1] - 16.0).abs() < 1e-9, "{split:?}");
         g.feedback(&used, &[false, true]);
         assert_eq!(g.tenants[0].gain, 1.0, "back to its weight");
@@ -1643,6 +1766,91 @@ mod tests {
         );
         assert!(g.capacity() <= PROBE_ROOM * device * 1.001);
         assert!(a > 0.7 * device, "{a} of {device}");
+    }
+
+    /// A tenant with a limit (`limit_iops`) busy beside one without: its read limit is
+    /// its limit (its mix is all reads), never above, and the other has the rest of the
+    /// device, not just its weight's half.
+    #[test]
+    fn a_limit_caps_a_tenant_and_the_rest_goes_to_the_others() {
+        let cost = CostModel::generic_ssd();
+        let p = Params::for_device(&cost);
+        let per_read = cost.cost(Op::Read, 0, 4096, true);
+        let device_iops = 1e9 / per_read;
+        let limit = 0.2 * device_iops;
+        let mut tenants = specs(&[1.0, 1.0]);
+        tenants[0].limit_iops = Some(limit);
+        let mut g = Governor::new(&tenants, cost, p);
+        let device = g.period() as f64;
+        for _ in 0..200 {
+            let _ = period_on(&mut g, device, &[true, true], 0);
+        }
+        let l = g.limits();
+        let r0 = l[0].riops.unwrap();
+        assert!(
+            r0 <= limit * 1.000_001 && r0 >= 0.99 * limit,
+            "reads at the limit {limit:.0}: {r0:.0}"
+        );
+        assert!(l[0].wiops.unwrap() <= 0.1 * limit * 1.000_001);
+        let r1 = l[1].riops.unwrap();
+        assert!(
+            r1 >= 0.7 * device_iops,
+            "the other has the rest: {r1:.0} of {device_iops:.0}"
+        );
+    }
+
+    /// A tenant with a reservation (`reservation_iops`) above its weight's share: its
+    /// limits never fall under it, and the other tenant has what is left; a
+    /// reservation above the tenant's limit is held to the limit.
+    #[test]
+    fn a_reservation_comes_off_the_top() {
+        let cost = CostModel::generic_ssd();
+        let p = Params::for_device(&cost);
+        let per_read = cost.cost(Op::Read, 0, 4096, true);
+        let device_iops = 1e9 / per_read;
+        let reservation = 0.3 * device_iops;
+        let mut tenants = specs(&[1.0, 9.0]);
+        tenants[0].reservation_iops = Some(reservation);
+        let mut g = Governor::new(&tenants, cost, p);
+        let device = g.period() as f64;
+        for period in 0..200 {
+            let _ = period_on(&mut g, device, &[true, true], 0);
+            if period >= 2 {
+                let r0 = g.limits()[0].riops.unwrap();
+                assert!(
+                    r0 >= reservation,
+                    "period {period}: {r0:.0} under the reservation {reservation:.0}"
+                );
+            }
+        }
+        let r1 = g.limits()[1].riops.unwrap();
+        assert!(
+            r1 <= 0.75 * device_iops,
+            "the reservation came off the top: {r1:.0}"
+        );
+        // Over the limit: held to it.
+        tenants[0].limit_iops = Some(0.5 * reservation);
+        g.set_spec(0, &tenants[0]);
+        for _ in 0..20 {
+            let _ = period_on(&mut g, device, &[true, true], 0);
+        }
+        let r0 = g.limits()[0].riops.unwrap();
+        assert!(r0 <= 0.5 * reservation * 1.000_001, "{r0:.0}");
+    }
+
+    /// A tenant the driver saw held (requests waiting at one front of several) counts
+    /// as held though its counters are under its limits: the forecast is probed.
+    #[test]
+    fn a_tenant_seen_held_is_held() {
+        let cost = CostModel::generic_ssd();
+        let p = Params::for_device(&cost);
+        let mut g = Governor::new(&specs(&[1.0, 1.0]), cost, p);
+        let u = [at_limit(&g, 0, 0.5), at_limit(&g, 1, 0.5)];
+        let _ = g.decide_seen(&u, reads_took(&u, 100_000), &[false, false]);
+        let _ = g.decide_seen(&u, reads_took(&u, 100_000), &[false, false]);
+        assert_eq!(g.counts().2, 0, "nobody held: no probe");
+        let _ = g.decide_seen(&u, reads_took(&u, 100_000), &[true, false]);
+        assert_eq!(g.counts().2, 1, "seen held: probed");
     }
 
     /// `static` is the weights' split of the nominal capacity, whatever happens; `off`

@@ -229,6 +229,14 @@ pub trait Policy: Send {
     /// applies it from its next period/slice.
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, now: Nanos);
 
+    /// Limits decided outside the policy for `tenant` from `now` on (a cluster's fronts
+    /// agreeing on each tenant's part of its global limits, `crate::cluster`). A policy
+    /// that enforces such limits ([`throttle::Limited`]) takes them and answers `true`;
+    /// any other ignores them and answers `false`.
+    fn set_limits(&mut self, _tenant: TenantId, _limits: &governor::Limits, _now: Nanos) -> bool {
+        false
+    }
+
     /// A tenant joins while running; its id is the number of tenants before it. The
     /// policy serves it from now on as it serves a tenant that was there from the start
     /// and idle until now (built with it at time 0, a policy given the same events makes

@@ -128,9 +128,13 @@ fn direction(op: Op) -> usize {
     }
 }
 
-/// The throttle and its governor (module docs).
-pub struct Throttle {
-    governor: Governor,
+/// The enforcement alone: per tenant and direction, budgets at the limits it is given
+/// and the requests waiting for them; what passes goes out in the order it passed. It
+/// decides nothing: [`Throttle`] sets its limits from its governor every period, and
+/// [`Limited`] takes them from outside (a cluster's fronts agreeing on each tenant's
+/// part, `crate::cluster`).
+#[derive(Debug, Clone)]
+pub struct Gate {
     slice: Nanos,
     /// Per tenant, per direction: requests waiting for their budget, in arrival order.
     waiting: Vec<[VecDeque<Request>; 2]>,
@@ -145,8 +149,218 @@ pub struct Throttle {
     ready: BTreeSet<(Nanos, usize, usize)>,
     /// The time each queue is keyed by in `ready`.
     ready_at: Vec<[Option<Nanos>; 2]>,
-    /// This period's counts per tenant (at the throttle) and the device's.
+    /// This period's counts per tenant, as they pass.
     usage: Vec<Usage>,
+}
+
+impl Gate {
+    /// A gate for `tenants` tenants, no limits yet, budgets holding `slice` ns.
+    pub fn new(tenants: usize, slice: Nanos) -> Gate {
+        let mut g = Gate {
+            slice: slice.max(1),
+            waiting: Vec::new(),
+            budgets: Vec::new(),
+            passed: VecDeque::new(),
+            held: 0,
+            ready: BTreeSet::new(),
+            ready_at: Vec::new(),
+            usage: Vec::new(),
+        };
+        for _ in 0..tenants {
+            g.grow();
+        }
+        g
+    }
+
+    /// One more tenant (the next id), no limits.
+    pub fn grow(&mut self) {
+        self.waiting.push([VecDeque::new(), VecDeque::new()]);
+        self.budgets.push([Budget::open(), Budget::open()]);
+        self.ready_at.push([None, None]);
+        self.usage.push(Usage::default());
+    }
+
+    /// Number of tenants.
+    pub fn tenants(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests of `tenant` waiting for their budget.
+    pub fn waiting(&self, tenant: usize) -> usize {
+        self.waiting[tenant][0].len() + self.waiting[tenant][1].len()
+    }
+
+    /// What passed since the last call, per tenant (the kernel's counts).
+    pub fn take_usage(&mut self) -> Vec<Usage> {
+        std::mem::replace(&mut self.usage, vec![Usage::default(); self.waiting.len()])
+    }
+
+    /// Keys queue (`t`, `d`) in `ready` by when its head may pass (unkeyed when empty).
+    fn rekey(&mut self, t: usize, d: usize, now: Nanos) {
+        if let Some(at) = self.ready_at[t][d].take() {
+            let removed = self.ready.remove(&(at, t, d));
+            assert!(
+                removed,
+                "queue ({t}, {d}) keyed at {at} was in the ready set"
+            );
+        }
+        if let Some(r) = self.waiting[t][d].front() {
+            // Never now or before: a head the rounding leaves a hair short is looked
+            // at again a nanosecond later, not in a loop.
+            let at = self.budgets[t][d].ready_at(r.len, self.slice).max(now + 1);
+            self.ready.insert((at, t, d));
+            self.ready_at[t][d] = Some(at);
+        }
+    }
+
+    /// Sets every tenant's budgets to `limits`, accrued to `now`.
+    pub fn apply(&mut self, limits: &[Limits], now: Nanos) {
+        assert_eq!(limits.len(), self.waiting.len(), "limits per tenant");
+        for (t, l) in limits.iter().enumerate() {
+            self.set(t, l, now);
+        }
+    }
+
+    /// Sets tenant `t`'s budgets to `l`, accrued to `now`.
+    pub fn set(&mut self, t: usize, l: &Limits, now: Nanos) {
+        let b = &mut self.budgets[t];
+        for d in b.iter_mut() {
+            d.accrue(now, self.slice);
+        }
+        b[0].set(l.riops, l.rbps, self.slice);
+        b[1].set(l.wiops, l.wbps, self.slice);
+        for d in 0..2 {
+            if self.ready_at[t][d].is_some() {
+                self.rekey(t, d, now);
+            }
+        }
+    }
+
+    /// Lets through every waiting request its budget allows, in tenant order among the
+    /// queues that are due.
+    fn pass(&mut self, now: Nanos) {
+        let mut due = Vec::new();
+        while let Some(&(at, t, d)) = self.ready.first() {
+            if at > now {
+                break;
+            }
+            self.ready.pop_first();
+            self.ready_at[t][d] = None;
+            due.push((t, d));
+        }
+        due.sort_unstable();
+        for (t, d) in due {
+            let budget = &mut self.budgets[t][d];
+            budget.accrue(now, self.slice);
+            while let Some(r) = self.waiting[t][d].front() {
+                if !budget.allows(r.len, self.slice) {
+                    break;
+                }
+                let r = self.waiting[t][d].pop_front().expect("a head");
+                budget.spend(r.len);
+                self.held -= 1;
+                count(&mut self.usage[t], &r);
+                self.passed.push_back(r);
+            }
+            self.rekey(t, d, now);
+        }
+    }
+
+    /// When the earliest waiting head may pass.
+    fn next_pass(&self) -> Option<Nanos> {
+        self.ready.first().map(|&(at, _, _)| at)
+    }
+
+    /// A request arrives: it passes if its direction's budget allows and nothing of
+    /// its tenant and direction waits, else it waits.
+    pub fn enqueue(&mut self, request: Request, now: Nanos) {
+        let t = request.tenant as usize;
+        let d = direction(request.op);
+        let budget = &mut self.budgets[t][d];
+        budget.accrue(now, self.slice);
+        if self.waiting[t][d].is_empty() && budget.allows(request.len, self.slice) {
+            budget.spend(request.len);
+            count(&mut self.usage[t], &request);
+            self.passed.push_back(request);
+        } else {
+            self.waiting[t][d].push_back(request);
+            self.held += 1;
+            if self.waiting[t][d].len() == 1 {
+                self.rekey(t, d, now);
+            }
+        }
+    }
+
+    /// The next request that passed, or when one may.
+    pub fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        if self.passed.is_empty() && self.ready.first().is_some_and(|&(at, _, _)| at <= now) {
+            self.pass(now);
+        }
+        if let Some(r) = self.passed.pop_front() {
+            return Dispatch::Request(r);
+        }
+        match self.next_pass() {
+            Some(at) => Dispatch::Wait(at.max(now + 1)),
+            None => Dispatch::Idle,
+        }
+    }
+
+    /// Requests waiting or passed and not yet dispatched.
+    pub fn queued(&self) -> usize {
+        self.held + self.passed.len()
+    }
+
+    /// Hands back every request it holds.
+    pub fn withdraw_all(&mut self) -> Vec<Request> {
+        let mut all: Vec<Request> = self.passed.drain(..).collect();
+        for w in &mut self.waiting {
+            for d in w.iter_mut() {
+                all.extend(d.drain(..));
+            }
+        }
+        self.held = 0;
+        self.ready.clear();
+        for r in &mut self.ready_at {
+            *r = [None, None];
+        }
+        all
+    }
+
+    /// Its invariants: the counts add up and every waiting queue is keyed once.
+    pub fn check(&self) -> Result<(), String> {
+        let waiting: usize = self.waiting.iter().map(|w| w[0].len() + w[1].len()).sum();
+        if waiting != self.held {
+            return Err(format!("{waiting} requests wait, {} counted", self.held));
+        }
+        for (t, w) in self.waiting.iter().enumerate() {
+            for (d, q) in w.iter().enumerate() {
+                let keyed = self.ready_at[t][d].is_some_and(|at| self.ready.contains(&(at, t, d)));
+                if keyed == q.is_empty() {
+                    return Err(format!(
+                        "tenant {t} direction {d}: {} waiting, keyed {keyed}",
+                        q.len()
+                    ));
+                }
+            }
+        }
+        let keys: usize = self
+            .ready_at
+            .iter()
+            .flatten()
+            .filter(|a| a.is_some())
+            .count();
+        if keys != self.ready.len() {
+            return Err(format!("{} ready keys for {keys} queues", self.ready.len()));
+        }
+        Ok(())
+    }
+}
+
+/// The throttle and its governor (module docs).
+pub struct Throttle {
+    governor: Governor,
+    gate: Gate,
+    /// This period's counts of the device.
     device: DeviceUsage,
     next_period: Nanos,
 }
@@ -157,20 +371,10 @@ impl Throttle {
         let mut t = Throttle {
             next_period: governor.period(),
             governor,
-            slice: slice.max(1),
-            waiting: Vec::new(),
-            budgets: Vec::new(),
-            passed: VecDeque::new(),
-            held: 0,
-            ready: BTreeSet::new(),
-            ready_at: Vec::new(),
-            usage: Vec::new(),
+            gate: Gate::new(tenants.len(), slice),
             device: DeviceUsage::default(),
         };
-        for _ in tenants {
-            t.grow();
-        }
-        t.apply(&t.governor.limits(), 0);
+        t.gate.apply(&t.governor.limits(), 0);
         t
     }
 
@@ -222,88 +426,11 @@ impl Throttle {
             (slice_ms * 1e6) as Nanos,
         )))
     }
-
-    fn grow(&mut self) {
-        self.waiting.push([VecDeque::new(), VecDeque::new()]);
-        self.budgets.push([Budget::open(), Budget::open()]);
-        self.ready_at.push([None, None]);
-        self.usage.push(Usage::default());
-    }
-
-    /// Keys queue (`t`, `d`) in `ready` by when its head may pass (unkeyed when empty).
-    fn rekey(&mut self, t: usize, d: usize, now: Nanos) {
-        if let Some(at) = self.ready_at[t][d].take() {
-            let removed = self.ready.remove(&(at, t, d));
-            assert!(
-                removed,
-                "queue ({t}, {d}) keyed at {at} was in the ready set"
-            );
-        }
-        if let Some(r) = self.waiting[t][d].front() {
-            // Never now or before: a head the rounding leaves a hair short is looked
-            // at again a nanosecond later, not in a loop.
-            let at = self.budgets[t][d].ready_at(r.len, self.slice).max(now + 1);
-            self.ready.insert((at, t, d));
-            self.ready_at[t][d] = Some(at);
-        }
-    }
-
-    /// Sets every tenant's budgets to `limits`, accrued to `now`.
-    fn apply(&mut self, limits: &[Limits], now: Nanos) {
-        for (b, l) in self.budgets.iter_mut().zip(limits) {
-            for d in b.iter_mut() {
-                d.accrue(now, self.slice);
-            }
-            b[0].set(l.riops, l.rbps, self.slice);
-            b[1].set(l.wiops, l.wbps, self.slice);
-        }
-        for t in 0..self.waiting.len() {
-            for d in 0..2 {
-                if self.ready_at[t][d].is_some() {
-                    self.rekey(t, d, now);
-                }
-            }
-        }
-    }
-
-    /// Lets through every waiting request its budget allows, in tenant order among the
-    /// queues that are due.
-    fn pass(&mut self, now: Nanos) {
-        let mut due = Vec::new();
-        while let Some(&(at, t, d)) = self.ready.first() {
-            if at > now {
-                break;
-            }
-            self.ready.pop_first();
-            self.ready_at[t][d] = None;
-            due.push((t, d));
-        }
-        due.sort_unstable();
-        for (t, d) in due {
-            let budget = &mut self.budgets[t][d];
-            budget.accrue(now, self.slice);
-            while let Some(r) = self.waiting[t][d].front() {
-                if !budget.allows(r.len, self.slice) {
-                    break;
-                }
-                let r = self.waiting[t][d].pop_front().expect("a head");
-                budget.spend(r.len);
-                self.held -= 1;
-                count(&mut self.usage[t], &r);
-                self.passed.push_back(r);
-            }
-            self.rekey(t, d, now);
-        }
-    }
-
-    /// When the earliest waiting head may pass.
-    fn next_pass(&self) -> Option<Nanos> {
-        self.ready.first().map(|&(at, _, _)| at)
-    }
 }
 
-/// Counts a request that passed in its tenant's usage.
-fn count(u: &mut Usage, r: &Request) {
+/// Counts a request that passed in its tenant's usage (the kernel's counts: trims and
+/// flushes with the writes).
+pub fn count(u: &mut Usage, r: &Request) {
     let bytes = u64::from(r.len);
     match direction(r.op) {
         0 => {
@@ -317,51 +444,34 @@ fn count(u: &mut Usage, r: &Request) {
     }
 }
 
+/// Counts a completion in the device's counters (`/proc/diskstats`' reading: its time
+/// in the device).
+pub fn count_device(device: &mut DeviceUsage, c: &Completion) {
+    let took = c.finish.saturating_sub(c.start);
+    device.ios += 1;
+    device.latency_ns += took;
+    if c.request.op == Op::Write {
+        device.writes += 1;
+        device.write_ns += took;
+    }
+}
+
 impl Policy for Throttle {
     fn name(&self) -> &'static str {
         "govern"
     }
 
     fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
-        let t = request.tenant as usize;
-        let d = direction(request.op);
-        let budget = &mut self.budgets[t][d];
-        budget.accrue(now, self.slice);
-        if self.waiting[t][d].is_empty() && budget.allows(request.len, self.slice) {
-            budget.spend(request.len);
-            count(&mut self.usage[t], &request);
-            self.passed.push_back(request);
-        } else {
-            self.waiting[t][d].push_back(request);
-            self.held += 1;
-            if self.waiting[t][d].len() == 1 {
-                self.rekey(t, d, now);
-            }
-        }
+        self.gate.enqueue(request, now);
         Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        if self.passed.is_empty() && self.ready.first().is_some_and(|&(at, _, _)| at <= now) {
-            self.pass(now);
-        }
-        if let Some(r) = self.passed.pop_front() {
-            return Dispatch::Request(r);
-        }
-        match self.next_pass() {
-            Some(at) => Dispatch::Wait(at.max(now + 1)),
-            None => Dispatch::Idle,
-        }
+        self.gate.dispatch(now)
     }
 
     fn complete(&mut self, c: &Completion, _now: Nanos) {
-        let took = c.finish.saturating_sub(c.start);
-        self.device.ios += 1;
-        self.device.latency_ns += took;
-        if c.request.op == Op::Write {
-            self.device.writes += 1;
-            self.device.write_ns += took;
-        }
+        count_device(&mut self.device, c);
     }
 
     fn next_timer(&self) -> Option<Nanos> {
@@ -370,44 +480,32 @@ impl Policy for Throttle {
 
     fn on_timer(&mut self, now: Nanos) {
         while now >= self.next_period {
-            let usage =
-                std::mem::replace(&mut self.usage, vec![Usage::default(); self.waiting.len()]);
+            let usage = self.gate.take_usage();
             let device = std::mem::take(&mut self.device);
             let limits = self.governor.decide(&usage, device);
-            self.apply(&limits, now);
+            self.gate.apply(&limits, now);
             self.next_period += self.governor.period();
         }
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        self.governor.set_weight(tenant as usize, spec.weight);
+        self.governor.set_spec(tenant as usize, spec);
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
-        self.grow();
+        self.gate.grow();
         self.governor.add_tenant(spec);
         let limits = self.governor.limits();
-        self.apply(&limits, now);
-        (self.waiting.len() - 1) as TenantId
+        self.gate.apply(&limits, now);
+        (self.gate.tenants() - 1) as TenantId
     }
 
     fn queued(&self) -> usize {
-        self.held + self.passed.len()
+        self.gate.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
-        let mut all: Vec<Request> = self.passed.drain(..).collect();
-        for w in &mut self.waiting {
-            for d in w.iter_mut() {
-                all.extend(d.drain(..));
-            }
-        }
-        self.held = 0;
-        self.ready.clear();
-        for r in &mut self.ready_at {
-            *r = [None, None];
-        }
-        all
+        self.gate.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -442,30 +540,117 @@ impl Policy for Throttle {
     }
 
     fn check(&self) -> Result<(), String> {
-        let waiting: usize = self.waiting.iter().map(|w| w[0].len() + w[1].len()).sum();
-        if waiting != self.held {
-            return Err(format!("{waiting} requests wait, {} counted", self.held));
+        self.gate.check()
+    }
+}
+
+/// The throttle with limits set from outside ([`Policy::set_limits`]): the same
+/// [`Gate`], no governor. A cluster's front runs it, its limits the front's part of
+/// each tenant's global ones (`crate::cluster`). A tenant has no limits until it is
+/// given some.
+pub struct Limited {
+    gate: Gate,
+}
+
+impl Limited {
+    /// For `tenants` tenants, budgets holding `slice` ns.
+    pub fn new(tenants: usize, slice: Nanos) -> Limited {
+        Limited {
+            gate: Gate::new(tenants, slice),
         }
-        for (t, w) in self.waiting.iter().enumerate() {
-            for (d, q) in w.iter().enumerate() {
-                let keyed = self.ready_at[t][d].is_some_and(|at| self.ready.contains(&(at, t, d)));
-                if keyed == q.is_empty() {
-                    return Err(format!(
-                        "tenant {t} direction {d}: {} waiting, keyed {keyed}",
-                        q.len()
-                    ));
-                }
+    }
+
+    /// Requests of `tenant` waiting for their budget.
+    pub fn waiting(&self, tenant: usize) -> usize {
+        self.gate.waiting(tenant)
+    }
+}
+
+impl Policy for Limited {
+    fn name(&self) -> &'static str {
+        "limited"
+    }
+
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
+        self.gate.enqueue(request, now);
+        Admission::Queued
+    }
+
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        self.gate.dispatch(now)
+    }
+
+    fn complete(&mut self, _c: &Completion, _now: Nanos) {}
+
+    fn update_tenant(&mut self, _tenant: TenantId, _spec: &TenantSpec, _now: Nanos) {}
+
+    fn add_tenant(&mut self, _spec: &TenantSpec, _now: Nanos) -> TenantId {
+        self.gate.grow();
+        (self.gate.tenants() - 1) as TenantId
+    }
+
+    fn set_limits(&mut self, tenant: TenantId, limits: &Limits, now: Nanos) -> bool {
+        self.gate.set(tenant as usize, limits, now);
+        true
+    }
+
+    fn queued(&self) -> usize {
+        self.gate.queued()
+    }
+
+    fn withdraw_all(&mut self) -> Vec<Request> {
+        self.gate.withdraw_all()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.gate.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(id: u64) -> Request {
+        Request {
+            id,
+            tenant: 0,
+            op: Op::Read,
+            offset: 0,
+            len: 4096,
+            arrival: 0,
+            cost: 0,
+        }
+    }
+
+    /// `Limited` passes what the limits it is given allow (a slice's budget at once,
+    /// then the rate), nothing before it is given any but everything (no limit), and
+    /// other policies say they take no limits.
+    #[test]
+    fn limited_enforces_the_limits_it_is_given() {
+        let slice = 20_000_000;
+        let mut p = Limited::new(1, slice);
+        let limits = Limits {
+            riops: Some(1_000.0),
+            ..Limits::default()
+        };
+        assert!(p.set_limits(0, &limits, 0));
+        for id in 0..1_000 {
+            let _ = p.enqueue(read(id), 0);
+        }
+        let (mut now, mut passed) = (0, 0);
+        while now <= 100_000_000 {
+            match p.dispatch(now) {
+                Dispatch::Request(_) => passed += 1,
+                Dispatch::Wait(at) => now = at,
+                Dispatch::Idle => break,
             }
         }
-        let keys: usize = self
-            .ready_at
-            .iter()
-            .flatten()
-            .filter(|a| a.is_some())
-            .count();
-        if keys != self.ready.len() {
-            return Err(format!("{} ready keys for {keys} queues", self.ready.len()));
-        }
-        Ok(())
+        // 20 at once (a slice's worth), then one a millisecond to 100 ms.
+        assert!((118..=122).contains(&passed), "{passed}");
+        assert_eq!(p.queued(), 1_000 - passed);
+        p.check().unwrap();
+        let mut fifo = crate::policy::Fifo::new(1);
+        assert!(!fifo.set_limits(0, &limits, 0));
     }
 }
