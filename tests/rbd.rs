@@ -247,6 +247,7 @@ fn rbd_backend() {
     trim_and_zeroing(&cluster, dir.path());
     an_image_added_while_running(&cluster, dir.path());
     errors_name_the_image(&cluster, dir.path());
+    fronts_keep_one_limit(&cluster, dir.path());
 }
 
 fn fio_verifies_both_tenants_at_once(cluster: &Cluster, dir: &Path) {
@@ -406,4 +407,79 @@ fn errors_name_the_image(cluster: &Cluster, dir: &Path) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("rbd:rbd/a") && err.contains("64 MiB"), "{err}");
+}
+
+/// fio's read IOPS over its run, from its JSON.
+fn read_iops(out: &Output) -> f64 {
+    let text = stdout(out);
+    let json = &text[text.find('{').unwrap_or_else(|| panic!("no JSON: {text}"))..];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["jobs"][0]["read"]["iops"].as_f64().unwrap()
+}
+
+fn fio_reads(uri: &str, seconds: u32) -> Child {
+    Command::new("fio")
+        .args([
+            "--name=r",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randread",
+            "--bs=4k",
+            "--size=32m",
+            "--iodepth=8",
+            "--time_based",
+            &format!("--runtime={seconds}"),
+            "--output-format=json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finished(c: Child) -> Output {
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "fio: {}", stdout(&out));
+    out
+}
+
+/// Two fronts share tenant `a`'s limit of 400 reads a second (its volumes on both,
+/// driven hard): together they stay within it. Front 2 killed, front 1 keeps its part
+/// and never goes past the whole limit, and serves `b` all along.
+fn fronts_keep_one_limit(cluster: &Cluster, dir: &Path) {
+    for image in ["fa1", "fa2", "fb1"] {
+        cluster.rbd(&["create", &format!("rbd/{image}"), "--size", "32M"]);
+    }
+    let ports = [free_udp_port(), free_udp_port()];
+    let front = |n: usize, exports: &str| {
+        let d = dir.join(format!("front{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let tenants = format!(
+            "[cluster]\nfront = {n}\nlisten = \"127.0.0.1:{}\"\npeers = [\"127.0.0.1:{}\"]\n[[cluster.tenant]]\nname = \"a\"\nlimit_iops = 400\n[[cluster.tenant]]\nname = \"b\"\n{exports}",
+            ports[n - 1],
+            ports[2 - n]
+        );
+        Server::start(cluster, &d, &tenants)
+    };
+    let f1 = front(1, "[[tenant]]\nname = \"a\"\nimage = \"fa1\"\n[[tenant]]\nname = \"b\"\nimage = \"fb1\"\n");
+    let f2 = front(2, "[[tenant]]\nname = \"a\"\nimage = \"fa2\"\n");
+    let (a1, a2) = (fio_reads(&f1.uri("a"), 8), fio_reads(&f2.uri("a"), 8));
+    let a = read_iops(&finished(a1)) + read_iops(&finished(a2));
+    assert!(
+        (200.0..=440.0).contains(&a),
+        "a's volumes on two fronts: {a:.0} reads/s against its limit of 400"
+    );
+    drop(f2); // SIGKILL: no leaving report
+    let (a1, b1) = (fio_reads(&f1.uri("a"), 6), fio_reads(&f1.uri("b"), 6));
+    let (a, b) = (read_iops(&finished(a1)), read_iops(&finished(b1)));
+    assert!(a <= 440.0, "a on the front left: {a:.0} reads/s, limit 400");
+    assert!(b > 400.0, "b is served beside it: {b:.0} reads/s");
+    f1.stop();
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

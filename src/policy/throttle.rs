@@ -412,10 +412,9 @@ impl Throttle {
         p.over_base = params.f64_in("over_base", p.over_base, 1.0..=100.0, "must be 1 to 100")?;
         p.fast_probe = params.f64_in("fast_probe", p.fast_probe, 1.0..=2.0, "must be 1 to 2")?;
         p.backoff = params.f64_in("backoff", p.backoff, 0.5..=1.0, "must be 0.5 to 1")?;
-        let default_slice = if cost.seeks() { 100.0 } else { 20.0 };
         let slice_ms = params.f64_in(
             "slice_ms",
-            default_slice,
+            default_slice(&cost) as f64 / 1e6,
             1.0..=10_000.0,
             "must be 1 to 10000 ms",
         )?;
@@ -542,6 +541,12 @@ impl Policy for Throttle {
     fn check(&self) -> Result<(), String> {
         self.gate.check()
     }
+}
+
+/// The kernel's `throtl_slice` for a device priced by `cost`: 100 ms on a disk (it
+/// seeks), 20 ms otherwise.
+pub fn default_slice(cost: &CostModel) -> Nanos {
+    if cost.seeks() { 100_000_000 } else { 20_000_000 }
 }
 
 /// The throttle with limits set from outside ([`Policy::set_limits`]): the same

@@ -367,3 +367,84 @@ impl Front {
         self.engine.set_limits(limits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::server::config::ServerConfig;
+    use std::path::Path;
+
+    fn parse(text: &str) -> Result<ServerConfig, String> {
+        ServerConfig::parse(text, Path::new("/srv")).map_err(|e| e.to_string())
+    }
+
+    const CLUSTER: &str = r#"
+        [cluster]
+        front = 2
+        listen = "127.0.0.1:7402"
+        peers = ["127.0.0.1:7401", "127.0.0.1:7403"]
+        [[cluster.tenant]]
+        name = "a"
+        weight = 1
+        [[cluster.tenant]]
+        name = "b"
+        weight = 4
+        reservation_iops = 100
+        limit_iops = 2000
+    "#;
+
+    /// An export takes its cluster tenant's promise; the policy is the fronts' limits.
+    #[test]
+    fn exports_are_cluster_tenants_volumes() {
+        let c = parse(&format!(
+            "{CLUSTER}\n[[tenant]]\nname = \"b\"\nfile = \"b.img\"\nsize = \"1g\"\n"
+        ))
+        .unwrap();
+        let cluster = c.cluster.as_ref().unwrap();
+        assert_eq!((cluster.front, cluster.period), (2, 100_000_000));
+        assert_eq!(cluster.tenants.len(), 2);
+        assert_eq!(c.tenants[0].spec.weight, 4.0);
+        assert_eq!(c.tenants[0].spec.limit_iops, Some(2000.0));
+        assert_eq!(c.policy.name, "limited");
+    }
+
+    /// What does not fit a front is refused, naming the field.
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let with = |export: &str| {
+            parse(&format!("{CLUSTER}\n[[tenant]]\n{export}\nfile = \"x.img\"\nsize = \"1g\"\n"))
+                .unwrap_err()
+        };
+        let e = with("name = \"c\"");
+        assert!(e.contains("'c'") && e.contains("no [[cluster.tenant]]"), "{e}");
+        let e = with("name = \"a\"\nweight = 3");
+        assert!(e.contains("[[cluster.tenant]]'s, for every front"), "{e}");
+        let e = parse(&format!(
+            "[server]\npolicy = \"mclock\"\n{CLUSTER}\n[[tenant]]\nname = \"a\"\nfile = \"x.img\"\nsize = \"1g\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("server.policy") && e.contains("limited"), "{e}");
+        let e = parse(&format!(
+            "{CLUSTER}\n[[tenant]]\nname = \"a\"\nfile = \"x.img\"\nsize = \"1g\"\n[[tenant]]\nname = \"a2\"\nfile = \"y.img\"\nsize = \"1g\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("'a2'"), "{e}");
+        let e = parse("[cluster]\nlisten = \"127.0.0.1:1\"\n[[cluster.tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
+        assert!(e.contains("cluster.front"), "{e}");
+        let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\nperiod_ms = 1\n[[cluster.tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
+        assert!(e.contains("cluster.period_ms"), "{e}");
+        let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\n[[cluster.tenant]]\nname = \"a\"\nweight = -1\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
+        assert!(e.contains("cluster.tenant[1] ('a')") && e.contains("weight"), "{e}");
+    }
+
+    /// A front's exports are fixed: adding one while running is refused, saying why.
+    #[test]
+    fn no_export_is_added_to_a_front() {
+        let c = parse(&format!(
+            "{CLUSTER}\n[[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = \"1g\"\n"
+        ))
+        .unwrap();
+        let table: toml::Table = toml::from_str("name = \"b\"\nfile = \"b.img\"\nsize = \"1g\"\n").unwrap();
+        let e = c.tenant_to_add(table, Path::new("/srv"), None).unwrap_err().to_string();
+        assert!(e.contains("cluster front"), "{e}");
+    }
+}

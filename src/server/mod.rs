@@ -323,12 +323,20 @@ pub fn serve(
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
     let capture = open_capture(capture.as_ref(), &specs)?;
     let cost = config.cost_model(model.as_deref());
-    let policy = crate::policy::build_on(
-        &config.policy.name,
-        config.policy.params.clone(),
-        &specs,
-        Some(&cost),
-    )?;
+    let policy: Box<dyn crate::policy::Policy> = if config.cluster.is_some() {
+        // A cluster front: the limits the fronts agree on, nothing of its own.
+        Box::new(crate::policy::throttle::Limited::new(
+            specs.len(),
+            crate::policy::throttle::default_slice(&cost),
+        ))
+    } else {
+        crate::policy::build_on(
+            &config.policy.name,
+            config.policy.params.clone(),
+            &specs,
+            Some(&cost),
+        )?
+    };
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
@@ -498,6 +506,9 @@ fn stop(
 /// The policy, checked before an emulated device is built (seconds; it is built again
 /// on the device's cost model), and said once when it charges by a default model.
 fn check_policy(config: &ServerConfig) -> Result<(), ServeError> {
+    if config.cluster.is_some() {
+        return Ok(());
+    }
     let policy = crate::policy::build(
         &config.policy.name,
         config.policy.params.clone(),
