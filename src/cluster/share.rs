@@ -53,7 +53,7 @@
 //!    it leaves, is dropped and its parts go to the others at the next decision.
 //!    A front that joins gives each of its tenants an equal part of the limits its
 //!    fresh replica starts with (the number of fronts it was told of) until its first
-//!    decision.
+//!    decision, and keeps to it (never raises it) until it hears another front.
 //!
 //! Received bytes are validated ([`Report::decode`], [`FrontShare::receive`]): bad
 //! bytes, another version, an unknown tenant, counters that contradict each other or a
@@ -272,6 +272,9 @@ pub struct FrontShare {
     /// When it last took a report of another front (`None`: never, or every front
     /// it heard has since said it left).
     heard_other: Option<Nanos>,
+    /// Whether it was told of other fronts it has not heard yet (a front that joins
+    /// keeps its equal parts until it hears one).
+    expects_others: bool,
 }
 
 impl FrontShare {
@@ -314,6 +317,7 @@ impl FrontShare {
             seq: 0,
             decisions: 0,
             heard_other: None,
+            expects_others: fronts > 1,
         }
     }
 
@@ -419,6 +423,7 @@ impl FrontShare {
             .any(|(&f, p)| f != me && !p.latest.leaving)
         {
             self.heard_other = None;
+            self.expects_others = false;
         }
     }
 
@@ -536,9 +541,10 @@ impl FrontShare {
             .collect();
         // Hearing nobody for `stale_after` (peers dropped as gone since included): a
         // partition as far as this front can tell.
-        let isolated = self
-            .heard_other
-            .is_some_and(|at| now.saturating_sub(at) > stale_ns);
+        let isolated = match self.heard_other {
+            Some(at) => now.saturating_sub(at) > stale_ns,
+            None => self.expects_others,
+        };
         for t in 0..n {
             self.split(t as TenantId, &fresh);
             if !self.hosted[t] {
@@ -622,7 +628,7 @@ impl Peer {
         let latest = &self.latest;
         // Tenants it no longer serves are dropped; new ones added.
         self.tenants
-            .retain(|t, _| latest.tenants.iter().any(|r| r.tenant == *t));
+            .retain(|t, _| latest.tenants.binary_search_by_key(t, |r| r.tenant).is_ok());
         for r in &latest.tenants {
             let pt = self.tenants.entry(r.tenant).or_default();
             pt.wanting = r.wanting;
@@ -636,11 +642,11 @@ impl Peer {
         }
         let periods = (latest.seq - base.seq) as f64;
         for r in &latest.tenants {
+            // Reports list their tenants in increasing order (validated).
             let before = base
                 .tenants
-                .iter()
-                .find(|b| b.tenant == r.tenant)
-                .map_or(Usage::default(), |b| b.usage);
+                .binary_search_by_key(&r.tenant, |b| b.tenant)
+                .map_or(Usage::default(), |k| base.tenants[k].usage);
             let diff = [
                 r.usage.read_ios.saturating_sub(before.read_ios),
                 r.usage.write_ios.saturating_sub(before.write_ios),
@@ -949,5 +955,17 @@ mod tests {
         assert_eq!(f.limits(0), Limits::default(), "not served here");
         let want = g.limits()[1].riops.unwrap() / 4.0;
         assert!((f.limits(1).riops.unwrap() - want).abs() < 1e-9);
+        // Hearing nobody yet, it never raises its part.
+        let mut f = f;
+        for p in 1..=10 {
+            let _ = f.report(
+                &[(1, reads(100 * p), true)],
+                device(100 * p),
+                false,
+                p * PERIOD,
+            );
+            let _ = f.decide(p * PERIOD);
+            assert!(f.limits(1).riops.unwrap() <= want + 1e-9, "period {p}");
+        }
     }
 }
