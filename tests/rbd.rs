@@ -460,7 +460,10 @@ fn fronts_keep_one_limit(cluster: &Cluster, dir: &Path) {
         );
         Server::start(cluster, &d, &tenants)
     };
-    let f1 = front(1, "[[tenant]]\nname = \"a\"\nimage = \"fa1\"\n[[tenant]]\nname = \"b\"\nimage = \"fb1\"\n");
+    let f1 = front(
+        1,
+        "[[tenant]]\nname = \"a\"\nimage = \"fa1\"\n[[tenant]]\nname = \"b\"\nimage = \"fb1\"\n",
+    );
     let f2 = front(2, "[[tenant]]\nname = \"a\"\nimage = \"fa2\"\n");
     let (a1, a2) = (fio_reads(&f1.uri("a"), 8), fio_reads(&f2.uri("a"), 8));
     let a = read_iops(&finished(a1)) + read_iops(&finished(a2));

@@ -546,7 +546,11 @@ impl Policy for Throttle {
 /// The kernel's `throtl_slice` for a device priced by `cost`: 100 ms on a disk (it
 /// seeks), 20 ms otherwise.
 pub fn default_slice(cost: &CostModel) -> Nanos {
-    if cost.seeks() { 100_000_000 } else { 20_000_000 }
+    if cost.seeks() {
+        100_000_000
+    } else {
+        20_000_000
+    }
 }
 
 /// The throttle with limits set from outside ([`Policy::set_limits`]): the same

@@ -4,7 +4,7 @@
 //! limits per *tenant*, across fronts. The decisions are [`crate::cluster::share`]'s
 //! (a replica of the governor on every front, each tenant's global limits split across
 //! the fronts by demand; its docs say why and how); this file is their live driver:
-//! every period it reads the tenants' counters ([`LiveStats`]: what passed this front
+//! every period it reads the tenants' counters (the server's `LiveStats`: what passed this front
 //! and how long the backend took), makes this front's report, sends it to every peer
 //! over UDP, takes the reports that came in, and hands the engine each local tenant's
 //! part of its limits, which the `limited` policy (the throttle's gate) enforces.
@@ -83,9 +83,12 @@ pub struct ClusterConfig {
 /// `[cluster]`, checked on its own (the exports are checked against it by
 /// [`check_exports`]).
 pub(crate) fn cluster_section(f: ClusterFile) -> Result<ClusterConfig, Invalid> {
-    let front = f
-        .front
-        .ok_or_else(|| Invalid::new("cluster.front", "needed: this front's id, unique in the cluster"))?;
+    let front = f.front.ok_or_else(|| {
+        Invalid::new(
+            "cluster.front",
+            "needed: this front's id, unique in the cluster",
+        )
+    })?;
     let listen = f.listen.ok_or_else(|| {
         Invalid::new(
             "cluster.listen",
@@ -115,7 +118,10 @@ pub(crate) fn cluster_section(f: ClusterFile) -> Result<ClusterConfig, Invalid> 
     for (i, t) in f.tenant.into_iter().enumerate() {
         let field = format!("cluster.tenant[{}] ('{}')", i + 1, t.name);
         if t.name.is_empty() || tenants.iter().any(|x| x.name == t.name) {
-            return Err(Invalid::new(field, "needs a name no other cluster tenant has"));
+            return Err(Invalid::new(
+                field,
+                "needs a name no other cluster tenant has",
+            ));
         }
         let spec = QosFields {
             weight: t.weight,
@@ -147,7 +153,9 @@ pub(crate) fn check_exports(
     if exports.len() > MAX_FRONT_TENANTS {
         return Err(Invalid::new(
             "tenant",
-            format!("a cluster front serves at most {MAX_FRONT_TENANTS} exports (its report is one datagram)"),
+            format!(
+                "a cluster front serves at most {MAX_FRONT_TENANTS} exports (its report is one datagram)"
+            ),
         ));
     }
     let mut seen = std::collections::HashSet::new();
@@ -297,7 +305,9 @@ impl Front {
                         if let Err(e) = self.share.receive_bytes(&buf[..n], self.now())
                             && refused_logged.is_none_or(|at| now >= at + 10_000_000_000)
                         {
-                            tracing::warn!("cluster: a report from {from} refused: {e} (said at most every 10 s)");
+                            tracing::warn!(
+                                "cluster: a report from {from} refused: {e} (said at most every 10 s)"
+                            );
                             refused_logged = Some(now);
                         }
                     }
@@ -411,11 +421,16 @@ mod tests {
     #[test]
     fn errors_name_what_is_wrong() {
         let with = |export: &str| {
-            parse(&format!("{CLUSTER}\n[[tenant]]\n{export}\nfile = \"x.img\"\nsize = \"1g\"\n"))
-                .unwrap_err()
+            parse(&format!(
+                "{CLUSTER}\n[[tenant]]\n{export}\nfile = \"x.img\"\nsize = \"1g\"\n"
+            ))
+            .unwrap_err()
         };
         let e = with("name = \"c\"");
-        assert!(e.contains("'c'") && e.contains("no [[cluster.tenant]]"), "{e}");
+        assert!(
+            e.contains("'c'") && e.contains("no [[cluster.tenant]]"),
+            "{e}"
+        );
         let e = with("name = \"a\"\nweight = 3");
         assert!(e.contains("[[cluster.tenant]]'s, for every front"), "{e}");
         let e = parse(&format!(
@@ -433,7 +448,10 @@ mod tests {
         let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\nperiod_ms = 1\n[[cluster.tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
         assert!(e.contains("cluster.period_ms"), "{e}");
         let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\n[[cluster.tenant]]\nname = \"a\"\nweight = -1\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
-        assert!(e.contains("cluster.tenant[1] ('a')") && e.contains("weight"), "{e}");
+        assert!(
+            e.contains("cluster.tenant[1] ('a')") && e.contains("weight"),
+            "{e}"
+        );
     }
 
     /// A front's exports are fixed: adding one while running is refused, saying why.
@@ -443,8 +461,12 @@ mod tests {
             "{CLUSTER}\n[[tenant]]\nname = \"a\"\nfile = \"a.img\"\nsize = \"1g\"\n"
         ))
         .unwrap();
-        let table: toml::Table = toml::from_str("name = \"b\"\nfile = \"b.img\"\nsize = \"1g\"\n").unwrap();
-        let e = c.tenant_to_add(table, Path::new("/srv"), None).unwrap_err().to_string();
+        let table: toml::Table =
+            toml::from_str("name = \"b\"\nfile = \"b.img\"\nsize = \"1g\"\n").unwrap();
+        let e = c
+            .tenant_to_add(table, Path::new("/srv"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cluster front"), "{e}");
     }
 }
