@@ -375,38 +375,37 @@ fn an_image_added_while_running(cluster: &Cluster, dir: &Path) {
     assert!(info.contains("16 MiB"), "{info}");
 }
 
+/// What `serve` says on stderr when it refuses to start with `tenants`.
+fn refused(cluster: &Cluster, dir: &Path, tenants: &str) -> String {
+    let cfg = Server::config(cluster, dir, tenants);
+    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+        .arg("serve")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "served {tenants}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn errors_name_the_image(cluster: &Cluster, dir: &Path) {
-    // Missing, without create.
-    let cfg = Server::config(
+    let err = refused(
         cluster,
         dir,
         "[[tenant]]\nname = \"m\"\nimage = \"missing\"\nsize = \"8m\"\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
-        .arg("serve")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
     assert!(
         err.contains("rbd:rbd/missing") && err.contains("No such file"),
-        "{err}"
+        "a missing image, without create: {err}"
     );
-    // A size that is not the image's.
-    let cfg = Server::config(
+    let err = refused(
         cluster,
         dir,
         "[[tenant]]\nname = \"a\"\nimage = \"a\"\nsize = \"32m\"\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
-        .arg("serve")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("rbd:rbd/a") && err.contains("64 MiB"), "{err}");
+    assert!(
+        err.contains("rbd:rbd/a") && err.contains("64 MiB"),
+        "a size that is not the image's: {err}"
+    );
 }
 
 /// fio's read IOPS over its run, from its JSON.
