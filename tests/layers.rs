@@ -2,7 +2,8 @@
 //! or below, never above. Lowest first:
 //!
 //! * core — the sans-I/O parts: `types`, `units`, `buffer`, `config`, `scenario`, `host`,
-//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`, `trace`;
+//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`, `trace`,
+//!   `cluster` (several fronts on one cluster, simulated);
 //! * io — `io` (a request's file I/O) and `target` (real devices on io_uring);
 //! * server — the live NBD server;
 //! * tools — `characterize`, `calibrate`, `conformance`, `report`;
@@ -22,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "core",
         &[
             "types", "units", "buffer", "config", "scenario", "host", "policy", "device", "sim",
-            "workload", "metrics", "nbd", "journal", "iolog", "trace",
+            "workload", "metrics", "nbd", "journal", "iolog", "trace", "cluster",
         ],
     ),
     ("io", &["io", "target", "output"]),

@@ -320,47 +320,7 @@ pub fn run(s: &ClusterScenario) -> Result<ClusterResult, ClusterError> {
     let unloaded = crate::device::fixed::FixedDevice::new(s.cluster.osd).service_time(4096)
         + 2 * (s.cluster.net + s.cluster.jitter / 2);
     params.governor.target = 2 * unloaded;
-    let n = s.tenants.len();
-    let fronts = (0..s.fronts)
-        .map(|f| {
-            let policy: Box<dyn Policy> = match s.mode {
-                Mode::Coordinated => Box::new(Limited::new(n, SLICE)),
-                Mode::Local => Box::new(Throttle::new(
-                    &s.tenants,
-                    Governor::new(&s.tenants, cost, params.governor),
-                    SLICE,
-                )),
-                Mode::NoQos => Box::new(Fifo::new(n)),
-            };
-            let counts = Counts {
-                usage: vec![Usage::default(); n],
-                window: vec![0; n],
-                ..Counts::default()
-            };
-            let limits = HostLimits {
-                queue_depth: s.queue_depth,
-                queue_limit: None,
-                refuse: Refuse::Error,
-                stall: None,
-            };
-            let mut hosted: Vec<TenantId> = s
-                .volumes
-                .iter()
-                .filter(|v| v.front == f)
-                .map(|v| v.tenant)
-                .collect();
-            hosted.sort_unstable();
-            hosted.dedup();
-            Front {
-                host: Host::new(policy, counts, limits, n, cost),
-                share: None,
-                up: false,
-                partitioned: false,
-                alarm_at: None,
-                hosted,
-            }
-        })
-        .collect();
+    let fronts = build_fronts(s, cost, &params);
     let volumes = s
         .volumes
         .iter()
@@ -429,6 +389,51 @@ pub fn run(s: &ClusterScenario) -> Result<ClusterResult, ClusterError> {
         r.handle(e.time, e.ev);
     }
     Ok(r.result)
+}
+
+/// The fronts of `s`, each a host core with the policy its mode says, priced by `cost`.
+fn build_fronts(s: &ClusterScenario, cost: CostModel, params: &ShareParams) -> Vec<Front> {
+    let n = s.tenants.len();
+    (0..s.fronts)
+        .map(|f| {
+            let policy: Box<dyn Policy> = match s.mode {
+                Mode::Coordinated => Box::new(Limited::new(n, SLICE)),
+                Mode::Local => Box::new(Throttle::new(
+                    &s.tenants,
+                    Governor::new(&s.tenants, cost, params.governor),
+                    SLICE,
+                )),
+                Mode::NoQos => Box::new(Fifo::new(n)),
+            };
+            let counts = Counts {
+                usage: vec![Usage::default(); n],
+                window: vec![0; n],
+                ..Counts::default()
+            };
+            let limits = HostLimits {
+                queue_depth: s.queue_depth,
+                queue_limit: None,
+                refuse: Refuse::Error,
+                stall: None,
+            };
+            let mut hosted: Vec<TenantId> = s
+                .volumes
+                .iter()
+                .filter(|v| v.front == f)
+                .map(|v| v.tenant)
+                .collect();
+            hosted.sort_unstable();
+            hosted.dedup();
+            Front {
+                host: Host::new(policy, counts, limits, n, cost),
+                share: None,
+                up: false,
+                partitioned: false,
+                alarm_at: None,
+                hosted,
+            }
+        })
+        .collect()
 }
 
 /// The throttle's slice (the kernel's on a non-rotational device), ns.

@@ -284,6 +284,14 @@ impl Front {
         self.clock.elapsed().as_nanos() as Nanos
     }
 
+    /// Runs the exchange on a thread of its own (`front`) until the engine stops.
+    pub fn spawn(self) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("front".into())
+            .spawn(move || self.run())
+            .map(drop)
+    }
+
     /// Runs the exchange until the engine stops; then tells the peers this front
     /// leaves.
     pub fn run(mut self) {

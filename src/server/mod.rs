@@ -308,35 +308,13 @@ pub fn serve(
     let metrics_at = spawn_metrics(&config, &stats)?;
     let clock = Instant::now();
     let (handle, inbox) = engine::channel()?;
-    let front = match &config.cluster {
-        Some(cluster) => Some(front::Front::bind(
-            &config,
-            cluster,
-            stats.clone(),
-            handle.clone(),
-            clock,
-        )?),
-        None => None,
-    };
+    let front = bind_front(&config, &stats, &handle, clock)?;
     let recorder = out
         .as_ref()
         .map(|_| Recorder::open(&specs, 0, report_interval(&config)));
     let capture = open_capture(capture.as_ref(), &specs)?;
     let cost = config.cost_model(model.as_deref());
-    let policy: Box<dyn crate::policy::Policy> = if config.cluster.is_some() {
-        // A cluster front: the limits the fronts agree on, nothing of its own.
-        Box::new(crate::policy::throttle::Limited::new(
-            specs.len(),
-            crate::policy::throttle::default_slice(&cost),
-        ))
-    } else {
-        crate::policy::build_on(
-            &config.policy.name,
-            config.policy.params.clone(),
-            &specs,
-            Some(&cost),
-        )?
-    };
+    let policy = engine_policy(&config, &specs, &cost)?;
     let engine_thread = {
         let (config, stats) = (config.clone(), stats.clone());
         std::thread::Builder::new()
@@ -350,10 +328,7 @@ pub fn serve(
     };
     created.keep();
     if let Some(front) = front {
-        std::thread::Builder::new()
-            .name("front".into())
-            .spawn(move || front.run())
-            .map_err(ServeError::Thread)?;
+        front.spawn().map_err(ServeError::Thread)?;
     }
     let gate = Gate::of(&config);
     let (control, _control_socket) =
@@ -387,6 +362,47 @@ pub fn serve(
     notify("STOPPING=1\nSTATUS=draining: serving what was received, then syncing");
     let outcome = stop(&config, listeners, &registry, handle, engine_thread)?;
     Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// The policy the engine runs: the configuration's, or on a cluster's front the gate
+/// holding the limits the fronts agree on (nothing of its own).
+fn engine_policy(
+    config: &ServerConfig,
+    specs: &[crate::types::TenantSpec],
+    cost: &crate::policy::cost::CostModel,
+) -> Result<Box<dyn crate::policy::Policy>, ServeError> {
+    if config.cluster.is_some() {
+        return Ok(Box::new(crate::policy::throttle::Limited::new(
+            specs.len(),
+            crate::policy::throttle::default_slice(cost),
+        )));
+    }
+    Ok(crate::policy::build_on(
+        &config.policy.name,
+        config.policy.params.clone(),
+        specs,
+        Some(cost),
+    )?)
+}
+
+/// A cluster's front (`[cluster]`), its socket bound and its peers resolved; `None`
+/// for a server on its own.
+fn bind_front(
+    config: &ServerConfig,
+    stats: &Arc<LiveStats>,
+    handle: &EngineHandle,
+    clock: Instant,
+) -> Result<Option<front::Front>, ServeError> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(None);
+    };
+    Ok(Some(front::Front::bind(
+        config,
+        cluster,
+        stats.clone(),
+        handle.clone(),
+        clock,
+    )?))
 }
 
 /// What the control socket and SIGHUP change, and the socket when `server.control`
