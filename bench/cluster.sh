@@ -20,7 +20,9 @@
 # next aside (the fronts' allocator starts from the nominal capacity and finds the
 # cluster's in the first seconds).
 #
-# Usage: [NUM_OSDS=3] [DEPTH=8] [SECS=24] [RES=0.15] [LIMIT=0.2] [WINDOWS=1] [KEEP=1] bench/cluster.sh
+# Usage: [NUM_OSDS=3] [DEPTH=8] [SECS=24] [RES=0.15] [LIMIT=0.2] [LATENCY_MS=ms]
+#        [WINDOWS=1] [KEEP=1] bench/cluster.sh
+#   LATENCY_MS sets the fronts' cluster.latency_target_ms (default: the governor's).
 #   WINDOWS=1 prints every window's shares; KEEP=1 keeps the logs and configurations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +71,7 @@ front_config() {
             local peers=() p
             for p in 1 2 3; do [ "$p" = "$f" ] || peers+=("\"127.0.0.1:${PORTS[$p]}\""); done
             printf '[cluster]\nfront = %s\nlisten = "127.0.0.1:%s"\npeers = [%s]\n' "$f" "${PORTS[$f]}" "$(IFS=,; echo "${peers[*]}")"
+            [ -n "${LATENCY_MS:-}" ] && printf 'latency_target_ms = %s\n' "$LATENCY_MS"
             for w in $WEIGHTS; do
                 printf '[[cluster.tenant]]\nname = "%s"\nweight = %s\n' "${w%:*}" "${w#*:}"
                 [ "${w%:*}" = t1 ] && printf 'reservation_iops = %s\n' "$res"

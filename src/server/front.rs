@@ -50,6 +50,7 @@ pub(crate) struct ClusterFile {
     #[serde(default)]
     peers: Vec<String>,
     period_ms: Option<f64>,
+    latency_target_ms: Option<f64>,
     #[serde(default)]
     tenant: Vec<ClusterTenantFile>,
 }
@@ -76,6 +77,9 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// The exchange's period, ns.
     pub period: Nanos,
+    /// The cluster's mean latency above which it counts as congested (PARDA's
+    /// threshold), ns; `None`: the governor's default for the cost model.
+    pub latency_target: Option<Nanos>,
     /// Every tenant of the cluster, in the same order on every front (their ids).
     pub tenants: Vec<TenantSpec>,
 }
@@ -102,6 +106,15 @@ pub(crate) fn cluster_section(f: ClusterFile) -> Result<ClusterConfig, Invalid> 
             format!("must be 10 ..= 10000, got {period_ms}"),
         ));
     }
+    let latency_target = match f.latency_target_ms {
+        Some(ms) if !(0.05..=10_000.0).contains(&ms) => {
+            return Err(Invalid::new(
+                "cluster.latency_target_ms",
+                format!("must be 0.05 ..= 10000, got {ms}"),
+            ));
+        }
+        ms => ms.map(|ms| secs_to_nanos(ms / 1000.0)),
+    };
     if f.tenant.is_empty() {
         return Err(Invalid::new(
             "cluster.tenant",
@@ -138,6 +151,7 @@ pub(crate) fn cluster_section(f: ClusterFile) -> Result<ClusterConfig, Invalid> 
         listen,
         peers: f.peers,
         period: secs_to_nanos(period_ms / 1000.0),
+        latency_target,
         tenants,
     })
 }
@@ -261,6 +275,9 @@ impl Front {
         let cost = config.cost_model(None);
         let mut params = ShareParams::for_cluster(&cost);
         params.governor.period = cluster.period;
+        if let Some(target) = cluster.latency_target {
+            params.governor.target = target;
+        }
         let share = FrontShare::new(
             cluster.front,
             &cluster.tenants,
@@ -400,6 +417,7 @@ mod tests {
         front = 2
         listen = "127.0.0.1:7402"
         peers = ["127.0.0.1:7401", "127.0.0.1:7403"]
+        latency_target_ms = 5
         [[cluster.tenant]]
         name = "a"
         weight = 1
@@ -419,6 +437,7 @@ mod tests {
         .unwrap();
         let cluster = c.cluster.as_ref().unwrap();
         assert_eq!((cluster.front, cluster.period), (2, 100_000_000));
+        assert_eq!(cluster.latency_target, Some(5_000_000));
         assert_eq!(cluster.tenants.len(), 2);
         assert_eq!(c.tenants[0].spec.weight, 4.0);
         assert_eq!(c.tenants[0].spec.limit_iops, Some(2000.0));
@@ -455,6 +474,8 @@ mod tests {
         assert!(e.contains("cluster.front"), "{e}");
         let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\nperiod_ms = 1\n[[cluster.tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
         assert!(e.contains("cluster.period_ms"), "{e}");
+        let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\nlatency_target_ms = 0\n[[cluster.tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
+        assert!(e.contains("cluster.latency_target_ms"), "{e}");
         let e = parse("[cluster]\nfront = 1\nlisten = \"127.0.0.1:1\"\n[[cluster.tenant]]\nname = \"a\"\nweight = -1\n[[tenant]]\nname = \"a\"\nfile = \"x\"\nsize = \"1g\"\n").unwrap_err();
         assert!(
             e.contains("cluster.tenant[1] ('a')") && e.contains("weight"),
