@@ -473,12 +473,10 @@ impl Images {
         Ok(())
     }
 
-    /// Reads the eventfd and hands every finished operation's (request id, result) to
-    /// `out`: bytes moved (a read's, a write's length) or 0, or a negative errno.
+    /// Once the eventfd was read (the engine's ring read it, which resets it), hands
+    /// every finished operation's (request id, result) to `out`: bytes moved (a read's,
+    /// a write's length) or 0, or a negative errno.
     pub fn reap(&mut self, out: &mut Vec<(u64, i32)>) {
-        let mut count = [0u8; 8];
-        // SAFETY: reading 8 bytes into a local from a nonblocking eventfd we own.
-        unsafe { libc::read(self.events, count.as_mut_ptr().cast(), 8) };
         self.drain(out);
     }
 
