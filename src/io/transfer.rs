@@ -340,8 +340,8 @@ impl Transfer {
     }
 
     /// Decides, before the first part, whether the data goes through the `O_DIRECT`
-    /// descriptor (`direct_fd`: the target has one) and allocates a read's buffer;
-    /// answers the decision (the same for every later part).
+    /// descriptor (`direct_fd`: the target has one); answers the decision (the same for
+    /// every later part). [`Transfer::next_part`] then allocates a read's buffer.
     fn choose_path(&mut self, base: u64, cache: Cache, direct_fd: bool) -> bool {
         if self.buf.is_none() && self.stage == Stage::Transfer {
             let aligned = self.offset.is_multiple_of(DIRECT_ALIGN)
@@ -355,10 +355,6 @@ impl Transfer {
             self.direct = wanted && direct_fd && aligned;
             // Only pdc marks requests as journal.
             self.journal &= cache == Cache::Pdc;
-            // Buffers are aligned, so a write goes out from its payload as received.
-            if matches!(self.kind, CommandKind::Read) {
-                self.buf = Some(IoBuf::for_overwrite(self.len as usize));
-            }
         }
         self.direct
     }
@@ -369,12 +365,13 @@ impl Transfer {
     /// buffers it lends live in `self`, which must stay in place until the part's
     /// result has been handed to [`Transfer::step`].
     pub fn next_part(&mut self, base: u64) -> Part<'_> {
-        if self.buf.is_none() && self.stage == Stage::Transfer {
-            // A file target decided its path already (`choose_path`); this allocates a
-            // read's buffer for any other store.
-            if matches!(self.kind, CommandKind::Read) {
-                self.buf = Some(IoBuf::for_overwrite(self.len as usize));
-            }
+        // Buffers are aligned, so a write goes out from its payload as received; a
+        // read's buffer is made before its first part.
+        if self.buf.is_none()
+            && self.stage == Stage::Transfer
+            && matches!(self.kind, CommandKind::Read)
+        {
+            self.buf = Some(IoBuf::for_overwrite(self.len as usize));
         }
         let len = self.len;
         let at = base + self.offset + self.done as u64;

@@ -198,7 +198,8 @@ impl Files {
     /// Takes over the files [`Files::open_added`] opened for `t`, and answers where its
     /// requests go (the next tenant's target).
     pub fn absorb(&mut self, mut added: Files, t: &TenantConfig) -> Option<Store> {
-        if let (Storage::Image(_), Some(images)) = (&t.storage, added.images.take()) {
+        if let Storage::Image(_) = &t.storage {
+            let images = added.images.take().expect("open_added opened its image");
             let index = match self.images.as_mut() {
                 Some(set) => set.absorb(images),
                 None => {
@@ -219,9 +220,8 @@ impl Files {
                 .map(|(who, path, i)| (who, path, i + base)),
         );
         let target = match &t.storage {
-            Storage::Own(_) | Storage::Image(_) => {
-                added.targets.pop().expect("opened by open_added")
-            }
+            Storage::Own(_) => added.targets.pop().expect("opened by open_added"),
+            Storage::Image(_) => unreachable!("an image joins the images above"),
             // Nothing to open: a region of the shared file, or the null backend.
             _ => self.target_of(t).expect("opens nothing"),
         };

@@ -434,9 +434,11 @@ impl EngineCore {
         limits: &crate::policy::governor::Limits,
         now: Nanos,
     ) {
-        if (tenant as usize) < self.targets.len() {
-            let _ = self.host.set_limits(tenant, limits, now);
-        }
+        assert!(
+            (tenant as usize) < self.targets.len(),
+            "limits for tenant {tenant}, which the core does not serve"
+        );
+        let _ = self.host.set_limits(tenant, limits, now);
     }
 
     /// A tenant joins while running (`add-tenant`), served from now on by the policy

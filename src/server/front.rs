@@ -368,9 +368,7 @@ impl Front {
         let mut device = DeviceUsage::default();
         let mut tenants = Vec::with_capacity(self.tenant_of.len());
         for (export, &tenant) in self.tenant_of.iter().enumerate() {
-            let Some(c) = counters.get(export) else {
-                continue;
-            };
+            let c = &counters[export];
             let usage = Usage {
                 read_ios: c.reads,
                 write_ios: c.writes,
