@@ -4,8 +4,9 @@
 //! generator, so a failing seed replays exactly (`ioshare engine-swarm --seed N`).
 //!
 //! A seed draws a scenario ([`Scenario`]): a policy, 1–4 tenants, the device queue,
-//! `queue_limit`, a memory budget small enough to bind, cache modes, an emulated device
-//! model or none (a fixed one that answers at once, a disk that decides later),
+//! `queue_limit`, a memory budget small enough to bind, cache modes, tenants whose store
+//! is an image (the rbd backend's parts: no host cache, no short transfers, durable when
+//! acknowledged) rather than a file, an emulated device model or none (a fixed one that answers at once, a disk that decides later),
 //! configuration reloads, and clients that
 //! behave well or do not — slow readers, clients that never read their replies, clients
 //! that vanish in the middle of a write's payload, clients that send garbage. The
@@ -37,7 +38,7 @@ use super::budget;
 use super::core::{CoreConfig, CoreTenant, EngineCore, Intent, SEND_GRACE};
 use super::stats::LiveStats;
 use crate::host::Refuse;
-use crate::io::transfer::{Cache, FileOp, Target};
+use crate::io::transfer::{Cache, FileOp, Part, Target};
 use crate::journal::JournalParams;
 use crate::nbd::{ExportInfo, ServerCodec, proto};
 use crate::types::{Nanos, Slo, TenantSpec};
@@ -148,6 +149,10 @@ pub struct Scenario {
     pub max_connections: u32,
     /// `server.max_connections_per_peer`.
     pub per_peer: Option<u32>,
+    /// Tenants whose store is an image (the rbd backend's kind: parts by
+    /// [`crate::io::transfer::Transfer::next_part`], no host cache, no short transfers)
+    /// rather than a file.
+    pub images: Vec<bool>,
     /// Sectors of every read and write, when they are all of one size (the memory
     /// budget is then drawn just under a whole number of them, where an off-by-one
     /// shows).
@@ -177,6 +182,17 @@ fn draw_backend_guards(rng: &mut ChaCha8Rng, config: &mut CoreConfig) {
     if rng.random_bool(1.0 / 3.0) {
         config.backend_timeout = Some(rng.random_range(20..=120) * MS);
     }
+}
+
+/// A third of the tenants not under pdc (refused on images) are images; drawn from an
+/// rng of their own, so the rest of every seed's scenario is what it was.
+fn draw_images(seed: u64, config: &CoreConfig) -> Vec<bool> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1b5d_0000_0000);
+    config
+        .tenants
+        .iter()
+        .map(|t| rng.random_bool(1.0 / 3.0) && t.cache != Cache::Pdc)
+        .collect()
 }
 
 impl Scenario {
@@ -228,6 +244,7 @@ impl Scenario {
             }
         }
         let faulty = rng.random_bool(0.7);
+        let images = draw_images(seed, &config);
         let mut sc = Scenario {
             seed,
             policy,
@@ -257,6 +274,7 @@ impl Scenario {
             crash_at: rng
                 .random_bool(0.35)
                 .then(|| rng.random_range(20..400) * MS),
+            images,
             fixed_len,
             reloads: (0..rng.random_range(0..4))
                 .map(|_| {
@@ -537,6 +555,9 @@ impl World {
         ));
         let targets = (0..tenants)
             .map(|t| {
+                if sc.images[t] {
+                    return Some(Store::Image(t));
+                }
                 let cache = sc.config.tenants[t].cache;
                 Some(Store::File(Target {
                     buffered: 3,
@@ -980,7 +1001,18 @@ impl World {
         let cut = self.rng.random_range(0.0..1.0);
         let image = self.sc.image;
         let (io, store) = self.core.transfer(id);
-        let target = store.file().expect("the swarm's tenants have files");
+        let target = match store {
+            Store::File(target) => target,
+            Store::Image(tenant) => {
+                let part = io.next_part(tenant as u64 * image);
+                let result = self.disk.perform_part(part, fault, cut);
+                if fault {
+                    self.faults[tenant] += 1;
+                    self.report.faults += 1;
+                }
+                return result;
+            }
+        };
         let tenant = (target.base / image) as usize;
         let d = &mut self.disk;
         let op = io.next_op(target);
@@ -1358,6 +1390,45 @@ impl World {
 }
 
 impl Disk {
+    /// One part of an image tenant's request on the simulated disk, as librbd answers
+    /// it: faults, never a short transfer.
+    fn perform_part(&mut self, part: Part<'_>, fault: bool, cut: f64) -> i32 {
+        let d = self;
+        if fault {
+            let errno = match part {
+                Part::Write { .. } | Part::ZeroWrite { .. } if cut < 0.5 => libc::ENOSPC,
+                _ => libc::EIO,
+            };
+            return -errno;
+        }
+        match part {
+            Part::Read { at, buf } => {
+                let at = at as usize;
+                let n = buf.len();
+                buf.copy_from_slice(&d.current[at..at + n]);
+                n as i32
+            }
+            Part::Write { at, data, .. } | Part::ZeroWrite { at, data, .. } => {
+                let a = at as usize;
+                d.current[a..a + data.len()].copy_from_slice(data);
+                // With the client's cache off, an acknowledged write is durable.
+                d.touch(at, data.len() as u64, true);
+                data.len() as i32
+            }
+            Part::Flush => {
+                d.sync();
+                0
+            }
+            Part::DropCache { .. } => unreachable!("no image is under pdc"),
+            Part::Discard { at, len } | Part::WriteZeroes { at, len } => {
+                let a = at as usize;
+                d.current[a..a + len as usize].fill(0);
+                d.touch(at, u64::from(len), true);
+                0
+            }
+        }
+    }
+
     /// Bytes at `at` changed: dirty, or durable at once with `dsync`.
     fn touch(&mut self, at: u64, len: u64, dsync: bool) {
         let (first, last) = (at / SECTOR, (at + len).div_ceil(SECTOR));
@@ -1556,6 +1627,23 @@ mod tests {
             total.refused > 0,
             "floods met the connection limits: {total:?}"
         );
+    }
+
+    /// Image tenants (the rbd backend's parts) are drawn, faults and crashes
+    /// included, and hold every property: crashed images keep what was acknowledged.
+    #[test]
+    fn image_tenants_hold_the_properties() {
+        let seeds: Vec<u64> = (0..400)
+            .filter(|&s| Scenario::draw(s).images.contains(&true))
+            .take(40)
+            .collect();
+        assert_eq!(seeds.len(), 40, "image tenants are drawn");
+        let mut checked = 0;
+        for seed in seeds {
+            let r = run_seed(seed).unwrap_or_else(|f| panic!("seed {seed}: {}", f.what));
+            checked += r.sectors_checked;
+        }
+        assert!(checked > 0, "some of these runs crashed and were checked");
     }
 
     #[test]
