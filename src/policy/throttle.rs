@@ -621,15 +621,7 @@ mod tests {
     use super::*;
 
     fn read(id: u64) -> Request {
-        Request {
-            id,
-            tenant: 0,
-            op: Op::Read,
-            offset: 0,
-            len: 4096,
-            arrival: 0,
-            cost: 0,
-        }
+        crate::policy::test_request(id, 0, 4096, 0)
     }
 
     /// `Limited` passes what the limits it is given allow (a slice's budget at once,
