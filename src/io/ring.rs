@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 /// A ring and the count of entries on it.
 pub struct Ring {
     ring: IoUring,
+    /// Task work waits for a wait on the ring (`IORING_SETUP_DEFER_TASKRUN`): a wait
+    /// that must not block still has to ask for completions.
+    deferred: bool,
     /// Entries pushed whose completions have not been taken.
     on_ring: u64,
 }
@@ -27,13 +30,30 @@ impl Ring {
         let ring = IoUring::builder()
             .setup_cqsize(entries * 8)
             .build(entries)?;
-        Ok(Ring { ring, on_ring: 0 })
+        Ok(Ring {
+            ring,
+            deferred: false,
+            on_ring: 0,
+        })
     }
 
     /// [`Ring::new`] for a ring only the calling thread will ever submit to: on kernels
-    /// that have them, single-issuer and cooperative task running (task work may wait
-    /// for the thread's next system call).
+    /// that have them, single-issuer and deferred task running (the kernel's completion
+    /// work for this ring waits for the thread's next wait on it, and is done in one
+    /// batch there instead of interrupting it); cooperative task running before 6.1.
     pub fn for_this_thread(entries: u32) -> std::io::Result<Ring> {
+        let deferred = IoUring::builder()
+            .setup_cqsize(entries * 8)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries);
+        if let Ok(ring) = deferred {
+            return Ok(Ring {
+                ring,
+                deferred: true,
+                on_ring: 0,
+            });
+        }
         let tuned = IoUring::builder()
             .setup_cqsize(entries * 8)
             .setup_single_issuer()
@@ -46,7 +66,11 @@ impl Ring {
                 .setup_cqsize(entries * 8)
                 .build(entries)?,
         };
-        Ok(Ring { ring, on_ring: 0 })
+        Ok(Ring {
+            ring,
+            deferred: false,
+            on_ring: 0,
+        })
     }
 
     /// Whether the kernel can wait with a timeout (Linux 5.11 or later).
@@ -79,6 +103,11 @@ impl Ring {
     /// limit; zero: no wait). A timeout, a signal or a busy ring is not an error.
     pub fn wait(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
         let submitted = match timeout {
+            // Deferred task work runs only in a wait: one that times out at once.
+            Some(t) if t.is_zero() && self.deferred => self
+                .ring
+                .submitter()
+                .submit_with_args(1, &types::SubmitArgs::new().timespec(&types::Timespec::new())),
             Some(t) if t.is_zero() => self.ring.submit(),
             Some(t) => {
                 let ts = types::Timespec::new()
