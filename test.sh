@@ -45,6 +45,10 @@ trap 'rm -f "$skipped"' EXIT
 export IOSHARE_SKIPPED_LOG=$skipped
 status=0
 cargo test --release "$@" || status=$?
+# The live tests start their servers with two engine threads; once more with one.
+if [ $# -eq 0 ]; then
+    IOSHARE_TEST_THREADS=1 cargo test --release --test live || status=$?
+fi
 if [ -s "$skipped" ]; then
     echo "test.sh: $(wc -l <"$skipped") test(s) skipped, passing without running:"
     sed 's/^/  /' "$skipped"

@@ -18,6 +18,31 @@ install_tools() {
     fi
 }
 
+# ioshare_binary [PATH]: PATH when given, else this tree's release build (built first).
+ioshare_binary() {
+    if [ -n "${1:-}" ]; then
+        echo "$1"
+    else
+        cargo build --release --quiet >&2
+        echo target/release/ioshare
+    fi
+}
+
+# fill_file FILE SIZE [DIRECT]: writes SIZE (fio's notation, e.g. 1g) to FILE unless it
+# holds that many bytes already, fully allocated, so that no run measures block
+# allocation; DIRECT=1 writes with O_DIRECT. Prints the size in bytes.
+fill_file() {
+    local file=$1 size=$2 direct=${3:-0} bytes
+    bytes=$(numfmt --from=iec "${size^^}")
+    if [ "$(stat -c %s "$file" 2>/dev/null || echo 0)" != "$bytes" ]; then
+        echo "writing $size to $file" >&2
+        rm -f "$file"
+        fio --name=fill --filename="$file" --rw=write --bs=1m --size="$size" \
+            --ioengine=psync --direct="$direct" --output=/dev/null
+    fi
+    echo "$bytes"
+}
+
 # The server started last in the background; stop_server ends it (also on exit).
 server_pid=
 stop_server() {

@@ -36,21 +36,12 @@ DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
 
 source bench/common.sh
 install_tools fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit
-if [ -z "$IOSHARE" ]; then
-    cargo build --release --quiet
-    IOSHARE=target/release/ioshare
-fi
+IOSHARE=$(ioshare_binary "$IOSHARE")
 mkdir -p "$DIR"
 FILE=$DIR/cpu.img
 SOCK=$DIR/cpu.sock
 bytes=$(numfmt --from=iec "${SIZE^^}")
-if [[ " $BACKENDS " == *" file "* ]] &&
-    [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != "$bytes" ]; then
-    echo "writing $SIZE to $FILE" >&2
-    rm -f "$FILE"
-    fio --name=fill --filename="$FILE" --rw=write --bs=1m --size="$SIZE" --ioengine=psync \
-        --output=/dev/null
-fi
+[[ " $BACKENDS " == *" file "* ]] && fill_file "$FILE" "$SIZE" >/dev/null
 TICKS=$(getconf CLK_TCK)
 PERF=0
 if command -v perf >/dev/null 2>&1 &&

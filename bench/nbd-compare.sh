@@ -27,21 +27,12 @@ DIR=$(realpath -m "${BENCH_DIR:-target/bench}")
 
 source bench/common.sh
 install_tools fio:fio qemu-nbd:qemu-utils nbdinfo:libnbd-bin nbdkit:nbdkit
-if [ -z "$IOSHARE" ]; then
-    cargo build --release --quiet
-    IOSHARE=target/release/ioshare
-fi
+IOSHARE=$(ioshare_binary "$IOSHARE")
 
 mkdir -p "$DIR"
 FILE=$DIR/disk.img
 SOCK=$DIR/nbd.sock
-bytes=$(numfmt --from=iec "${SIZE^^}")
-if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != "$bytes" ]; then
-    echo "writing $SIZE to $FILE (fully allocated, so no run measures block allocation)" >&2
-    rm -f "$FILE"
-    fio --name=fill --filename="$FILE" --rw=write --bs=1m --size="$SIZE" --ioengine=psync \
-        --direct=1 --output=/dev/null
-fi
+bytes=$(fill_file "$FILE" "$SIZE" 1)
 
 
 # start_server TARGET MODE: serves $FILE as export "disk" on $SOCK.

@@ -9,6 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// `server.threads` for every server these tests start: `IOSHARE_TEST_THREADS`, 2 when
+/// unset (so that the engine's shards are exercised on any machine); `./test.sh` runs
+/// these tests again with 1.
+fn threads_line() -> String {
+    let n = std::env::var("IOSHARE_TEST_THREADS").unwrap_or_else(|_| "2".into());
+    format!("threads = {n}\n")
+}
+
 /// A running `ioshare serve` in its own folder.
 struct Server {
     child: Child,
@@ -41,7 +49,15 @@ impl Server {
         let cfg = dir.join("serve.toml");
         std::fs::write(
             &cfg,
-            format!("[server]\nunix = \"s.sock\"\ninterval_s = 0\n{config}"),
+            format!(
+                "[server]\nunix = \"s.sock\"\ninterval_s = 0\n{}{config}",
+                // A test that sets its own keeps it.
+                if config.contains("threads =") {
+                    String::new()
+                } else {
+                    threads_line()
+                }
+            ),
         )
         .unwrap();
         let socket = dir.join("s.sock");
@@ -260,6 +276,75 @@ fn fio_verifies_under_every_policy() {
         assert!(status.success(), "{policy}: {err}");
         assert!(err.contains("0 errors, 0 refused"), "{policy}: {err}");
     }
+}
+
+/// CPU time each engine thread of process `pid` has run, nanoseconds, by thread name.
+fn engine_cpu(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let path = task.unwrap().path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let name = name.trim().to_string();
+        if name != "engine" && !name.starts_with("engine-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+        let ns = stat
+            .split(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        out.push((name, ns));
+    }
+    out.sort();
+    out
+}
+
+/// `server.threads = 3`: three engine threads, each with its own ring; four
+/// connections of two tenants under a policy that queues (SFQ at depth 4, so a
+/// completion on one thread dispatches a request of another's connection) are served
+/// between them, every byte verified, and each engine thread does work.
+#[test]
+fn engine_threads_share_the_connections_and_keep_every_byte() {
+    let dir = tempdir();
+    let s = Server::start(
+        dir.path(),
+        &format!("threads = 3\npolicy = {{ name = \"sfq\", depth = 4 }}\n{TWO_TENANTS}"),
+    );
+    let pid = s.child.id();
+    let before = engine_cpu(pid);
+    let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["engine", "engine-1", "engine-2"], "{before:?}");
+    // Two jobs an export, each in its own 8 MiB of it.
+    let jobs = [
+        ("vm1", "4k", "0"),
+        ("vm1", "16k", "8m"),
+        ("vm2", "4k", "0"),
+        ("vm2", "64k", "8m"),
+    ];
+    let mut jobs: Vec<_> = jobs
+        .iter()
+        .map(|(export, bs, offset)| {
+            let mut c = fio_verify(&s.uri(export), bs, "8m");
+            c.arg(format!("--offset={offset}"));
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for job in jobs.drain(..) {
+        let out = job.wait_with_output().unwrap();
+        assert!(stdout(&out).contains("err= 0"), "{}", stdout(&out));
+    }
+    let after = engine_cpu(pid);
+    for ((name, a), (_, b)) in before.iter().zip(&after) {
+        assert!(
+            b - a > 1_000_000,
+            "{name} did no work: {before:?} -> {after:?}"
+        );
+    }
+    let (status, err) = s.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("0 errors, 0 refused"), "{err}");
 }
 
 #[test]
@@ -3275,7 +3360,10 @@ fn a_service_manager_hands_over_sockets_and_hears_ready_and_stopping() {
     // The configuration names another socket: the handed-over one takes its place.
     std::fs::write(
         &cfg,
-        format!("[server]\nunix = \"unused.sock\"\ninterval_s = 0\n{TWO_TENANTS}"),
+        format!(
+            "[server]\nunix = \"unused.sock\"\ninterval_s = 0\n{}{TWO_TENANTS}",
+            threads_line()
+        ),
     )
     .unwrap();
     let pidfile = dir.path().join("ioshare.pid");

@@ -104,10 +104,10 @@ impl Ring {
     pub fn wait(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
         let submitted = match timeout {
             // Deferred task work runs only in a wait: one that times out at once.
-            Some(t) if t.is_zero() && self.deferred => self
-                .ring
-                .submitter()
-                .submit_with_args(1, &types::SubmitArgs::new().timespec(&types::Timespec::new())),
+            Some(t) if t.is_zero() && self.deferred => self.ring.submitter().submit_with_args(
+                1,
+                &types::SubmitArgs::new().timespec(&types::Timespec::new()),
+            ),
             Some(t) if t.is_zero() => self.ring.submit(),
             Some(t) => {
                 let ts = types::Timespec::new()

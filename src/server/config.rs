@@ -33,6 +33,7 @@ struct ServerFile {
     tcp: Option<String>,
     queue_depth: Option<u32>,
     queue_limit: Option<u32>,
+    threads: Option<u32>,
     refuse: Option<String>,
     policy: Option<PolicyEntry>,
     interval_s: Option<f64>,
@@ -238,6 +239,9 @@ pub struct ServerConfig {
     pub tcp: Option<String>,
     /// Requests on the device at once, over all tenants.
     pub queue_depth: u32,
+    /// Engine threads, each with its own io_uring ring, serving the connections between
+    /// them (the server's engine).
+    pub threads: u32,
     /// Requests a tenant may have waiting in the host (held by the policy) before its
     /// connections stop being read.
     pub queue_limit: u32,
@@ -363,17 +367,7 @@ impl ServerConfig {
             .take()
             .map(super::front::cluster_section)
             .transpose()?;
-        let exports: Vec<(String, bool)> = file
-            .tenant
-            .iter()
-            .map(|t| {
-                let own = t.weight.is_some()
-                    || t.slo.is_some()
-                    || t.reservation_iops.is_some()
-                    || t.limit_iops.is_some();
-                (t.name.clone(), own)
-            })
-            .collect();
+        let exports = exports_of(&file.tenant);
         let mut server = server_section(file.server, &at)?;
         let cluster_specs = match &cluster {
             Some(c) => {
@@ -411,6 +405,7 @@ impl ServerConfig {
             unix: server.unix,
             tcp: server.tcp,
             queue_depth: server.queue_depth,
+            threads: server.threads,
             queue_limit: server.queue_limit,
             refuse: server.refuse,
             policy: server.policy,
@@ -522,6 +517,7 @@ impl ServerConfig {
             ("server.unix", self.unix == new.unix),
             ("server.tcp", self.tcp == new.tcp),
             ("server.queue_depth", self.queue_depth == new.queue_depth),
+            ("server.threads", self.threads == new.threads),
             ("server.queue_limit", self.queue_limit == new.queue_limit),
             ("server.refuse", self.refuse == new.refuse),
             ("server.policy", self.policy == new.policy),
@@ -611,6 +607,7 @@ struct Server {
     unix: Option<PathBuf>,
     tcp: Option<String>,
     queue_depth: u32,
+    threads: u32,
     queue_limit: u32,
     refuse: Refuse,
     policy: PolicyChoice,
@@ -749,6 +746,46 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
     })
 }
 
+/// Each `[[tenant]]`'s name, and whether it gives a promise of its own (a cluster
+/// front's exports must not).
+fn exports_of(tenants: &[TenantFile]) -> Vec<(String, bool)> {
+    tenants
+        .iter()
+        .map(|t| {
+            let own = t.weight.is_some()
+                || t.slo.is_some()
+                || t.reservation_iops.is_some()
+                || t.limit_iops.is_some();
+            (t.name.clone(), own)
+        })
+        .collect()
+}
+
+/// `server.threads`, checked; the default when not given.
+fn threads_of(given: Option<u32>) -> Result<u32, Invalid> {
+    let threads = given.unwrap_or_else(default_threads);
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(Invalid::new(
+            "server.threads",
+            format!("must be 1 ..= {MAX_THREADS}, got {threads}"),
+        ));
+    }
+    Ok(threads)
+}
+
+/// The most engine threads `server.threads` may ask for.
+pub const MAX_THREADS: u32 = 64;
+/// Engine threads by default: one a core, at most this many.
+pub const DEFAULT_THREADS_CAP: u32 = 8;
+
+/// `server.threads` by default: the cores this process may run on, at most
+/// [`DEFAULT_THREADS_CAP`].
+pub fn default_threads() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get() as u32)
+        .min(DEFAULT_THREADS_CAP)
+}
+
 /// `server.max_inflight_bytes` by default.
 pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 512 << 20;
 
@@ -762,6 +799,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
             format!("must be 1 ..= 4096, got {queue_depth}"),
         ));
     }
+    let threads = threads_of(s.threads)?;
     let queue_limit = s.queue_limit.unwrap_or(256);
     if queue_limit == 0 {
         return Err(field("queue_limit", "must be > 0".into()));
@@ -830,6 +868,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         unix,
         tcp: s.tcp,
         queue_depth,
+        threads,
         queue_limit,
         refuse,
         policy,
@@ -1379,6 +1418,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.unix, Some(PathBuf::from("/srv/ioshare.sock")));
         assert_eq!((c.queue_depth, c.queue_limit), (32, 256));
+        assert_eq!(c.threads, default_threads());
+        assert!((1..=DEFAULT_THREADS_CAP).contains(&c.threads));
         assert_eq!(c.policy.name, "none");
         assert_eq!(c.cache, Cache::Writeback);
         assert_eq!(c.tenants[0].storage, Storage::Own("/srv/vm1.img".into()));
@@ -1651,6 +1692,14 @@ mod tests {
             (
                 "[server]\nqueue_depth = 0\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
                 "server.queue_depth",
+            ),
+            (
+                "[server]\nthreads = 0\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.threads: must be 1 ..= 64, got 0",
+            ),
+            (
+                "[server]\nthreads = 65\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",
+                "server.threads: must be 1 ..= 64, got 65",
             ),
             (
                 "[server]\npolicy = { label = 'x' }\n[[tenant]]\nname='a'\nfile='a'\nsize=4096",

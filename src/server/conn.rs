@@ -140,6 +140,10 @@ pub struct Conn {
     pub exempt: u64,
 }
 
+// SAFETY: the iovecs point only into buffers this `Conn` owns (its reply bytes and the
+// data of the replies it holds), which move with it; nothing else holds them.
+unsafe impl Send for Conn {}
+
 impl Conn {
     /// A connection the core serves from now on.
     pub fn new(id: u64, peer: std::sync::Arc<str>, tenant: TenantId, codec: ServerCodec) -> Self {

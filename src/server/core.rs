@@ -670,6 +670,23 @@ impl EngineCore {
         into.append(&mut self.intents);
     }
 
+    /// The connection slot whose socket an intent is about, or whose request it moves:
+    /// a shell with several rings carries it out on that connection's ring, so that
+    /// its completion comes back where the connection's other events do. `None` for a
+    /// block status (answered on the spot) and for an intent of a request no longer
+    /// live.
+    pub fn home(&self, intent: Intent) -> Option<usize> {
+        match intent {
+            Intent::Receive(slot)
+            | Intent::Send(slot)
+            | Intent::ShutRead(slot)
+            | Intent::Cut(slot)
+            | Intent::Close(slot) => Some(slot),
+            Intent::Io(id) => self.live.get(&id).map(|l| l.sub.conn),
+            Intent::BlockStatus(_) => None,
+        }
+    }
+
     /// The log lines since the last call, and how many were dropped past the bound.
     pub fn take_logs(&mut self) -> (Vec<LogLine>, u64) {
         (
@@ -1593,6 +1610,43 @@ mod tests {
         let codec = handshaken(&c.cfg.clone(), 1);
         assert!(c.attach(5, "test".into(), 1, codec, 4 * MS).is_some());
         assert_eq!(c.live_requests(), 1);
+    }
+
+    /// Every intent names the connection whose ring carries it out: its own slot, or
+    /// for a request's I/O the connection that sent the request; none once the
+    /// request is answered.
+    #[test]
+    fn an_intent_is_homed_on_its_connection() {
+        let mut c = core(8, 64, 64 << 20);
+        let a = attach(&mut c);
+        let b = attach(&mut c);
+        assert_ne!(a, b);
+        assert_eq!(
+            intents(&mut c),
+            vec![Intent::Receive(a), Intent::Receive(b)]
+        );
+        receive(&mut c, b, &reads(1, 4096), 0);
+        receive(
+            &mut c,
+            a,
+            &request_header(proto::CMD_READ, 0, 2, 0, 4096),
+            0,
+        );
+        c.turn(0);
+        let asked = intents(&mut c);
+        let homes: Vec<_> = asked.iter().map(|&i| (i, c.home(i))).collect();
+        assert!(homes.contains(&(Intent::Io(1), Some(b))), "{homes:?}");
+        assert!(homes.contains(&(Intent::Io(2), Some(a))), "{homes:?}");
+        for (i, home) in &homes {
+            if let Intent::Receive(slot) = i {
+                assert_eq!(*home, Some(*slot));
+            }
+        }
+        assert_eq!(c.home(Intent::BlockStatus(1)), None);
+        complete_io(&mut c, &asked, MS);
+        c.turn(MS);
+        assert_eq!(c.home(Intent::Io(1)), None, "answered: no longer live");
+        assert_eq!(c.home(Intent::Send(b)), Some(b));
     }
 
     #[test]

@@ -436,7 +436,7 @@ impl Images {
         }
         // SAFETY (each call): an open image and a fresh completion; the buffers live in
         // the request's transfer, which the engine keeps in place until this
-        // completion has been reaped (or leaks if it never is: `Engine::settle`).
+        // completion has been reaped (or leaks if it never is: `Shard::settle`, `engine::run`).
         let (r, kind) = unsafe {
             match part {
                 Part::Read { at, buf } => (
