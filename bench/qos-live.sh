@@ -24,7 +24,8 @@
 # randwrite randrw"), SLO_RT_US (5000: under `none` the flood pushes t1's p99 past
 # it), SLO_POLICIES ("none ta1 ta2 ta3 mclock"), SLO_BEST_EFFORT (1), BENCH_DIR (target/qos-live: the `file` setting's image,
 # use a real disk), EMULATED_DIR (/dev/shm/ioshare-qos when /dev/shm exists, else
-# BENCH_DIR). An emulated request is answered when its data I/O is done *and* the model
+# BENCH_DIR), THREADS (server.threads; unset: the server's default). An emulated
+# request is answered when its data I/O is done *and* the model
 # says so; its data must come faster than the modelled drive, or the host's disk is what
 # gets measured (a cold page cache made the first `none` run 3× slower than a warm one
 # here). So the emulated images live in memory; each is removed after its setting
@@ -41,6 +42,7 @@ SLO_POLICIES=${SLO_POLICIES:-"none ta1 ta2 ta3 mclock"}
 SLO_BEST_EFFORT=${SLO_BEST_EFFORT:-1}
 SLO_ARRIVALS=${SLO_ARRIVALS:-poisson}
 SLO_REFUSE=${SLO_REFUSE:-hold}
+THREADS=${THREADS:-}
 DIR=$(realpath -m "${BENCH_DIR:-target/qos-live}")
 if [ -d /dev/shm ]; then EMULATED_DIR=${EMULATED_DIR:-/dev/shm/ioshare-qos}; fi
 EMULATED_DIR=$(realpath -m "${EMULATED_DIR:-$DIR}")
@@ -59,6 +61,7 @@ config() {
     echo "unix = \"$SOCK\""
     echo "interval_s = 0"
     echo "queue_depth = 32"
+    [ -n "$THREADS" ] && echo "threads = $THREADS"
     [ "$setting" = slo ] && echo "refuse = \"$SLO_REFUSE\""
     if [[ $policy == *:* ]]; then
         # name:key=value,key=value → an inline table with the policy's parameters

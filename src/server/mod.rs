@@ -335,11 +335,12 @@ pub fn serve(
         start_control(&config, source.clone(), &handle, &gate, &stats)?;
     warn_of_exposure(&config, metrics_at, &listeners);
     tracing::info!(
-        "serving {} export(s) on {} with policy {} (queue depth {}); SIGTERM drains and exits",
+        "serving {} export(s) on {} with policy {} (queue depth {}, {} engine thread(s)); SIGTERM drains and exits",
         config.tenants.len(),
         listeners.describe(&config),
         config.policy.label,
-        config.queue_depth
+        config.queue_depth,
+        config.threads
     );
     // Ready: the listeners are bound and the engine runs, so a client is accepted.
     let notify = |state: &str| notifier.iter().for_each(|n| n.send(state));
