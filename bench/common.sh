@@ -28,6 +28,16 @@ ioshare_binary() {
     fi
 }
 
+# remove_image FILE...: removes served image files and the marker the server leaves
+# beside each (".NAME.ioshare"; without it a server refuses to serve an empty image in
+# place of one it created before, which is what a bench that starts afresh wants).
+remove_image() {
+    local f
+    for f in "$@"; do
+        rm -f "$f" "$(dirname "$f")/.$(basename "$f").ioshare"
+    done
+}
+
 # fill_file FILE SIZE [DIRECT]: writes SIZE (fio's notation, e.g. 1g) to FILE unless it
 # holds that many bytes already, fully allocated, so that no run measures block
 # allocation; DIRECT=1 writes with O_DIRECT. Prints the size in bytes.

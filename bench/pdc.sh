@@ -108,7 +108,7 @@ down() {
     done
     stop_server
     GUESTS=()
-    rm -f "$R"/*.img
+    remove_image "$R"/*.img
     rmdir "$CG_MEM" "$CG_BLK" 2>/dev/null || true
 }
 trap 'down; stop_server' EXIT

@@ -229,7 +229,7 @@ for setting in $SETTINGS; do
         echo "| policy | t1 IOPS | t1 p99 | t1 p99.9 | t1 errors | t2 writes/s done | t2 refused/s | t2 held back/s | t3 writes/s done |"
         echo "|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${rows[@]}"
-        rm -f "$EMULATED_DIR/slo.img"
+        remove_image "$EMULATED_DIR/slo.img"
         continue
     fi
     if [ "$setting" = mcfq ]; then
@@ -275,5 +275,5 @@ for setting in $SETTINGS; do
         done
     done
     unset bw
-    [ "$setting" != file ] && rm -f "$EMULATED_DIR/$setting.img"
+    [ "$setting" != file ] && remove_image "$EMULATED_DIR/$setting.img"
 done

@@ -53,9 +53,8 @@ start() {
         "$DIR/pki/server-cert.pem" "$DIR/pki/server-key.pem") ;;
     psk) tls=$(printf 'tls = "require"\ntls_psk = "%s"' "$DIR/keys.psk") ;;
     esac
-    # A fresh image each time (its marker too: the server refuses to serve an empty
-    # disk in place of one it created before).
-    rm -f "$DIR/disk.img" "$DIR/.disk.img.ioshare"
+    # A fresh image each time.
+    remove_image "$DIR/disk.img"
     # A port of its own: the last server's may still be held by closing connections.
     PORT=$((PORT + 1))
     cat >"$DIR/serve.toml" <<EOF
