@@ -94,6 +94,12 @@ impl Ring {
         Ok(())
     }
 
+    /// Whether the kernel has deferred task running (Linux 6.1 or later), and with it
+    /// everything the engine may ask of a receive (`IORING_RECVSEND_POLL_FIRST`, 5.19).
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
+    }
+
     /// Entries on the ring whose completions have not been taken.
     pub fn on_ring(&self) -> u64 {
         self.on_ring

@@ -8,7 +8,8 @@
 //! the wall-clock time; rare messages (a new connection, a reload, the drain) come on a
 //! channel with an eventfd read kept on shard 0's ring to wake it.
 //!
-//! Shards: a connection belongs to shard `slot % threads`; its receives, sends and its
+//! Shards: a connection belongs to the shard serving the fewest connections when it
+//! attaches (kept until it closes); its receives, sends and its
 //! requests' file I/O go on that shard's ring. The core (one policy, one host: the
 //! promises are the same with any number of threads) sits behind one lock, which a
 //! shard takes once a turn of its loop for everything the turn brings (the completions
@@ -52,6 +53,11 @@ const TAG_MASK: u64 = 3 << 62;
 const WAKE: u64 = u64::MAX;
 /// The rbd backend's eventfd read: its images have completions.
 const IMAGES: u64 = u64::MAX - 1;
+
+/// `IORING_RECVSEND_POLL_FIRST`: a receive waits for the socket to be readable before
+/// its first try (a receive is asked for right after the last one emptied the socket,
+/// so a first try would mostly find nothing).
+const RECV_POLL_FIRST: u16 = 1;
 
 /// What the accepting side tells the engine.
 pub enum Message {
@@ -254,6 +260,8 @@ pub fn run(
         sockets: Vec::new(),
         capture,
         mail: vec![Vec::new(); threads],
+        homes: Vec::new(),
+        load: vec![0; threads],
         stop: false,
         timer_at: Nanos::MAX,
     });
@@ -436,7 +444,7 @@ unsafe impl Send for Socket {}
 /// decisions in one go): the core, the sockets, the files, the capture.
 ///
 /// Sharding: a connection's receives, sends and its requests' file I/O go on the ring of
-/// shard `slot % threads`, so its completions come back where its other events do and
+/// the shard that served the fewest connections when it attached, so its completions come back where its other events do and
 /// the kernel's socket and file work of different connections runs on different
 /// threads; a shard whose turn makes an intent of another shard's connection leaves it
 /// in that shard's mail and wakes it. Shard 0 also takes the channel's messages, keeps
@@ -455,6 +463,10 @@ struct Shared {
     offload: std::collections::HashSet<std::os::fd::RawFd>,
     /// Per shard: intents another shard's turn made for it.
     mail: Vec<Vec<Intent>>,
+    /// Per connection slot: the shard its socket and its requests' I/O are on.
+    homes: Vec<usize>,
+    /// Per shard: the connections it serves.
+    load: Vec<usize>,
     /// Some shard's loop ended (drained, failed, panicked): every shard stops.
     stop: bool,
     /// When shard 0 will wake on its own (`Nanos::MAX`: not before an event).
@@ -659,7 +671,6 @@ impl Shard {
     /// shard whose connection it is), writes its log lines and hands its arrivals to
     /// the capture.
     fn apply(&mut self, g: &mut Shared) -> Result<(), EngineError> {
-        let shards = self.pokes.len();
         // Rounds until none is left: answering a block status makes a send.
         loop {
             let mut intents = std::mem::take(&mut self.intents);
@@ -668,7 +679,10 @@ impl Shard {
             for &intent in &intents {
                 let on_ring =
                     matches!(intent, Intent::Receive(_) | Intent::Send(_) | Intent::Io(_));
-                let home = g.core().home(intent).map_or(self.index, |s| s % shards);
+                let home = g
+                    .core()
+                    .home(intent)
+                    .map_or(self.index, |slot| g.homes[slot]);
                 if on_ring && home != self.index {
                     g.mail[home].push(intent);
                     self.pokes[home] = true;
@@ -712,6 +726,11 @@ impl Shard {
                 let fd = socket(&g.sockets, slot).fd.as_raw_fd();
                 let room = core.receive_buffer(slot);
                 opcode::Recv::new(types::Fd(fd), room.as_mut_ptr(), room.len() as u32)
+                    .ioprio(if self.ring.is_deferred() {
+                        RECV_POLL_FIRST
+                    } else {
+                        0
+                    })
                     .build()
                     .user_data(TAG_RECV | slot as u64)
             }
@@ -755,6 +774,10 @@ impl Shard {
             }
             Intent::Close(slot) => {
                 g.sockets[slot] = None;
+                let home = g.homes[slot];
+                g.load[home] = g.load[home]
+                    .checked_sub(1)
+                    .expect("a connection closes once");
                 return Ok(());
             }
             Intent::BlockStatus(id) => {
@@ -862,8 +885,17 @@ fn attach(g: &mut Shared, a: Attach, now: Nanos) {
     };
     if g.sockets.len() <= slot {
         g.sockets.resize_with(slot + 1, || None);
+        g.homes.resize(slot + 1, 0);
     }
     assert!(g.sockets[slot].is_none(), "a slot holds one socket");
+    let (shard, _) = g
+        .load
+        .iter()
+        .enumerate()
+        .min_by_key(|&(i, n)| (*n, i))
+        .expect("at least one shard");
+    g.homes[slot] = shard;
+    g.load[shard] += 1;
     g.sockets[slot] = Some(Socket {
         fd: a.fd,
         // SAFETY: an all-zero msghdr is a valid empty message.
