@@ -9,7 +9,7 @@
 //! channel with an eventfd read kept on shard 0's ring to wake it.
 //!
 //! Shards: a connection belongs to the shard serving the fewest connections when it
-//! attaches (kept until it closes); its receives, sends and its
+//! attaches (between equals, the next in turn; kept until it closes); its receives, sends and its
 //! requests' file I/O go on that shard's ring. The core (one policy, one host: the
 //! promises are the same with any number of threads) sits behind one lock, which a
 //! shard takes once a turn of its loop for everything the turn brings (the completions
@@ -262,6 +262,7 @@ pub fn run(
         mail: vec![Vec::new(); threads],
         homes: Vec::new(),
         load: vec![0; threads],
+        placed: threads - 1,
         stop: false,
         timer_at: Nanos::MAX,
     });
@@ -467,6 +468,8 @@ struct Shared {
     homes: Vec<usize>,
     /// Per shard: the connections it serves.
     load: Vec<usize>,
+    /// The shard the last connection was placed on.
+    placed: usize,
     /// Some shard's loop ended (drained, failed, panicked): every shard stops.
     stop: bool,
     /// When shard 0 will wake on its own (`Nanos::MAX`: not before an event).
@@ -888,12 +891,14 @@ fn attach(g: &mut Shared, a: Attach, now: Nanos) {
         g.homes.resize(slot + 1, 0);
     }
     assert!(g.sockets[slot].is_none(), "a slot holds one socket");
-    let (shard, _) = g
-        .load
-        .iter()
-        .enumerate()
-        .min_by_key(|&(i, n)| (*n, i))
+    // The fewest connections; between equals, the next after the last one chosen, so
+    // that connections that come one after the other spread too.
+    let shards = g.load.len();
+    let shard = (0..shards)
+        .map(|k| (g.placed + 1 + k) % shards)
+        .min_by_key(|&i| g.load[i])
         .expect("at least one shard");
+    g.placed = shard;
     g.homes[slot] = shard;
     g.load[shard] += 1;
     g.sockets[slot] = Some(Socket {
