@@ -93,6 +93,58 @@ impl Reported {
         }
     }
 }
+/// Which engine shard serves each connection: the one serving the fewest when it
+/// attaches, between equals the next after the last one chosen (so that connections
+/// arriving one after another spread too); kept until the connection closes.
+#[derive(Debug)]
+struct Placement {
+    /// Per slot: its connection's shard (kept after the close; the next attach to the
+    /// slot places it again).
+    homes: Vec<usize>,
+    /// Per shard: the connections it serves.
+    load: Vec<usize>,
+    /// The shard the last connection went to.
+    last: usize,
+}
+
+impl Placement {
+    fn new(shards: usize) -> Self {
+        assert!(shards > 0, "at least one shard");
+        Placement {
+            homes: Vec::new(),
+            load: vec![0; shards],
+            last: shards - 1,
+        }
+    }
+
+    /// The connection attached in `slot` gets its shard.
+    fn place(&mut self, slot: usize) {
+        let n = self.load.len();
+        let shard = (0..n)
+            .map(|k| (self.last + 1 + k) % n)
+            .min_by_key(|&i| self.load[i])
+            .expect("at least one shard");
+        self.last = shard;
+        if self.homes.len() <= slot {
+            self.homes.resize(slot + 1, 0);
+        }
+        self.homes[slot] = shard;
+        self.load[shard] += 1;
+    }
+
+    /// The connection in `slot` closed.
+    fn leave(&mut self, slot: usize) {
+        let shard = self.homes[slot];
+        self.load[shard] = self.load[shard]
+            .checked_sub(1)
+            .expect("a connection leaves once");
+    }
+
+    fn shard(&self, slot: usize) -> usize {
+        self.homes[slot]
+    }
+}
+
 /// Log lines held for the shell; more are counted, not kept.
 const LOG_LIMIT: usize = 4096;
 
@@ -118,6 +170,9 @@ pub struct CoreConfig {
     pub pdc: JournalParams,
     /// Per tenant: name, export size, cache mode.
     pub tenants: Vec<CoreTenant>,
+    /// Engine threads the connections are spread over (`server.threads`): each
+    /// connection's intents name its shard ([`EngineCore::home`]).
+    pub shards: usize,
 }
 
 /// A tenant as the core sees it.
@@ -136,6 +191,7 @@ impl CoreConfig {
     pub fn of(config: &super::config::ServerConfig) -> Self {
         CoreConfig {
             queue_depth: config.queue_depth,
+            shards: config.threads.max(1) as usize,
             queue_limit: config.queue_limit,
             refuse: config.refuse,
             drain_timeout: config.drain_timeout,
@@ -281,6 +337,8 @@ pub struct EngineCore {
     next_id: u64,
     /// Connections by slot; a slot is reused once its connection is closed.
     conns: Vec<Option<Conn>>,
+    /// The engine shard of each connection.
+    placement: Placement,
     /// Requests the host withdrew at the drain deadline, to answer `ESHUTDOWN`.
     cancelled: Vec<Request>,
     /// Emulated backend: requests whose data I/O is done, by the model's finish time.
@@ -347,6 +405,7 @@ impl EngineCore {
             asks: HashMap::new(),
             next_id: 0,
             conns: Vec::new(),
+            placement: Placement::new(cfg.shards),
             cancelled: Vec::new(),
             due: BinaryHeap::new(),
             timeouts: BinaryHeap::new(),
@@ -416,6 +475,7 @@ impl EngineCore {
             }
         };
         self.conns[slot] = Some(conn);
+        self.placement.place(slot);
         self.pump(slot, now);
         Some(slot)
     }
@@ -670,21 +730,22 @@ impl EngineCore {
         into.append(&mut self.intents);
     }
 
-    /// The connection slot whose socket an intent is about, or whose request it moves:
-    /// a shell with several rings carries it out on that connection's ring, so that
-    /// its completion comes back where the connection's other events do. `None` for a
-    /// block status (answered on the spot) and for an intent of a request no longer
-    /// live.
+    /// The engine shard of the connection whose socket an intent is about, or whose
+    /// request it moves: a shell with several rings carries it out on that shard's
+    /// ring, so that its completion comes back where the connection's other events do.
+    /// `None` for a block status (answered on the spot) and for an intent of a request
+    /// no longer live.
     pub fn home(&self, intent: Intent) -> Option<usize> {
-        match intent {
+        let slot = match intent {
             Intent::Receive(slot)
             | Intent::Send(slot)
             | Intent::ShutRead(slot)
             | Intent::Cut(slot)
-            | Intent::Close(slot) => Some(slot),
-            Intent::Io(id) => self.live.get(&id).map(|l| l.sub.conn),
-            Intent::BlockStatus(_) => None,
-        }
+            | Intent::Close(slot) => slot,
+            Intent::Io(id) => self.live.get(&id)?.sub.conn,
+            Intent::BlockStatus(_) => return None,
+        };
+        Some(self.placement.shard(slot))
     }
 
     /// The log lines since the last call, and how many were dropped past the bound.
@@ -1022,6 +1083,7 @@ impl EngineCore {
             assert_eq!(c.pending_bytes, 0, "a finished connection holds no data");
             let tenant = c.tenant;
             self.conns[slot] = None;
+            self.placement.leave(slot);
             self.host.observer().0.connection(tenant, false);
             self.intents.push(Intent::Close(slot));
         }
@@ -1466,6 +1528,7 @@ mod tests {
                 size: 1 << 20,
                 cache: Cache::Writeback,
             }],
+            shards: 2,
         };
         let target = Target {
             buffered: 3,
@@ -1610,6 +1673,29 @@ mod tests {
         let codec = handshaken(&c.cfg.clone(), 1);
         assert!(c.attach(5, "test".into(), 1, codec, 4 * MS).is_some());
         assert_eq!(c.live_requests(), 1);
+    }
+
+    /// Connections go to the shard serving the fewest, between equals the next in turn,
+    /// and a closed one frees its place.
+    #[test]
+    fn connections_go_to_the_least_loaded_shard_in_turn() {
+        let mut p = Placement::new(3);
+        for slot in 0..3 {
+            p.place(slot);
+        }
+        assert_eq!((0..3).map(|s| p.shard(s)).collect::<Vec<_>>(), [0, 1, 2]);
+        p.leave(1);
+        p.place(1);
+        assert_eq!(p.shard(1), 1, "the only shard with room");
+        // One after another (each closed before the next): still in turn.
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            p.place(3);
+            seen.push(p.shard(3));
+            p.leave(3);
+        }
+        assert_eq!(seen, [2, 0, 1, 2]);
+        assert_eq!(p.load, [1, 1, 1]);
     }
 
     /// Every intent names the connection whose ring carries it out: its own slot, or

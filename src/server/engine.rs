@@ -8,9 +8,9 @@
 //! the wall-clock time; rare messages (a new connection, a reload, the drain) come on a
 //! channel with an eventfd read kept on shard 0's ring to wake it.
 //!
-//! Shards: a connection belongs to the shard serving the fewest connections when it
-//! attaches (between equals, the next in turn; kept until it closes); its receives, sends and its
-//! requests' file I/O go on that shard's ring. The core (one policy, one host: the
+//! Shards: the core places each connection on a shard (the one serving the fewest
+//! when it attaches, between equals the next in turn: [`EngineCore::home`]); its
+//! receives, sends and its requests' file I/O go on that shard's ring. The core (one policy, one host: the
 //! promises are the same with any number of threads) sits behind one lock, which a
 //! shard takes once a turn of its loop for everything the turn brings (the completions
 //! of one wait, the intents they make, the policy's decisions), and lets go before it
@@ -260,9 +260,6 @@ pub fn run(
         sockets: Vec::new(),
         capture,
         mail: vec![Vec::new(); threads],
-        homes: Vec::new(),
-        load: vec![0; threads],
-        placed: threads - 1,
         stop: false,
         timer_at: Nanos::MAX,
     });
@@ -445,8 +442,8 @@ unsafe impl Send for Socket {}
 /// decisions in one go): the core, the sockets, the files, the capture.
 ///
 /// Sharding: a connection's receives, sends and its requests' file I/O go on the ring of
-/// the shard that served the fewest connections when it attached, so its completions come back where its other events do and
-/// the kernel's socket and file work of different connections runs on different
+/// the shard the core placed it on ([`EngineCore::home`]), so its completions come back
+/// where its other events do and the kernel's socket and file work of different connections runs on different
 /// threads; a shard whose turn makes an intent of another shard's connection leaves it
 /// in that shard's mail and wakes it. Shard 0 also takes the channel's messages, keeps
 /// the timers (the core's next wake-up; a turn elsewhere that moves it earlier wakes
@@ -464,12 +461,6 @@ struct Shared {
     offload: std::collections::HashSet<std::os::fd::RawFd>,
     /// Per shard: intents another shard's turn made for it.
     mail: Vec<Vec<Intent>>,
-    /// Per connection slot: the shard its socket and its requests' I/O are on.
-    homes: Vec<usize>,
-    /// Per shard: the connections it serves.
-    load: Vec<usize>,
-    /// The shard the last connection was placed on.
-    placed: usize,
     /// Some shard's loop ended (drained, failed, panicked): every shard stops.
     stop: bool,
     /// When shard 0 will wake on its own (`Nanos::MAX`: not before an event).
@@ -682,10 +673,7 @@ impl Shard {
             for &intent in &intents {
                 let on_ring =
                     matches!(intent, Intent::Receive(_) | Intent::Send(_) | Intent::Io(_));
-                let home = g
-                    .core()
-                    .home(intent)
-                    .map_or(self.index, |slot| g.homes[slot]);
+                let home = g.core().home(intent).unwrap_or(self.index);
                 if on_ring && home != self.index {
                     g.mail[home].push(intent);
                     self.pokes[home] = true;
@@ -777,10 +765,6 @@ impl Shard {
             }
             Intent::Close(slot) => {
                 g.sockets[slot] = None;
-                let home = g.homes[slot];
-                g.load[home] = g.load[home]
-                    .checked_sub(1)
-                    .expect("a connection closes once");
                 return Ok(());
             }
             Intent::BlockStatus(id) => {
@@ -888,19 +872,8 @@ fn attach(g: &mut Shared, a: Attach, now: Nanos) {
     };
     if g.sockets.len() <= slot {
         g.sockets.resize_with(slot + 1, || None);
-        g.homes.resize(slot + 1, 0);
     }
     assert!(g.sockets[slot].is_none(), "a slot holds one socket");
-    // The fewest connections; between equals, the next after the last one chosen, so
-    // that connections that come one after the other spread too.
-    let shards = g.load.len();
-    let shard = (0..shards)
-        .map(|k| (g.placed + 1 + k) % shards)
-        .min_by_key(|&i| g.load[i])
-        .expect("at least one shard");
-    g.placed = shard;
-    g.homes[slot] = shard;
-    g.load[shard] += 1;
     g.sockets[slot] = Some(Socket {
         fd: a.fd,
         // SAFETY: an all-zero msghdr is a valid empty message.
