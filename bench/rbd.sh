@@ -6,7 +6,9 @@
 # engine on a Unix socket, policy none), ROUNDS times in turn. Prints IOPS per run and
 # ioshare's ratios to both.
 #
-# Usage: [NUM_OSDS=3] [DEPTH=16] [SECONDS_EACH=10] [ROUNDS=2] bench/rbd.sh
+# Usage: [NUM_OSDS=3] [DEPTH=16] [SECONDS_EACH=10] [ROUNDS=2] [THREADS=n]
+#        [PATTERNS="randread randwrite seqwrite"] bench/rbd.sh
+#   THREADS sets the server's engine threads (server.threads; default: its own).
 # Needs Ceph's packages (ceph-mon, ceph-osd, ceph-mgr, ceph-common), fio, bc and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,13 @@ NUM_OSDS=${NUM_OSDS:-3}
 DEPTH=${DEPTH:-16}
 SECS=${SECONDS_EACH:-10}
 ROUNDS=${ROUNDS:-2}
+THREADS=${THREADS:-}
+# pattern: name rbd-type rbd-pattern fio-rw size
+ALL="randread:read:rand:randread:4K randwrite:write:rand:randwrite:4K seqwrite:write:seq:write:64K"
+PATTERNS=$(for p in ${PATTERNS:-randread randwrite seqwrite}; do
+    match=$(tr ' ' '\n' <<<"$ALL" | grep "^$p:") || { echo "unknown pattern $p (randread, randwrite, seqwrite)" >&2; exit 1; }
+    echo "$match"
+done)
 BIN=${IOSHARE:-target/release/ioshare}
 [ -x "$BIN" ] || cargo build --release
 WORK=$(mktemp -d /tmp/ioshare-rbd.XXXXXX)
@@ -34,6 +43,7 @@ cat >"$WORK/serve.toml" <<EOF
 unix = "$WORK/s.sock"
 interval_s = 0
 queue_depth = 64
+${THREADS:+threads = $THREADS}
 [backend]
 kind = "rbd"
 conf = "$CONF"
@@ -45,8 +55,6 @@ EOF
 SERVER=$!
 for _ in $(seq 100); do [ -S "$WORK/s.sock" ] && break; sleep 0.1; done
 
-# pattern: name rbd-type rbd-pattern fio-rw size
-PATTERNS="randread:read:rand:randread:4K randwrite:write:rand:randwrite:4K seqwrite:write:seq:write:64K"
 rbd_iops() {  # TYPE PATTERN SIZE: IOPS over SECS
     local total
     total=$((SECS * 4000 * 4096 / $(numfmt --from=iec "$3")))   # more than SECS can do
@@ -74,4 +82,4 @@ for p in $PATTERNS; do
             "$(echo "$b / $a" | bc -l)" "$(echo "$b / $f" | bc -l)"
     done
 done
-echo "cluster: $NUM_OSDS OSD(s), pool size $NUM_OSDS, depth $DEPTH, ${SECS}s each; $(nproc) CPUs, $(uname -r)"
+echo "cluster: $NUM_OSDS OSD(s), pool size $NUM_OSDS, depth $DEPTH, ${SECS}s each; server threads ${THREADS:-default}; $(nproc) CPUs, $(uname -r)"

@@ -22,7 +22,8 @@
 //! No reading of a paper: an operational guard of the live server.
 
 use crate::types::{Nanos, Request, TenantId};
-use std::collections::{HashSet, VecDeque};
+use rustc_hash::FxHashSet;
+use std::collections::VecDeque;
 
 /// When a tenant counts as stalled (see the module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub(crate) struct Stalls {
     parked: Vec<VecDeque<Request>>,
     parked_total: usize,
     /// Requests in flight whose device slot was given back.
-    released: HashSet<u64>,
+    released: FxHashSet<u64>,
     /// Per tenant: its last completion took longer than `after` (until one takes less
     /// than half of it).
     slow: Vec<bool>,
@@ -63,7 +64,7 @@ impl Stalls {
             outstanding_total: 0,
             parked: vec![VecDeque::new(); tenants],
             parked_total: 0,
-            released: HashSet::new(),
+            released: FxHashSet::default(),
             slow: vec![false; tenants],
             next_release: None,
         }

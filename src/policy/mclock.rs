@@ -109,9 +109,10 @@ use super::{
 };
 use crate::policy::cost::Currency;
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
+use rustc_hash::FxHashSet;
 use serde_json::json;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 
 /// The three tags of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +180,7 @@ pub struct MClock {
     late: f64,
     /// Requests in the device that went out in the constraint phase (outside the
     /// dispatch depth).
-    by_reservation: HashSet<u64>,
+    by_reservation: FxHashSet<u64>,
     /// `reservation_slack` (module doc).
     slack: f64,
     /// `reservation_burst_ms`: how much of its reservation, in time, a tenant within it
@@ -263,7 +264,7 @@ impl MClock {
             depth,
             last_weight_p: 0,
             late,
-            by_reservation: HashSet::new(),
+            by_reservation: FxHashSet::default(),
             slack,
             burst: 0,
         };

@@ -135,9 +135,10 @@ use super::{
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs,
 };
+use rustc_hash::FxHashMap;
 use serde_json::json;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 /// Thousandths of a request: the unit tokens are counted in.
 const MILLI: u64 = 1000;
@@ -393,7 +394,7 @@ pub struct SwitchedBuckets {
     tenants: Vec<Tenant>,
     storage: VecDeque<Request>,
     /// When each request in the storage queue or on the device passed its bucket.
-    admitted: HashMap<u64, Nanos>,
+    admitted: FxHashMap<u64, Nanos>,
     hwm_fraction: f64,
     lwm_fraction: f64,
     /// Completions of all tenants (the index the tenants' windows share).
@@ -473,7 +474,7 @@ impl SwitchedBuckets {
             rule: s.rule,
             tenants: Vec::new(),
             storage: VecDeque::new(),
-            admitted: HashMap::new(),
+            admitted: FxHashMap::default(),
             hwm_fraction: s.hwm,
             lwm_fraction: s.lwm,
             completions: 0,

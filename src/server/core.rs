@@ -46,8 +46,9 @@ use crate::nbd::proto;
 use crate::nbd::{Command, CommandKind, Event, ServerCodec};
 use crate::policy::{Admission, Detail, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 /// How often the policy's state is published for `/metrics`.
@@ -330,10 +331,11 @@ pub struct EngineCore {
     host: Host<LiveObserver>,
     /// Emulated backend: the device model, driven as the simulator drives it.
     model: Option<Driver>,
-    /// Every request the host holds or the backend serves, by id.
-    live: HashMap<u64, Live>,
+    /// Every request the host holds or the backend serves, by id. Ids are the core's
+    /// own (`next_id`), never a client's handle, so an unkeyed hash cannot be steered.
+    live: FxHashMap<u64, Live>,
     /// Block status requests the shell is answering, by id (from `next_id`).
-    asks: HashMap<u64, (Submission, StatusAsk)>,
+    asks: FxHashMap<u64, (Submission, StatusAsk)>,
     next_id: u64,
     /// Connections by slot; a slot is reused once its connection is closed.
     conns: Vec<Option<Conn>>,
@@ -401,8 +403,8 @@ impl EngineCore {
             targets,
             host: Host::new(policy, (stats, recorder), limits, n, cost),
             model: model.map(Driver::new),
-            live: HashMap::new(),
-            asks: HashMap::new(),
+            live: FxHashMap::default(),
+            asks: FxHashMap::default(),
             next_id: 0,
             conns: Vec::new(),
             placement: Placement::new(cfg.shards),
