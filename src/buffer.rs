@@ -3,15 +3,17 @@
 //! socket and the device, and a busy server does not pay an allocation (a fresh `mmap`,
 //! page faults, zeroing) per request.
 //!
-//! Freed buffers go to a pool of the thread that drops them (the engine thread, in the
+//! Freed buffers go to a pool of the thread that drops them (an engine thread, in the
 //! server), by power-of-two size class; the pool keeps at most [`POOL_CLASS_BYTES`] per
-//! class and nothing above [`POOL_MAX_BUFFER`].
+//! class — divided among the threads that share the work ([`share_pool`]: N engine
+//! threads keep together what one would, not N times as much) — and nothing above
+//! [`POOL_MAX_BUFFER`].
 
 // Aligned allocations for O_DIRECT: raw alloc/dealloc behind a safe owner.
 #![allow(unsafe_code)]
 
 use std::alloc::Layout;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::{Deref, DerefMut};
 
 /// Alignment of every buffer: enough for `O_DIRECT` on any common device.
@@ -27,6 +29,21 @@ const CLASSES: usize = (POOL_MAX_BUFFER.trailing_zeros() - MIN_CLASS_SHIFT + 1) 
 
 thread_local! {
     static POOL: RefCell<[Vec<Block>; CLASSES]> = RefCell::new(Default::default());
+    /// How many threads this thread's pool shares [`POOL_CLASS_BYTES`] with.
+    static SHARERS: Cell<usize> = const { Cell::new(1) };
+}
+
+/// Makes this thread's pool keep its part of [`POOL_CLASS_BYTES`] per class when it is
+/// one of `threads` threads doing the same work (the server's engine threads): the
+/// buffers pooled in the process stay about what one thread would keep, however many
+/// there are. At least one buffer of a class is kept.
+pub fn share_pool(threads: usize) {
+    SHARERS.with(|s| s.set(threads.max(1)));
+}
+
+/// How many freed buffers of `capacity` a pool shared by `sharers` threads keeps.
+fn kept(capacity: usize, sharers: usize) -> usize {
+    (POOL_CLASS_BYTES / sharers.max(1) / capacity).max(1)
 }
 
 /// One aligned allocation of a class's capacity.
@@ -132,7 +149,7 @@ impl Drop for IoBuf {
         let Some(class) = class_of(block.capacity).1 else {
             return; // freed
         };
-        let keep = POOL_CLASS_BYTES / block.capacity;
+        let keep = kept(block.capacity, SHARERS.try_with(Cell::get).unwrap_or(1));
         // During thread exit the pool may be gone: the block is then simply freed.
         let _ = POOL.try_with(|p| {
             let mut pool = p.borrow_mut();
@@ -223,6 +240,34 @@ mod tests {
         // Bigger buffers are not pooled at all.
         assert_eq!(class_of(POOL_MAX_BUFFER + 1).1, None);
         assert_eq!(class_of(POOL_MAX_BUFFER + 1).0, POOL_MAX_BUFFER + IO_ALIGN);
+    }
+
+    #[test]
+    fn threads_that_share_the_work_share_the_bound() {
+        // On a thread of its own: the setting and the pool are the thread's.
+        std::thread::spawn(|| {
+            share_pool(4);
+            let (capacity, class) = class_of(POOL_MAX_BUFFER);
+            let class = class.unwrap();
+            let keep = POOL_CLASS_BYTES / 4 / capacity;
+            let many: Vec<IoBuf> = (0..POOL_CLASS_BYTES / capacity)
+                .map(|_| IoBuf::for_overwrite(POOL_MAX_BUFFER))
+                .collect();
+            drop(many);
+            assert_eq!(pooled(class), keep, "a quarter of one thread's bound");
+            // However many threads, a class keeps one buffer.
+            share_pool(usize::MAX);
+            let (_, small) = class_of(IO_ALIGN);
+            let two = [
+                IoBuf::for_overwrite(IO_ALIGN),
+                IoBuf::for_overwrite(IO_ALIGN),
+            ];
+            drop(two);
+            assert_eq!(pooled(small.unwrap()), 1);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(kept(POOL_MAX_BUFFER, 0), POOL_CLASS_BYTES / POOL_MAX_BUFFER);
     }
 
     #[test]

@@ -384,6 +384,8 @@ fn shard(
     ring_entries: u32,
     clock: Instant,
 ) -> ShardEnd {
+    // The shards' buffer pools together keep what one would.
+    crate::buffer::share_pool(wakes.len());
     let ring = match Ring::for_this_thread(ring_entries) {
         Ok(ring) => ring,
         Err(e) => {
