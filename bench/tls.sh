@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # TLS against the clear, in one run: nbdcopy writes SIZE into an export and reads it
 # back over TCP on loopback, from a clear server, one with an X.509 certificate
-# (rustls) and one with a pre-shared key (OpenSSL); every copy compared with its source.
-# Prints MiB/s per round and, over the rounds after the first (a warm-up), the ratio of
-# each TLS kind to the clear.
+# (rustls) and one with a pre-shared key (OpenSSL), and for reference nbdkit's file
+# plugin clear and with TLS in its own process (GnuTLS, no relay); every copy compared
+# with its source. Prints MiB/s per round and, over the rounds after the first (a
+# warm-up), the ratio of each TLS kind to its server's clear.
 #
 #   bench/tls.sh
 #   ROUNDS=5 SIZE=2g THREADS=1 bench/tls.sh
 #
-# Environment: SIZE (1g), ROUNDS (3; the first is a warm-up), KINDS ("clear cert psk"),
+# Environment: SIZE (1g), ROUNDS (3; the first is a warm-up), KINDS ("clear cert psk
+# nbdkit nbdkit-tls"),
 # THREADS (server.threads; unset: the default), CONNECTIONS (nbdcopy's, 4), IOSHARE (the
 # binary, default this tree's release build), OUT (also append the table to this file).
 # The images and copies live in a temporary folder on /dev/shm (tmpfs), removed at the
@@ -18,13 +20,13 @@ cd "$(dirname "$0")/.."
 
 SIZE=${SIZE:-1g}
 ROUNDS=${ROUNDS:-3}
-KINDS=${KINDS:-"clear cert psk"}
+KINDS=${KINDS:-"clear cert psk nbdkit nbdkit-tls"}
 THREADS=${THREADS:-}
 CONNECTIONS=${CONNECTIONS:-4}
 IOSHARE=${IOSHARE:-}
 
 source bench/common.sh
-install_tools nbdcopy:libnbd-bin nbdinfo:libnbd-bin openssl:openssl fio:fio
+install_tools nbdcopy:libnbd-bin nbdinfo:libnbd-bin openssl:openssl fio:fio nbdkit:nbdkit
 IOSHARE=$(ioshare_binary "$IOSHARE")
 DIR=$(mktemp -d /dev/shm/ioshare-tls.XXXXXX)
 cleanup() {
@@ -47,6 +49,17 @@ echo "alice:$(openssl rand -hex 32)" >"$DIR/keys.psk"
 # start KIND: a server on $PORT serving export "disk" ($SIZE on tmpfs).
 start() {
     local tls=""
+    if [[ $1 == nbdkit* ]]; then
+        rm -f "$DIR/disk.img"
+        truncate -s "$bytes" "$DIR/disk.img"
+        PORT=$((PORT + 1))
+        local opts=()
+        [ "$1" = nbdkit-tls ] && opts=(--tls=require "--tls-certificates=$DIR/pki")
+        nbdkit --foreground --port "$PORT" --exportname disk "${opts[@]}" \
+            file "$DIR/disk.img" 2>"$DIR/server.log" &
+        wait_for_export "$(uri "$1")" "$DIR/server.log"
+        return
+    fi
     case $1 in
     clear) ;;
     cert) tls=$(printf 'tls = "require"\ntls_cert = "%s"\ntls_key = "%s"' \
@@ -75,7 +88,8 @@ EOF
 
 uri() {
     case $1 in
-    clear) echo "nbd://127.0.0.1:$PORT/disk" ;;
+    clear | nbdkit) echo "nbd://127.0.0.1:$PORT/disk" ;;
+    nbdkit-tls) echo "nbds://localhost:$PORT/disk?tls-certificates=$DIR/pki" ;;
     cert) echo "nbds://localhost:$PORT/disk?tls-certificates=$DIR/pki" ;;
     psk) echo "nbds://alice@127.0.0.1:$PORT/disk?tls-psk-file=$DIR/keys.psk" ;;
     esac
@@ -109,7 +123,7 @@ done
 table() {
     echo "# $(date -u +%F) $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(uname -r), libnbd $(nbdcopy --version | awk '/libnbd/ { print $2 }'), $SIZE, $CONNECTIONS connections${THREADS:+, server.threads $THREADS}"
     echo
-    echo "| | write MiB/s (rounds 2..$ROUNDS) | read MiB/s (rounds 2..$ROUNDS) | write / clear | read / clear |"
+    echo "| | write MiB/s (rounds 2..$ROUNDS) | read MiB/s (rounds 2..$ROUNDS) | write / its clear | read / its clear |"
     echo "|---|---|---|---|---|"
     for kind in $KINDS; do
         local w="" r="" wsum=0 rsum=0 csw=0 csr=0
@@ -118,9 +132,12 @@ table() {
             r+="${r:+, }${mibs[$round,$kind,read]}"
             wsum=$((wsum + mibs[$round,$kind,write]))
             rsum=$((rsum + mibs[$round,$kind,read]))
-            if [[ " $KINDS " == *" clear "* ]]; then
-                csw=$((csw + mibs[$round,clear,write]))
-                csr=$((csr + mibs[$round,clear,read]))
+            # Each kind against its own server's clear.
+            local base=clear
+            [[ $kind == nbdkit* ]] && base=nbdkit
+            if [[ " $KINDS " == *" $base "* ]]; then
+                csw=$((csw + mibs[$round,$base,write]))
+                csr=$((csr + mibs[$round,$base,read]))
             fi
         done
         echo "| $kind | $w | $r | $(awk -v a=$wsum -v b=$csw 'BEGIN { print b ? sprintf("%.2f", a / b) : "–" }') | $(awk -v a=$rsum -v b=$csr 'BEGIN { print b ? sprintf("%.2f", a / b) : "–" }') |"
