@@ -10,12 +10,12 @@
 //!
 //! Shards: the core places each connection on a shard (the one serving the fewest
 //! when it attaches, between equals the next in turn: [`EngineCore::home`]); its
-//! receives, sends and its requests' file I/O go on that shard's ring. The core (one policy, one host: the
-//! promises are the same with any number of threads) sits behind one lock, which a
-//! shard takes once a turn of its loop for everything the turn brings (the completions
-//! of one wait, the intents they make, the policy's decisions), and lets go before it
-//! submits and waits: the kernel's work (socket copies, file I/O, wake-ups), most of a
-//! request's CPU, runs on every shard at once. An intent of another shard's connection
+//! receives, sends and its requests' file I/O go on that shard's ring. The core (one
+//! policy, one host: the promises are the same with any number of threads) sits behind
+//! one lock, which a shard takes once a turn of its loop for everything the turn brings
+//! (the completions of one wait, the intents they make, the policy's decisions), and
+//! lets go before it submits and waits: the kernel's work (socket copies, file I/O,
+//! wake-ups), most of a request's CPU, runs on every shard at once. An intent of another shard's connection
 //! (a completion here let the policy dispatch a request of a connection there) is left
 //! in that shard's mail and the shard woken through its eventfd.
 //!
@@ -445,11 +445,11 @@ unsafe impl Send for Socket {}
 ///
 /// Sharding: a connection's receives, sends and its requests' file I/O go on the ring of
 /// the shard the core placed it on ([`EngineCore::home`]), so its completions come back
-/// where its other events do and the kernel's socket and file work of different connections runs on different
-/// threads; a shard whose turn makes an intent of another shard's connection leaves it
-/// in that shard's mail and wakes it. Shard 0 also takes the channel's messages, keeps
-/// the timers (the core's next wake-up; a turn elsewhere that moves it earlier wakes
-/// shard 0) and reaps the rbd images' completions.
+/// where its other events do and the kernel's socket and file work of different
+/// connections runs on different threads; a shard whose turn makes an intent of another
+/// shard's connection leaves it in that shard's mail and wakes it. Shard 0 also takes
+/// the channel's messages, keeps the timers (the core's next wake-up; a turn elsewhere
+/// that moves it earlier wakes shard 0) and reaps the rbd images' completions.
 struct Shared {
     /// The decisions; `None` only once finished (or leaked by [`run`]).
     core: Option<EngineCore>,
