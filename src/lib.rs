@@ -29,6 +29,7 @@ pub mod journal;
 pub mod metrics;
 pub mod nbd;
 pub mod output;
+pub mod owned_file;
 pub mod policy;
 pub mod report;
 pub mod scenario;

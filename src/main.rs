@@ -78,8 +78,9 @@ enum Command {
         /// it are counted and reported, not written.
         #[arg(long, value_name = "SIZE", default_value = "1g", requires = "capture")]
         capture_limit: ioshare::units::ByteSize,
-        /// Write the server's process id into FILE while it serves (removed at exit);
-        /// a FILE naming a server that still runs is refused.
+        /// Write the server's process id into FILE while it serves, locked, and remove it
+        /// at exit; a FILE another running server holds is refused, and a symlink or
+        /// anything but a plain file there is never written through.
         #[arg(long, value_name = "FILE")]
         pidfile: Option<PathBuf>,
         /// How log lines are written to stderr: `human` (`ioshare: ...`) or `json` (one

@@ -389,6 +389,97 @@ mod live {
         assert!(!state.exists());
     }
 
+    /// `--restore` writes only into cgroups: a state file naming any other folder (with
+    /// an `io.max` symlink planted there), a limit that is no number or a cgroup twice
+    /// is refused before anything is written; a `.tmp` symlink planted beside the state
+    /// file is never written through.
+    #[test]
+    fn a_state_file_writes_only_into_cgroups() {
+        let Some(h) = host() else { return };
+        let outside = h.dir.path().join("not-a-cgroup");
+        std::fs::create_dir(&outside).unwrap();
+        let precious = h.dir.path().join("precious");
+        std::fs::write(&precious, "keep me").unwrap();
+        std::os::unix::fs::symlink(&precious, outside.join("io.max")).unwrap();
+        std::os::unix::fs::symlink(&precious, outside.join("blkio.throttle.read_iops_device"))
+            .unwrap();
+        let state = h.dir.path().join("state.json");
+        let restore = |text: String| {
+            std::fs::write(&state, text).unwrap();
+            let out = govern(&["--restore", state.to_str().unwrap()])
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        let entry = |dir: &Path, version: &str, limit: &str| {
+            format!(
+                "[\"{}\", \"{version}\", [{limit}, null, null, null]]",
+                dir.display()
+            )
+        };
+        let state_of = |entries: &[String]| {
+            let (major, minor) = h.dev.split_once(':').unwrap();
+            format!(
+                "{{\"device\": {{\"major\": {major}, \"minor\": {minor}}}, \"cgroups\": [{}]}}",
+                entries.join(", ")
+            )
+        };
+        for version in ["V1", "V2"] {
+            let (ok, err) = restore(state_of(&[entry(&outside, version, "5")]));
+            assert!(
+                !ok && err.contains("not under a mounted cgroup hierarchy"),
+                "{err}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+        let missing = h.dir.path().join("made-by-restore");
+        let (ok, err) = restore(state_of(&[entry(&missing, "V1", "5")]));
+        assert!(!ok && err.contains("not a folder"), "{err}");
+        assert!(!missing.exists(), "no folder created");
+        // A real cgroup, but a bad limit or the same cgroup twice: nothing written.
+        let file = "blkio.throttle.read_iops_device";
+        let (ok, err) = restore(state_of(&[
+            entry(&h.cgroups[0], "V1", "77"),
+            entry(&h.cgroups[1], "V1", "-1"),
+        ]));
+        assert!(!ok && err.contains("is not a positive number"), "{err}");
+        assert_eq!(limit(&h.cgroups[0], file, &h.dev), 0, "nothing written");
+        let (ok, err) = restore(state_of(&[
+            entry(&h.cgroups[0], "V1", "77"),
+            entry(&h.cgroups[0], "V1", "78"),
+        ]));
+        assert!(!ok && err.contains("named twice"), "{err}");
+        assert_eq!(limit(&h.cgroups[0], file, &h.dev), 0, "nothing written");
+        // Through a symlink to the cgroup: refused too.
+        let alias = h.dir.path().join("alias");
+        std::os::unix::fs::symlink(&h.cgroups[0], &alias).unwrap();
+        let (ok, err) = restore(state_of(&[entry(&alias, "V1", "77")]));
+        assert!(!ok && err.contains("is a symlink"), "{err}");
+        // A good one is put back and the file removed.
+        let (ok, err) = restore(state_of(&[entry(&h.cgroups[0], "V1", "77")]));
+        assert!(ok, "{err}");
+        assert_eq!(limit(&h.cgroups[0], file, &h.dev), 77);
+        assert!(!state.exists());
+        // A run's state file with a symlink planted at the old temporary name.
+        let cfg = config(&h);
+        let run_state = h.dir.path().join(".govern-state.json");
+        std::os::unix::fs::symlink(&precious, h.dir.path().join(".govern-state.tmp")).unwrap();
+        let out = govern(&[cfg.to_str().unwrap(), "--duration", "0.3"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+        assert!(!run_state.exists());
+        assert_eq!(limit(&h.cgroups[0], file, &h.dev), 77, "put back as found");
+    }
+
     /// Clear errors for a cgroup that is not one and a device that is not there.
     #[test]
     fn bad_cgroups_and_devices_are_named() {

@@ -93,31 +93,46 @@ const PERMISSION_HINT: &str =
     " (writing a cgroup's limits needs root or the cgroup delegated to this user)";
 
 impl Cgroup {
-    /// The cgroup at `dir`, by the files it has.
+    /// The cgroup at `dir`, by the files it has. `dir` must be a folder of a mounted
+    /// cgroup hierarchy (v2, or v1 with the `blkio` controller: `/proc/self/mountinfo`
+    /// says which folders are) reached without a symlink on the way: a state file or
+    /// a configuration naming any other folder gets nothing written there.
     pub fn open(dir: &Path) -> Result<Cgroup, CgroupError> {
+        let not = |why: &str| CgroupError::NoController {
+            path: dir.into(),
+            why: why.into(),
+        };
         if !dir.is_dir() {
-            return Err(CgroupError::NoController {
-                path: dir.into(),
-                why: "not a folder".into(),
-            });
+            return Err(not("not a folder"));
+        }
+        if let Some(link) = symlink_on_the_way(dir) {
+            return Err(not(&format!(
+                "{} is a symlink: give the cgroup's own path",
+                link.display()
+            )));
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let absolute = std::path::absolute(dir).map_err(io_error(dir, ""))?;
+        if !in_cgroup_hierarchy(&mounts, &absolute) {
+            return Err(not(
+                "not under a mounted cgroup hierarchy (cgroup v2, or v1 with blkio): give a folder under the v2 mount or under v1's blkio mount",
+            ));
         }
         let version = if dir.join("io.max").exists() {
             Version::V2
         } else if dir.join(V1_LIMITS[0]).exists() {
             Version::V1
         } else if dir.join("cgroup.controllers").exists() {
-            return Err(CgroupError::NoController {
-                path: dir.into(),
-                why: "a v2 cgroup without io.max: enable the io controller in the parent's cgroup.subtree_control (`echo +io > .../cgroup.subtree_control`)".into(),
-            });
+            return Err(not(
+                "a v2 cgroup without io.max: enable the io controller in the parent's cgroup.subtree_control (`echo +io > .../cgroup.subtree_control`)",
+            ));
         } else {
-            return Err(CgroupError::NoController {
-                path: dir.into(),
-                why: "give a folder under the v2 mount or under v1's blkio mount".into(),
-            });
+            return Err(not(
+                "give a folder under the v2 mount or under v1's blkio mount",
+            ));
         };
         Ok(Cgroup {
-            dir: dir.into(),
+            dir: absolute,
             version,
         })
     }
@@ -127,9 +142,28 @@ impl Cgroup {
         std::fs::read_to_string(&path).map_err(io_error(&path, ""))
     }
 
+    /// Writes into one of the kernel's files: it must exist (nothing is created) and
+    /// must not be a symlink (`O_NOFOLLOW`).
     fn write(&self, file: &str, text: &str) -> Result<(), CgroupError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(file);
-        std::fs::write(&path, text).map_err(io_error(&path, PERMISSION_HINT))
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    CgroupError::NoController {
+                        path: path.clone(),
+                        why: "a symlink, not the kernel's file: not written through".into(),
+                    }
+                } else {
+                    io_error(&path, PERMISSION_HINT)(e)
+                }
+            })?;
+        f.write_all(text.as_bytes())
+            .map_err(io_error(&path, PERMISSION_HINT))
     }
 
     /// What the cgroup did on `dev` so far (cumulative).
@@ -198,6 +232,80 @@ impl Cgroup {
             why,
         }
     }
+}
+
+/// The first symlink on the way to `dir` (`dir` itself included), if any.
+fn symlink_on_the_way(dir: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(dir).ok()?;
+    let mut at = PathBuf::new();
+    for part in absolute.components() {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// Whether `dir` (absolute, without `.` or `..`) lies in a cgroup hierarchy
+/// `mountinfo` (the text of `/proc/self/mountinfo`) lists: the mount it is under,
+/// the deepest whose point is a prefix of it, is `cgroup2`, or `cgroup` with the
+/// `blkio` controller among its options.
+pub fn in_cgroup_hierarchy(mountinfo: &str, dir: &Path) -> bool {
+    if dir.components().any(|c| {
+        matches!(
+            c,
+            std::path::Component::ParentDir | std::path::Component::CurDir
+        )
+    }) {
+        return false;
+    }
+    let mut best: Option<(usize, bool)> = None;
+    for line in mountinfo.lines() {
+        // ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE SUPER-OPTIONS
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(point) = left.split(' ').nth(4) else {
+            continue;
+        };
+        let point = unescape_mount(point);
+        if !dir.starts_with(&point) {
+            continue;
+        }
+        let mut r = right.split(' ');
+        let kind = r.next().unwrap_or("");
+        let options = r.nth(1).unwrap_or("");
+        let cgroup =
+            kind == "cgroup2" || (kind == "cgroup" && options.split(',').any(|o| o == "blkio"));
+        let depth = Path::new(&point).components().count();
+        if best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, cgroup));
+        }
+    }
+    best.is_some_and(|(_, cgroup)| cgroup)
+}
+
+/// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(text: &str) -> PathBuf {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(digits) = std::str::from_utf8(&b[i + 1..i + 4])
+            && let Ok(v) = u8::from_str_radix(digits, 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    use std::os::unix::ffi::OsStringExt;
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// The line `io.max` takes for `limits` on `dev`.
@@ -376,6 +484,35 @@ mod tests {
         major: 254,
         minor: 0,
     };
+
+    #[test]
+    fn only_folders_of_a_mounted_cgroup_hierarchy_are_cgroups() {
+        let mounts = "\
+22 1 254:1 / / rw,relatime - ext4 /dev/vda1 rw
+30 22 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755
+31 30 0:27 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
+32 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 30 0:29 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+34 22 0:30 / /mnt/with\\040space rw - cgroup2 cgroup2 rw
+";
+        let yes = |p: &str| in_cgroup_hierarchy(mounts, Path::new(p));
+        assert!(yes("/sys/fs/cgroup/blkio/a"));
+        assert!(yes("/sys/fs/cgroup/blkio"));
+        assert!(yes("/sys/fs/cgroup/unified/x/y"));
+        assert!(yes("/mnt/with space/t"));
+        assert!(!yes("/sys/fs/cgroup/cpu/a"), "v1 without blkio");
+        assert!(!yes("/sys/fs/cgroup"), "the tmpfs above them");
+        assert!(
+            !yes("/sys/fs/cgroup/blkiox"),
+            "a prefix of a name is not a folder"
+        );
+        assert!(!yes("/tmp/io"));
+        assert!(!yes("/etc"));
+        assert!(
+            !yes("/sys/fs/cgroup/blkio/../../../../etc"),
+            "no way out by .."
+        );
+    }
 
     #[test]
     fn v2_files_are_read_and_written_in_the_kernels_format() {

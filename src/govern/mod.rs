@@ -238,43 +238,101 @@ fn from_array(a: [Option<f64>; 4]) -> Limits {
     }
 }
 
-/// Writes `state` to `path` (a temporary file renamed over it: never half a file).
+/// Writes `state` to `path` (a new file renamed over it: never half a file, and never
+/// through a symlink or a name planted beside it; [`crate::owned_file::replace`]).
 fn save(path: &Path, state: &State) -> Result<(), GovernError> {
-    let err = |source| GovernError::State {
+    let text = serde_json::to_string_pretty(state).expect("a state serializes");
+    crate::owned_file::replace(path, text.as_bytes(), 0o600).map_err(|source| GovernError::State {
         path: path.into(),
         source,
-    };
-    let tmp = path.with_extension("tmp");
-    let text = serde_json::to_string_pretty(state).expect("a state serializes");
-    std::fs::write(&tmp, text).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    })
 }
 
+/// The most a state file may hold: a line of a few hundred bytes a cgroup.
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
 /// Puts back the limits a state file holds and removes it (`govern --restore`).
+/// Everything in it is checked before anything is written: the device exists, each
+/// folder is a cgroup of a mounted hierarchy reached without a symlink and of the
+/// interface recorded, no folder twice (so no more entries than cgroups exist), every
+/// limit a positive finite number.
 pub fn restore(path: &Path) -> Result<usize, GovernError> {
-    let text = std::fs::read_to_string(path).map_err(|source| GovernError::State {
+    let bad = |why: String| GovernError::BadState {
+        path: path.into(),
+        why,
+    };
+    let text = read_bounded(path, MAX_STATE_BYTES).map_err(|source| GovernError::State {
         path: path.into(),
         source,
     })?;
-    let state: State = serde_json::from_str(&text).map_err(|e| GovernError::BadState {
-        path: path.into(),
-        why: e.to_string(),
-    })?;
-    put_back(&state)?;
+    let state: State = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let checked = check_state(&state).map_err(bad)?;
+    put_back_all(state.device, &checked)?;
     std::fs::remove_file(path).map_err(|source| GovernError::State {
         path: path.into(),
         source,
     })?;
-    Ok(state.cgroups.len())
+    Ok(checked.len())
+}
+
+/// At most `limit` bytes of `path` as text; a larger file is an error.
+fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "larger than {limit} bytes: not a state file govern wrote"
+        )));
+    }
+    Ok(text)
+}
+
+/// The cgroups a state file names, each checked, with the limits to put back.
+fn check_state(state: &State) -> Result<Vec<(Cgroup, Limits)>, String> {
+    let dev = state.device;
+    if !Path::new(&format!("/sys/dev/block/{dev}")).exists() {
+        return Err(format!("no block device {dev} on this machine"));
+    }
+    let mut out: Vec<(Cgroup, Limits)> = Vec::with_capacity(state.cgroups.len().min(1024));
+    for (i, (dir, version, limits)) in state.cgroups.iter().enumerate() {
+        let at = |why: String| format!("cgroup {} ({}): {why}", i + 1, dir.display());
+        if !dir.is_absolute() {
+            return Err(at("not an absolute path".into()));
+        }
+        let c = Cgroup::open(dir).map_err(|e| at(e.to_string()))?;
+        if c.version != *version {
+            return Err(at(format!(
+                "recorded as {version:?} but is a {:?} cgroup",
+                c.version
+            )));
+        }
+        if out.iter().any(|(o, _)| o.dir == c.dir) {
+            return Err(at("named twice".into()));
+        }
+        for x in limits.iter().flatten() {
+            if !(x.is_finite() && *x >= 1.0 && *x <= u64::MAX as f64) {
+                return Err(at(format!("limit {x} is not a positive number")));
+            }
+        }
+        out.push((c, from_array(*limits)));
+    }
+    Ok(out)
 }
 
 fn put_back(state: &State) -> Result<(), GovernError> {
-    for (dir, version, limits) in &state.cgroups {
-        let c = Cgroup {
-            dir: dir.clone(),
-            version: *version,
-        };
-        c.set_limits(state.device, &from_array(*limits))?;
+    let checked = check_state(state).map_err(|why| GovernError::BadState {
+        path: PathBuf::from("(the limits found)"),
+        why,
+    })?;
+    put_back_all(state.device, &checked)
+}
+
+fn put_back_all(dev: Dev, cgroups: &[(Cgroup, Limits)]) -> Result<(), GovernError> {
+    for (c, limits) in cgroups {
+        c.set_limits(dev, limits)?;
     }
     Ok(())
 }

@@ -615,7 +615,7 @@ fn leave_marker(image: &std::path::Path, marker: &std::path::Path) {
          refuses to start instead. Delete this file to start over with an empty image.\n",
         image.display()
     );
-    if let Err(e) = std::fs::write(marker, text) {
+    if let Err(e) = crate::owned_file::replace(marker, text.as_bytes(), 0o644) {
         tracing::warn!(
             "{}: cannot write {} ({e}): were the image deleted, `create = true` would serve an empty disk in its place",
             image.display(),

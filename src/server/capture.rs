@@ -107,12 +107,15 @@ pub struct Capture {
 
 impl Capture {
     /// Creates (or truncates) `path` and starts its writer; `names` are the exports in
-    /// tenant order. The file holds at most `limit` bytes.
+    /// tenant order. The file holds at most `limit` bytes. A symlink, a hard link or
+    /// anything but a plain file at `path` is refused ([`crate::owned_file::open`]).
     pub fn open(path: &Path, names: &[String], limit: u64) -> Result<Capture, CaptureError> {
-        let file = std::fs::File::create(path).map_err(|source| CaptureError::Create {
+        let create = |source| CaptureError::Create {
             path: path.into(),
             source,
-        })?;
+        };
+        let file = crate::owned_file::open(path, 0o644).map_err(create)?;
+        file.set_len(0).map_err(create)?;
         let mut files: Vec<String> = Vec::new();
         for (i, n) in names.iter().enumerate() {
             let mut f = iolog::file_name(n, i);

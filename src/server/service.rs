@@ -149,35 +149,65 @@ fn take(fd: RawFd, got: &mut Inherited) -> Result<(), ActivationError> {
     Ok(())
 }
 
-/// A file holding this process's id while it serves; removed when dropped.
+/// A file holding this process's id while it serves, locked (`flock`) for as long as
+/// the process lives; removed when dropped.
+///
+/// It is opened as [`crate::owned_file::open`] opens (a symlink, a hard link, a FIFO or
+/// a device in its place is refused, so nothing is written through them), then locked,
+/// and only then truncated and written: a second server finds the lock held and says
+/// which process holds it, and a file left by a killed one (unlocked: the kernel drops
+/// a dead process's locks) is taken over.
 #[derive(Debug)]
-pub struct PidFile(PathBuf);
+pub struct PidFile {
+    path: PathBuf,
+    /// Held open: the lock lives with the descriptor.
+    file: std::fs::File,
+}
 
 impl PidFile {
-    /// Writes this process's id into `path`. A file there naming a process that still
-    /// runs is an error (another server); one naming none is replaced.
+    /// Writes this process's id into `path`, locked. A file another live process has
+    /// locked is an error naming it (another server).
     pub fn create(path: &Path) -> Result<PidFile, String> {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && let Ok(pid) = text.trim().parse::<i32>()
-            && pid > 0
-            && pid as u32 != std::process::id()
-            // SAFETY: signal 0 only checks that the process exists.
-            && unsafe { libc::kill(pid, 0) } == 0
-        {
+        use std::io::{Read, Seek, Write};
+        use std::os::fd::AsRawFd;
+        let at = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut file = crate::owned_file::open(path, 0o644).map_err(at)?;
+        // SAFETY: plain syscall on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut text = String::new();
+            let _ = Read::by_ref(&mut file).take(64).read_to_string(&mut text);
+            let who = match text.trim().parse::<u32>() {
+                Ok(pid) => format!("process {pid}, which it names,"),
+                Err(_) => "another process".to_string(),
+            };
             return Err(format!(
-                "{}: process {pid}, which it names, still runs (another server?)",
+                "{}: {who} holds it (another server running?)",
                 path.display()
             ));
         }
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(PidFile(path.to_path_buf()))
+        file.set_len(0).map_err(at)?;
+        file.seek(std::io::SeekFrom::Start(0)).map_err(at)?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())
+            .map_err(at)?;
+        Ok(PidFile {
+            path: path.to_path_buf(),
+            file,
+        })
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        use std::os::unix::fs::MetadataExt;
+        // Removed only while the name is still this file (not one put in its place).
+        let same = |m: &std::fs::Metadata| {
+            self.file
+                .metadata()
+                .is_ok_and(|f| (f.dev(), f.ino()) == (m.dev(), m.ino()))
+        };
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| same(&m)) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -208,15 +238,42 @@ mod tests {
             let _p = PidFile::create(&path).unwrap();
             let text = std::fs::read_to_string(&path).unwrap();
             assert_eq!(text.trim(), std::process::id().to_string());
+            // A second server (another open file description) finds it locked.
+            let e = PidFile::create(&path).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "process {}, which it names, holds it",
+                    std::process::id()
+                )),
+                "{e}"
+            );
         }
         assert!(!path.exists(), "removed when dropped");
-        // Process 1 runs: a file naming it belongs to someone else.
-        std::fs::write(&path, "1\n").unwrap();
-        let e = PidFile::create(&path).unwrap_err();
-        assert!(e.contains("process 1, which it names, still runs"), "{e}");
-        // A stale one is replaced.
+        // A file left by a killed server (nobody holds its lock) is taken over, and a
+        // longer old text does not survive behind the new one.
         std::fs::write(&path, "999999999\n").unwrap();
-        assert!(PidFile::create(&path).is_ok());
+        let _p = PidFile::create(&path).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+    }
+
+    #[test]
+    fn a_pid_file_is_never_written_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").unwrap();
+        let path = dir.path().join("ioshare.pid");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let e = PidFile::create(&path).unwrap_err();
+        assert!(e.contains("ioshare.pid: a symlink"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        // A dangling one: its target is not created.
+        let dangling = dir.path().join("dangling.pid");
+        std::os::unix::fs::symlink(dir.path().join("made"), &dangling).unwrap();
+        assert!(PidFile::create(&dangling).is_err());
+        assert!(!dir.path().join("made").exists());
     }
 
     #[test]
