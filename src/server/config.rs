@@ -357,6 +357,19 @@ impl ServerConfig {
     /// image may be that file).
     fn parse_from(text: &str, base: &Path, config_file: Option<&Path>) -> Result<Self, Invalid> {
         let doc: toml::Table = toml::from_str(text).map_err(parse_problem)?;
+        // Counted before any work per tenant: a file of 100,000 tenants is refused at
+        // once, not after checking each against every other.
+        if let Some(toml::Value::Array(tenants)) = doc.get("tenant")
+            && tenants.len() > MAX_TENANTS
+        {
+            return Err(Invalid::new(
+                "tenant",
+                format!(
+                    "{} [[tenant]]s; a server holds at most {MAX_TENANTS}",
+                    tenants.len()
+                ),
+            ));
+        }
         let file: ConfigFile = crate::config::from_table(doc)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let mut file = file;
@@ -434,15 +447,7 @@ impl ServerConfig {
             control: server.control,
             cluster,
         };
-        if config.tenants.len() > MAX_TENANTS {
-            return Err(Invalid::new(
-                "tenant",
-                format!(
-                    "{} [[tenant]]s; a server holds at most {MAX_TENANTS}",
-                    config.tenants.len()
-                ),
-            ));
-        }
+        assert!(config.tenants.len() <= MAX_TENANTS, "counted above");
         check_images(&config, config_file)?;
         Ok(config)
     }
@@ -1684,6 +1689,31 @@ mod tests {
             let e = mode(server).unwrap_err();
             assert!(e.contains(says), "{server}: {e}");
         }
+    }
+
+    /// A file with more tenants than a server holds is refused by its count, before
+    /// any tenant is checked against the others (which grows with their square).
+    #[test]
+    fn too_many_tenants_are_refused_by_their_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::from("[backend]\nkind = 'null'\n");
+        for i in 0..100_000 {
+            text.push_str(&format!("[[tenant]]\nname = 't{i}'\nsize = '1m'\n"));
+        }
+        let e = ServerConfig::parse(&text, dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("100000 [[tenant]]s; a server holds at most 1024"),
+            "{e}"
+        );
+        let at_most: String = text
+            .split("[[tenant]]")
+            .take(1025)
+            .collect::<Vec<_>>()
+            .join("[[tenant]]");
+        let c = ServerConfig::parse(&at_most, dir.path()).unwrap();
+        assert_eq!(c.tenants.len(), 1024);
     }
 
     #[test]

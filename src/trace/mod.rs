@@ -288,15 +288,22 @@ impl Reader {
     fn next_parsed(&mut self) -> Option<Result<Record, TraceError>> {
         loop {
             self.buf.clear();
-            match self.input.read_until(b'\n', &mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let long = match read_line(&mut *self.input, &mut self.buf, MAX_LINE) {
+                Ok(Line::End) => return None,
+                Ok(Line::Whole) => false,
+                Ok(Line::TooLong) => true,
                 Err(e) => {
                     self.line += 1;
                     return Some(Err(self.error(format!("cannot read it: {e}"))));
                 }
-            }
+            };
             self.line += 1;
+            if long {
+                return Some(Err(self.error(format!(
+                    "longer than {} KiB: not a trace line (the rest of it was passed over)",
+                    MAX_LINE >> 10
+                ))));
+            }
             let mut end = self.buf.len();
             while end > 0 && matches!(self.buf[end - 1], b'\n' | b'\r') {
                 end -= 1;
@@ -351,6 +358,58 @@ impl Iterator for Reader {
         }
         None
     }
+}
+
+/// The longest line a trace may have, bytes: a record is under a hundred; a line past
+/// this is an error (named by its number), not a buffer that grows with the input.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// What [`read_line`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A line (with its `\n`, unless the input ended without one) is in the buffer.
+    Whole,
+    /// The line was longer than the limit: its first bytes are in the buffer, the rest
+    /// was read past.
+    TooLong,
+    /// Nothing more to read.
+    End,
+}
+
+/// Reads one line into `buf` (up to and with its `\n`), keeping at most `limit` bytes
+/// of it: a longer line is read to its end but not kept.
+fn read_line(input: &mut dyn BufRead, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<Line> {
+    let mut read_any = false;
+    let mut too_long = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        read_any = true;
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = limit.saturating_sub(buf.len());
+        if take > room {
+            too_long = true;
+        }
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        input.consume(take);
+        if done {
+            break;
+        }
+    }
+    Ok(match (read_any, too_long) {
+        (false, _) => Line::End,
+        (true, true) => Line::TooLong,
+        (true, false) => Line::Whole,
+    })
 }
 
 /// `f` read ahead, gzip or zstd decompressed when its first bytes say so.

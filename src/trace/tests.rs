@@ -156,6 +156,63 @@ fn bad_lines_name_file_and_line_and_are_skipped_or_stop() {
     }
 }
 
+/// A line without end is passed over, not kept: memory stays at the line limit
+/// whatever the line's length, the error names its line, and the lines after it are
+/// read (with `Skip`).
+#[test]
+fn a_line_without_end_is_an_error_not_a_buffer() {
+    /// 64 MiB of one line, then two good records.
+    struct Endless(u64);
+    impl std::io::Read for Endless {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            const LONG: u64 = 64 << 20;
+            const TAIL: &[u8] = b"\n2,h,0,Read,0,4096,1\n3,h,0,Read,4096,4096,1\n";
+            let n = if self.0 < LONG {
+                let n = out.len().min((LONG - self.0) as usize);
+                out[..n].fill(b'7');
+                n
+            } else {
+                let at = (self.0 - LONG) as usize;
+                let rest = &TAIL[at.min(TAIL.len())..];
+                let n = out.len().min(rest.len());
+                out[..n].copy_from_slice(&rest[..n]);
+                n
+            };
+            self.0 += n as u64;
+            Ok(n)
+        }
+    }
+    let input: Box<dyn BufRead + Send> = Box::new(std::io::BufReader::new(Endless(0)));
+    let mut r = Reader::from_input(
+        input,
+        "t".into(),
+        Some(Format::Msr),
+        Select::default(),
+        OnError::Skip,
+    )
+    .unwrap();
+    let got: Vec<Record> = r.by_ref().map(|x| x.unwrap()).collect();
+    assert_eq!(got.len(), 2);
+    assert_eq!(r.skipped(), 1);
+    let e = &r.errors()[0];
+    assert_eq!(e.line, 1);
+    assert!(e.problem.contains("longer than 1024 KiB"), "{e}");
+    assert!(r.buf.capacity() <= 2 * MAX_LINE, "{}", r.buf.capacity());
+    // The limit itself: a line of exactly the limit is whole, one byte more is not.
+    let mut buf = Vec::new();
+    let mut input = Cursor::new(b"abcd\nabcde\nab".to_vec());
+    assert_eq!(read_line(&mut input, &mut buf, 5).unwrap(), Line::Whole);
+    assert_eq!(buf, b"abcd\n");
+    buf.clear();
+    assert_eq!(read_line(&mut input, &mut buf, 5).unwrap(), Line::TooLong);
+    assert_eq!(buf, b"abcde");
+    buf.clear();
+    assert_eq!(read_line(&mut input, &mut buf, 5).unwrap(), Line::Whole);
+    assert_eq!(buf, b"ab");
+    buf.clear();
+    assert_eq!(read_line(&mut input, &mut buf, 5).unwrap(), Line::End);
+}
+
 #[test]
 fn select_takes_a_volume_and_a_time_slice() {
     let text =
