@@ -195,7 +195,11 @@ fn main() {
         if ioshare::server::logs::json() {
             tracing::error!("{}", explain(&e));
         } else {
-            eprintln!("error: {}", explain(&e));
+            // Names from the configuration stay inside the line (as in the log).
+            eprintln!(
+                "error: {}",
+                ioshare::server::logs::escape_controls(&explain(&e))
+            );
         }
         std::process::exit(2);
     }

@@ -105,12 +105,32 @@ where
     ) -> std::fmt::Result {
         let mut m = Message(String::new());
         event.record(&mut m);
+        let text = escape_controls(&m.0);
         if event.metadata().target() == INTERVAL {
-            writeln!(writer, "{}", m.0)
+            writeln!(writer, "{text}")
         } else {
-            writeln!(writer, "ioshare: {}", m.0)
+            writeln!(writer, "ioshare: {text}")
         }
     }
+}
+
+/// `text` with every control character written as an escape (`\n`, `\u{1b}`), as the
+/// JSON format writes them: a name an operator or a client gave (a tenant added over
+/// the control socket, an export a client asked for) can neither start a line of its
+/// own nor reach the terminal as an escape sequence. One event is one line.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Lines a peer may log at once.
@@ -199,6 +219,43 @@ mod tests {
         let later = t0 + Duration::from_millis(1500);
         assert_eq!(log.admit("10.0.0.1", later), Some(2), "two were held back");
         assert_eq!(log.admit("10.0.0.1", later), None);
+    }
+
+    /// A name with a newline or an escape sequence stays inside its own line.
+    #[test]
+    fn names_cannot_forge_lines_or_reach_the_terminal() {
+        assert_eq!(escape_controls("vm1"), "vm1");
+        assert_eq!(
+            escape_controls("a\nioshare: forged\u{1b}[2J\u{7f}\u{9b}é"),
+            "a\\nioshare: forged\\u{1b}[2J\\u{7f}\\u{9b}é"
+        );
+        let out = std::sync::Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .event_format(Human)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let name = "t5\nioshare: tenant root added\u{1b}]0;x\u{7}";
+            tracing::info!("tenant {name} added");
+        });
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text}");
+        assert!(text.starts_with("ioshare: tenant t5\\nioshare: "), "{text}");
+    }
+
+    /// A writer into a shared buffer.
+    struct Sink(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
