@@ -3335,10 +3335,13 @@ fn tls_keys_of_every_size_and_curve_are_served() {
 
 /// Pre-shared keys on a loopback address require TLS without being told to: a client in
 /// the clear over TCP gets nothing (it would otherwise read the exports without a key),
-/// and `tls = "optional"` is how to say otherwise.
+/// and `tls = "optional"` with `allow_plaintext = true` is how to say otherwise.
 #[test]
 fn pre_shared_keys_require_tls_on_loopback_unless_said_optional() {
-    for (tls, clear_served) in [("", false), ("tls = \"optional\"\n", true)] {
+    for (tls, clear_served) in [
+        ("", false),
+        ("tls = \"optional\"\nallow_plaintext = true\n", true),
+    ] {
         let dir = tempdir();
         std::fs::write(
             dir.path().join("keys.psk"),

@@ -51,6 +51,7 @@ struct ServerFile {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     tls_psk: Option<PathBuf>,
+    allow_plaintext: Option<bool>,
     default_export: Option<toml::Value>,
     control: Option<PathBuf>,
 }
@@ -711,6 +712,30 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
                 name,
                 "give either certificates (tls_cert, tls_key, tls_client_ca) or pre-shared keys (tls_psk), not both".into(),
             ));
+    }
+    if mode == TlsMode::On
+        && let Some(name) = [
+            ("tls_psk", psk.is_some()),
+            ("tls_client_ca", client_ca.is_some()),
+        ]
+        .iter()
+        .find_map(|(n, set)| set.then_some(*n))
+        && s.allow_plaintext != Some(true)
+    {
+        return Err(field(
+            "tls",
+            format!(
+                "\"optional\" serves a client that skips TLS in plain text, so server.{name} \
+                 would authenticate nobody: use \"require\" (the default with {name}), or set \
+                 server.allow_plaintext = true to say that clear clients are meant to be served"
+            ),
+        ));
+    }
+    if s.allow_plaintext.is_some() && mode != TlsMode::On {
+        return Err(field(
+            "allow_plaintext",
+            "applies only where server.tls = \"optional\" (clear clients beside TLS ones)".into(),
+        ));
     }
     if mode == TlsMode::Off {
         if let Some(name) = [
@@ -1649,8 +1674,9 @@ mod tests {
             )),
             Ok(TlsMode::Require)
         );
+        // Optional beside keys serves clear clients too: said in words, or refused.
         assert_eq!(
-            mode("tcp = \"127.0.0.1:10809\"\ntls = \"optional\"\ntls_psk = \"k.psk\"\n"),
+            mode("tcp = \"127.0.0.1:10809\"\ntls = \"optional\"\ntls_psk = \"k.psk\"\nallow_plaintext = true\n"),
             Ok(TlsMode::On)
         );
         let c = parse(&format!("[server]\n{cert}tls_client_ca = \"ca.pem\"\n{t}")).unwrap();
@@ -1684,6 +1710,18 @@ mod tests {
             (
                 "tls = \"off\"\ntls_psk = \"k.psk\"\n",
                 "server.tls_psk: is set but server.tls = \"off\"",
+            ),
+            (
+                "tls = \"optional\"\ntls_psk = \"k.psk\"\n",
+                "server.tls: \"optional\" serves a client that skips TLS in plain text, so server.tls_psk would authenticate nobody",
+            ),
+            (
+                "tls = \"on\"\ntls_client_ca = \"ca.pem\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\nallow_plaintext = false\n",
+                "server.tls_client_ca would authenticate nobody",
+            ),
+            (
+                "tls = \"require\"\ntls_psk = \"k.psk\"\nallow_plaintext = true\n",
+                "server.allow_plaintext: applies only where server.tls = \"optional\"",
             ),
         ] {
             let e = mode(server).unwrap_err();
