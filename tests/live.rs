@@ -85,9 +85,14 @@ impl Server {
                 });
             }
         }
-        let child = command.spawn().unwrap();
+        let mut child = command.spawn().unwrap();
         let t = Instant::now();
         while UnixStream::connect(&socket).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                panic!("server exited at start ({status}): {err}");
+            }
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "server did not start"
@@ -560,6 +565,49 @@ fn flushed_data_survives_sigkill() {
         stdout(&out)
     );
     assert!(s.stop().0.success());
+}
+
+/// A server started again at once after a SIGKILL takes the images' locks: the killed
+/// one's rings may hold the files for a moment, and the lock is waited for, not
+/// refused.
+#[test]
+fn a_restart_right_after_a_kill_takes_the_images_lock() {
+    let dir = tempdir();
+    let mut s = Server::start(dir.path(), TWO_TENANTS);
+    for round in 0..5 {
+        run(Command::new("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0xcd 0 1m"])
+            .arg(s.uri("vm1")));
+        // Killed with writes in flight (the rings busy), as a crash finds it.
+        let mut load = Command::new("fio")
+            .args([
+                "--name=load",
+                "--ioengine=nbd",
+                "--rw=randwrite",
+                "--bs=64k",
+                "--iodepth=32",
+                "--offset=8m",
+                "--size=48m",
+                "--time_based",
+                "--runtime=20",
+            ])
+            .arg(format!("--uri={}", s.uri("vm2")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let err = s.killed();
+        let _ = load.kill();
+        let _ = load.wait();
+        assert!(!err.contains("panicked"), "round {round}: {err}");
+        s = Server::start(dir.path(), TWO_TENANTS);
+    }
+    let out = run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read -P 0xcd 0 1m"])
+        .arg(s.uri("vm1")));
+    assert!(!stdout(&out).contains("Pattern verification failed"));
+    s.stopped();
 }
 
 /// A raw protocol client: fixed newstyle handshake by `NBD_OPT_GO`.

@@ -1676,7 +1676,9 @@ mod tests {
         );
         // Optional beside keys serves clear clients too: said in words, or refused.
         assert_eq!(
-            mode("tcp = \"127.0.0.1:10809\"\ntls = \"optional\"\ntls_psk = \"k.psk\"\nallow_plaintext = true\n"),
+            mode(
+                "tcp = \"127.0.0.1:10809\"\ntls = \"optional\"\ntls_psk = \"k.psk\"\nallow_plaintext = true\n"
+            ),
             Ok(TlsMode::On)
         );
         let c = parse(&format!("[server]\n{cert}tls_client_ca = \"ca.pem\"\n{t}")).unwrap();

@@ -241,7 +241,10 @@ mod tests {
         });
         let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text}"
+        );
         assert!(text.starts_with("ioshare: tenant t5\\nioshare: "), "{text}");
     }
 

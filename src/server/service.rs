@@ -123,6 +123,17 @@ fn take(fd: RawFd, got: &mut Inherited) -> Result<(), ActivationError> {
     if listening == 0 {
         return Err(bad("a socket that is not listening"));
     }
+    let kind = int_opt(libc::SOL_SOCKET, libc::SO_TYPE).ok_or_else(|| bad("no type"))?;
+    if kind != libc::SOCK_STREAM {
+        let name = match kind {
+            libc::SOCK_SEQPACKET => "SOCK_SEQPACKET",
+            libc::SOCK_DGRAM => "SOCK_DGRAM",
+            _ => "not SOCK_STREAM",
+        };
+        return Err(bad(&format!(
+            "a {name} socket: NBD is served on stream sockets (ListenStream= in the unit)"
+        )));
+    }
     let family = int_opt(libc::SOL_SOCKET, libc::SO_DOMAIN).ok_or_else(|| bad("no family"))?;
     // SAFETY: setting close-on-exec on a descriptor this process owns.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -274,6 +285,38 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("made"), &dangling).unwrap();
         assert!(PidFile::create(&dangling).is_err());
         assert!(!dir.path().join("made").exists());
+    }
+
+    /// A listening `SOCK_SEQPACKET` socket is no NBD listener.
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_listening_socket_of_another_type_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seq.sock");
+        // SAFETY: plain syscalls on a socket this test owns; the address is valid.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0) };
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, b) in addr
+            .sun_path
+            .iter_mut()
+            .zip(path.as_os_str().as_encoded_bytes())
+        {
+            *d = *b as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(libc::bind(fd, (&raw const addr).cast(), len), 0);
+            assert_eq!(libc::listen(fd, 4), 0);
+        }
+        let mut got = Inherited::default();
+        let e = take(fd, &mut got).unwrap_err().to_string();
+        assert!(e.contains("a SOCK_SEQPACKET socket"), "{e}");
+        assert!(got.unix.is_none());
+        // SAFETY: closing the socket this test opened.
+        unsafe { libc::close(fd) };
     }
 
     #[test]
