@@ -1489,6 +1489,220 @@ fn loop_devices_and_their_aliases_are_the_same_image() {
     m.detach();
 }
 
+/// Loop devices made by a test, detached in reverse order even when it fails.
+#[derive(Default)]
+struct Loops(Vec<String>);
+
+impl Loops {
+    /// A loop device over `over` (a file or a device).
+    fn attach(&mut self, over: &Path) -> String {
+        let out = run(Command::new("losetup").args(["-f", "--show"]).arg(over));
+        let dev = stdout(&out).trim().to_string();
+        self.0.push(dev.clone());
+        dev
+    }
+}
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for dev in self.0.drain(..).rev() {
+            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+        }
+    }
+}
+
+/// The identity check follows the whole stack: a loop device over a loop device over
+/// tenant a's image (and a `mknod` alias of it) is refused as tenant b's image at start
+/// and through `ctl add-tenant`; a server on the outer loop device locks the file at
+/// the bottom; a loop device whose backing file was deleted is refused, not guessed.
+#[test]
+fn a_loop_over_a_loop_is_the_file_at_the_bottom() {
+    if skipped_without_mounts("a_loop_over_a_loop_is_the_file_at_the_bottom") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir();
+    let file = dir.path().join("a.img");
+    std::fs::write(&file, vec![0u8; 4 << 20]).unwrap();
+    let mut loops = Loops::default();
+    let inner = loops.attach(&file);
+    let outer = loops.attach(Path::new(&inner));
+    let rdev = std::fs::metadata(&outer).unwrap().rdev();
+    let alias = dir.path().join("alias");
+    let node = std::ffi::CString::new(alias.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mknod only creates the node.
+    let made = unsafe { libc::mknod(node.as_ptr(), libc::S_IFBLK | 0o600, rdev) };
+    assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+    let tenants = |a: &str, b: &str| {
+        format!(
+            "[[tenant]]\nname = \"a\"\nfile = \"{a}\"\nsize = \"4m\"\n\
+             [[tenant]]\nname = \"b\"\nfile = \"{b}\"\nsize = \"4m\"\n"
+        )
+    };
+    let (file_s, alias_s) = (file.to_str().unwrap(), alias.to_str().unwrap());
+    for (i, (a, b)) in [
+        (file_s, outer.as_str()),
+        (file_s, alias_s),
+        (outer.as_str(), file_s),
+        (inner.as_str(), alias_s),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let err = refused(dir.path(), &format!("c{i}.toml"), &tenants(a, b));
+        assert!(
+            err.contains("tenant 2 ('b').file: ")
+                && err.contains("holds the same bytes as tenant 'a''s image"),
+            "{a} and {b}: {err}"
+        );
+    }
+    // Through the control socket, with a served on its file.
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "control = \"ctl.sock\"\nimage_dirs = [\".\", \"/dev\"]\n[[tenant]]\nname = \"a\"\nfile = \"{file_s}\"\nsize = \"4m\"\n"
+        ),
+    );
+    for b in [outer.as_str(), alias_s] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("ctl")
+            .arg(dir.path().join("ctl.sock"))
+            .args(["add-tenant", "name=b", &format!("file={b}"), "size=4m"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("holds the same bytes as tenant 'a''s image"),
+            "{b}: {err}"
+        );
+    }
+    s.stopped();
+    // A server on the outer loop device holds the file at the bottom.
+    let one = "[[tenant]]\nname = \"a\"\nfile = \"{}\"\nsize = \"4m\"\n";
+    let s = Server::start(dir.path(), &one.replace("{}", &outer));
+    let err = refused(dir.path(), "file.toml", &one.replace("{}", file_s));
+    assert!(err.contains("cannot lock it for this server"), "{err}");
+    s.stopped();
+    // Bound to a file that is gone: refused, with why.
+    let gone = dir.path().join("gone.img");
+    std::fs::write(&gone, vec![0u8; 1 << 20]).unwrap();
+    let orphan = loops.attach(&gone);
+    std::fs::remove_file(&gone).unwrap();
+    let err = refused(
+        dir.path(),
+        "orphan.toml",
+        &format!("[[tenant]]\nname = \"o\"\nfile = \"{orphan}\"\nsize = \"1m\"\n"),
+    );
+    assert!(
+        err.contains("is bound to a file that no path names any more"),
+        "{err}"
+    );
+}
+
+/// No image is one of the files the server keeps or writes (its pid file, capture,
+/// sockets, an image's marker), none is taken from a system folder, and tenants added
+/// while running take their images from the configuration's folders or
+/// `server.image_dirs` only.
+#[test]
+fn the_servers_own_files_and_system_files_are_no_images() {
+    let dir = tempdir();
+    let tenant = |file: &str| {
+        format!("[[tenant]]\nname = \"a\"\nfile = \"{file}\"\ncreate = true\nsize = \"1m\"\n")
+    };
+    let start = |cfg: &str, args: &[&str]| {
+        let path = dir.path().join("own.toml");
+        std::fs::write(
+            &path,
+            format!("[server]\nunix = \"own.sock\"\ncontrol = \"ctl.sock\"\n{cfg}"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("serve")
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let pid = dir.path().join("ioshare.pid");
+    let err = start(
+        &tenant("ioshare.pid"),
+        &["--pidfile", pid.to_str().unwrap()],
+    );
+    assert!(err.contains("is --pidfile"), "{err}");
+    assert!(!pid.exists(), "neither made");
+    let capture = dir.path().join("cap.log");
+    let err = start(
+        &tenant("cap.log"),
+        &["--capture", capture.to_str().unwrap()],
+    );
+    assert!(err.contains("is --capture"), "{err}");
+    for (file, says) in [
+        ("ctl.sock", "is server.control"),
+        ("own.sock", "is server.unix"),
+        (".b.img.ioshare", "named as the marker"),
+        ("/etc/passwd", "is in /etc, a system folder"),
+        ("/usr/bin/ls", "is in /usr, a system folder"),
+    ] {
+        let err = start(&tenant(file), &[]);
+        assert!(err.contains(says), "{file}: {err}");
+    }
+    // Added while running: from the configuration's folders, or image_dirs.
+    let elsewhere = tempdir();
+    let other = elsewhere.path().join("x.img");
+    let s = Server::start(
+        dir.path(),
+        &format!("control = \"ctl.sock\"\n{TWO_TENANTS}"),
+    );
+    let add = |name: &str, file: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_ioshare"))
+            .arg("ctl")
+            .arg(dir.path().join("ctl.sock"))
+            .args([
+                "add-tenant",
+                &format!("name={name}"),
+                &format!("file={}", file.display()),
+                "size=1m",
+                "create=true",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = add("x", &other);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("is outside the folders of the configuration's images"),
+        "{err}"
+    );
+    assert!(!other.exists());
+    let out = add("shadow", Path::new("/etc/shadow"));
+    assert!(!out.status.success());
+    let out = add("y", &dir.path().join("y.img"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.stopped();
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "control = \"ctl.sock\"\nimage_dirs = [\".\", \"{}\"]\n{TWO_TENANTS}",
+            elsewhere.path().display()
+        ),
+    );
+    let out = add("x", &other);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(other.exists());
+    s.stopped();
+}
+
 #[test]
 fn clients_leaving_with_requests_in_flight_harm_nobody() {
     let dir = tempdir();

@@ -543,7 +543,9 @@ fn open_sized(
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(create)
+        // Never with a block device: O_CREAT with O_EXCL fails on any existing name
+        // ("File exists"), where O_EXCL alone claims the device.
+        .create(create && !block)
         .truncate(false)
         .mode(0o600)
         .custom_flags(if block { libc::O_EXCL } else { 0 })
@@ -653,10 +655,14 @@ fn lock(f: &File) -> Result<(), (std::io::Error, String)> {
     Err((e, holder))
 }
 
-/// For a loop device bound to a file: that file, opened and locked as an image is, so
-/// that no server serves the file while another serves the loop device over it.
+/// For a loop device bound to a file (at any depth: a loop device over a loop device
+/// over the file): that file, opened and locked as an image is, so that no server
+/// serves the file while another serves a loop device over it.
 fn lock_backing_file(device: &std::path::Path) -> Result<Option<File>, BackendError> {
-    let id = super::identity::Identity::of(device);
+    let id = super::identity::Identity::of(device).map_err(|e| BackendError::Open {
+        path: device.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
     let Some(path) = id.backing_file() else {
         return Ok(None);
     };

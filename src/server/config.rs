@@ -52,6 +52,7 @@ struct ServerFile {
     tls_client_ca: Option<PathBuf>,
     tls_psk: Option<PathBuf>,
     allow_plaintext: Option<bool>,
+    image_dirs: Option<Vec<PathBuf>>,
     default_export: Option<toml::Value>,
     control: Option<PathBuf>,
 }
@@ -309,6 +310,27 @@ pub struct ServerConfig {
     /// This server is one front of a shared cluster (`[cluster]`, [`super::front`]):
     /// its exports are the cluster tenants' volumes, limited by what the fronts agree.
     pub cluster: Option<super::front::ClusterConfig>,
+    /// Where images may be (`server.image_dirs`, or by default the folders of the
+    /// images the configuration file names: [`ImageDirs`]).
+    pub image_dirs: ImageDirs,
+    /// Files this run of the server writes or keeps besides its configuration (the pid
+    /// file, the capture), which no image may be: [`ServerConfig::with_run_files`].
+    pub run_files: Vec<(String, PathBuf)>,
+}
+
+/// Where images may be. With `server.image_dirs` (`said`), every image must lie in one
+/// of its folders (or be one of its entries: a block device may be named itself).
+/// Without, the folders of the file images and the block devices the configuration
+/// file names are where tenants added later (`ioshare ctl add-tenant`, a reload) may
+/// have their images. Either way an image in a system folder (`/etc`, `/usr`, `/boot`,
+/// `/proc`, `/sys`, `/bin`, `/sbin`, `/lib*`) is refused unless `server.image_dirs`
+/// names a folder that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageDirs {
+    /// The folders (and devices), canonical where they exist.
+    pub dirs: Vec<PathBuf>,
+    /// Whether `server.image_dirs` gave them.
+    pub said: bool,
 }
 
 /// Tenants one server holds at most, those added while running and removed ones
@@ -447,10 +469,28 @@ impl ServerConfig {
             default_export,
             control: server.control,
             cluster,
+            image_dirs: ImageDirs::default(),
+            run_files: Vec::new(),
         };
         assert!(config.tenants.len() <= MAX_TENANTS, "counted above");
+        let mut config = config;
+        config.image_dirs = match server.image_dirs {
+            Some(dirs) => ImageDirs::said(&dirs)?,
+            None => ImageDirs::of_images(&config),
+        };
         check_images(&config, config_file)?;
         Ok(config)
+    }
+
+    /// Names files this run writes besides its configuration (`what`, the path: the
+    /// pid file, the capture) and checks that no image is one of them.
+    pub fn with_run_files(
+        &mut self,
+        files: Vec<(String, PathBuf)>,
+        config_file: Option<&Path>,
+    ) -> Result<(), Invalid> {
+        self.run_files = files;
+        check_images(self, config_file)
     }
 
     /// A tenant to add while running (`add-tenant`), from the fields a `[[tenant]]`
@@ -524,6 +564,10 @@ impl ServerConfig {
             ("server.tcp", self.tcp == new.tcp),
             ("server.queue_depth", self.queue_depth == new.queue_depth),
             ("server.threads", self.threads == new.threads),
+            (
+                "server.image_dirs",
+                !self.image_dirs.said && !new.image_dirs.said || self.image_dirs == new.image_dirs,
+            ),
             ("server.queue_limit", self.queue_limit == new.queue_limit),
             ("server.refuse", self.refuse == new.refuse),
             ("server.policy", self.policy == new.policy),
@@ -629,6 +673,7 @@ struct Server {
     max_connections_per_peer: Option<u32>,
     tls: Tls,
     control: Option<PathBuf>,
+    image_dirs: Option<Vec<PathBuf>>,
 }
 
 /// Whether clients may or must use TLS (`server.tls`).
@@ -914,6 +959,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         max_connections_per_peer: s.max_connections_per_peer,
         tls,
         control: s.control.map(at),
+        image_dirs: s.image_dirs.map(|dirs| dirs.into_iter().map(at).collect()),
     })
 }
 
@@ -1206,6 +1252,29 @@ fn pdc_params(p: PdcFile) -> Result<JournalParams, Invalid> {
     Ok(params)
 }
 
+/// What an image holds: a file's length, a block device's size (its sectors in sysfs,
+/// which a device's metadata does not give: its length there is 0).
+fn image_size(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path)?;
+    if !meta.file_type().is_block_device() {
+        return Ok(meta.len());
+    }
+    let rdev = meta.rdev();
+    let sectors = std::fs::read_to_string(format!(
+        "/sys/dev/block/{}:{}/size",
+        libc::major(rdev),
+        libc::minor(rdev)
+    ))?;
+    let sectors: u64 = sectors
+        .trim()
+        .parse()
+        .map_err(|_| std::io::Error::other(format!("sysfs size '{}'", sectors.trim())))?;
+    sectors
+        .checked_mul(512)
+        .ok_or_else(|| std::io::Error::other("a size past 2^64 bytes"))
+}
+
 /// How long looking up an rbd image's size (a tenant without `size`) may take, s.
 const IMAGE_SIZE_TIMEOUT_S: u64 = 30;
 
@@ -1276,7 +1345,7 @@ fn storage(
             // is opened (`BackendError::SizeDiffers`), unless the tenant says resize.
             let size = match size {
                 Some(s) => s,
-                None => std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                None => image_size(&path).map_err(|e| {
                     Invalid::new(
                         "size",
                         format!("not given and {} cannot be read ({e})", path.display()),
@@ -1303,47 +1372,180 @@ fn storage(
     }
 }
 
+/// Folders no image is taken from unless `server.image_dirs` names a folder that
+/// holds it: the system's own files.
+const SYSTEM_DIRS: [&str; 11] = [
+    "/etc", "/boot", "/proc", "/sys", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+    "/libx32",
+];
+
+/// Where `path` is: its canonical path, or (not there yet) its folder's and its name.
+fn place_of(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let name = path.file_name().map(PathBuf::from).unwrap_or_default();
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    folder
+        .canonicalize()
+        .unwrap_or_else(|_| folder.to_path_buf())
+        .join(name)
+}
+
+impl ImageDirs {
+    /// `server.image_dirs`: each must exist.
+    fn said(dirs: &[PathBuf]) -> Result<ImageDirs, Invalid> {
+        let mut out = Vec::with_capacity(dirs.len());
+        for d in dirs {
+            let c = d
+                .canonicalize()
+                .map_err(|e| Invalid::new("server.image_dirs", format!("{}: {e}", d.display())))?;
+            out.push(c);
+        }
+        Ok(ImageDirs {
+            dirs: out,
+            said: true,
+        })
+    }
+
+    /// The folders of the file images and the block devices `config` names.
+    fn of_images(config: &ServerConfig) -> ImageDirs {
+        use std::os::unix::fs::FileTypeExt;
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let images = config
+            .tenants
+            .iter()
+            .filter_map(|t| match &t.storage {
+                Storage::Own(p) => Some(p),
+                _ => None,
+            })
+            .chain(config.shared.iter().map(|(p, _)| p));
+        for image in images {
+            let place = place_of(image);
+            let device = std::fs::metadata(&place).is_ok_and(|m| m.file_type().is_block_device());
+            let dir = match place.parent() {
+                Some(folder) if !device => folder.to_path_buf(),
+                _ => place,
+            };
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        ImageDirs { dirs, said: false }
+    }
+
+    /// Why `image` may not be served from where it is, if it may not.
+    fn refuses(&self, image: &Path) -> Option<String> {
+        let place = place_of(image);
+        let said_holds = self.said && self.dirs.iter().any(|d| place.starts_with(d));
+        if let Some(system) = SYSTEM_DIRS.iter().find(|d| place.starts_with(d))
+            && !said_holds
+        {
+            return Some(format!(
+                "{} is in {system}, a system folder: an image there is refused unless server.image_dirs names a folder that holds it",
+                place.display()
+            ));
+        }
+        if self.dirs.iter().any(|d| place.starts_with(d)) {
+            return None;
+        }
+        let list = self
+            .dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(if self.said {
+            format!(
+                "{} is outside server.image_dirs ({list}): add its folder there to serve it",
+                place.display()
+            )
+        } else {
+            format!(
+                "{} is outside the folders of the configuration's images ({list}): list its folder in server.image_dirs to serve it",
+                place.display()
+            )
+        })
+    }
+}
+
 /// Every image holds bytes of its own, under any name (a hard link, a `mknod` alias, a
-/// loop device over it, a partition of it: [`super::identity`]): a tenant's image is no
-/// other tenant's and not the shared backend file or device (two exports on the same
-/// bytes would overwrite each other), and no image is one of the server's own files —
-/// its configuration (`config_file`), TLS certificate, key, client CA or pre-shared
-/// keys (a tenant would read them through its disk, or overwrite them). Each path's
-/// identity is looked up once.
+/// loop device over it at any depth, a partition or volume of it:
+/// [`super::identity`]): a tenant's image is no other tenant's and not the shared
+/// backend file or device (two exports on the same bytes would overwrite each other),
+/// no image is one of the server's own files — its configuration (`config_file`), TLS
+/// certificate, key, client CA or pre-shared keys (a tenant would read them through its
+/// disk, or overwrite them), its sockets, the files this run writes (pid file,
+/// capture: [`ServerConfig::run_files`]) or an image's marker — and every image lies
+/// where [`ImageDirs`] allows. An image whose stack cannot be followed is refused.
+/// Each path's identity is looked up once.
 fn check_images(config: &ServerConfig, config_file: Option<&Path>) -> Result<(), Invalid> {
     let tls = &config.tls;
-    let server_files: Vec<(&str, &Path, Identity)> = [
+    let identity = |field: &str, p: &Path| {
+        Identity::of(p).map_err(|e| Invalid::new(field, format!("{}: {e}", p.display())))
+    };
+    let mut server_files: Vec<(String, &Path, Identity)> = Vec::new();
+    for (what, p) in [
         ("the configuration file", config_file),
         ("server.tls_cert", tls.cert.as_deref()),
         ("server.tls_key", tls.key.as_deref()),
         ("server.tls_client_ca", tls.client_ca.as_deref()),
         ("server.tls_psk", tls.psk.as_deref()),
+        ("server.unix", config.unix.as_deref()),
+        ("server.control", config.control.as_deref()),
     ]
     .into_iter()
-    .filter_map(|(what, p)| Some((what, p?, Identity::of(p?))))
-    .collect();
-    let not_a_server_file = |field: &str, image: &Path, id: &Identity| match server_files
-        .iter()
-        .find(|(_, _, f)| f.overlaps(id))
-    {
-        Some((what, p, _)) => Err(Invalid::new(
-            field,
-            format!(
-                "{} is {what} ({}): an image must not be one of the server's own files",
-                image.display(),
-                p.display()
-            ),
-        )),
-        None => Ok(()),
+    .filter_map(|(what, p)| Some((what.to_string(), p?)))
+    .chain(
+        config
+            .run_files
+            .iter()
+            .map(|(w, p)| (w.clone(), p.as_path())),
+    ) {
+        server_files.push((what.clone(), p, identity(&what, p)?));
+    }
+    let not_a_server_file = |field: &str, image: &Path, id: &Identity| {
+        if let Some(name) = image.file_name().and_then(|n| n.to_str())
+            && name.starts_with('.')
+            && name.ends_with(".ioshare")
+        {
+            return Err(Invalid::new(
+                field,
+                format!(
+                    "{} is named as the marker the server keeps beside an image: not an image",
+                    image.display()
+                ),
+            ));
+        }
+        if let Some(why) = config.image_dirs.refuses(image) {
+            return Err(Invalid::new(field, why));
+        }
+        match server_files.iter().find(|(_, _, f)| f.overlaps(id)) {
+            Some((what, p, _)) => Err(Invalid::new(
+                field,
+                format!(
+                    "{} is {what} ({}): an image must not be one of the server's own files",
+                    image.display(),
+                    p.display()
+                ),
+            )),
+            None => Ok(()),
+        }
     };
-    let shared = config.shared.as_ref().map(|(p, _)| (p, Identity::of(p)));
+    let shared = match &config.shared {
+        Some((p, _)) => Some((p, identity("backend.path", p)?)),
+        None => None,
+    };
     let mut before: Vec<(&str, &Path, Identity)> = Vec::new();
     for (i, t) in config.tenants.iter().enumerate() {
         let Storage::Own(path) = &t.storage else {
             continue;
         };
         let field = tenant_field(i + 1, &t.spec.name) + ".file";
-        let id = Identity::of(path);
+        let id = identity(&field, path)?;
         if let Some((shared, shared_id)) = &shared
             && shared_id.overlaps(&id)
         {

@@ -26,6 +26,10 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The configuration meets the files this run writes (an image that is the pid
+    /// file or the capture).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// `server.policy` does not build.
     #[error("server.policy: {0}")]
     Policy(#[from] PolicyError),

@@ -266,7 +266,7 @@ struct Handshaking {
 /// caller to write there (`report::write_all`). With `capture` (a file and its size
 /// limit), every request is recorded there as it arrives (`server::capture`).
 pub fn serve(
-    config: ServerConfig,
+    mut config: ServerConfig,
     source: Option<PathBuf>,
     out: Option<PathBuf>,
     capture: Option<(PathBuf, u64)>,
@@ -286,6 +286,22 @@ pub fn serve(
     }
     let specs = config.specs();
     check_policy(&config)?;
+    // No image may be a file this run writes (checked before either is opened).
+    let run_files = [
+        ("--pidfile", pidfile.as_ref()),
+        ("--capture", capture.as_ref().map(|c| &c.0)),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| Some((what.to_string(), p?.clone())))
+    .collect();
+    config
+        .with_run_files(run_files, source.as_deref())
+        .map_err(|e| {
+            let file = source
+                .as_ref()
+                .map_or("the configuration".into(), |f| f.display().to_string());
+            ServeError::Config(e.in_file(&file))
+        })?;
     let mut files = backend::Files::open(&config)?;
     // Removed again if anything below fails: a failed start leaves nothing it made.
     let created = files.take_created();
