@@ -1599,6 +1599,43 @@ fn a_loop_over_a_loop_is_the_file_at_the_bottom() {
     );
 }
 
+/// A block device is served as it is: as a tenant's image without `size` (at the
+/// device's size) and as `backend.path` (opened, never created).
+#[test]
+fn block_devices_are_served_at_their_size() {
+    if skipped_without_mounts("block_devices_are_served_at_their_size") {
+        return;
+    }
+    let dir = tempdir();
+    let mut loops = Loops::default();
+    let (a, b) = (dir.path().join("a.img"), dir.path().join("b.img"));
+    std::fs::write(&a, vec![0u8; 3 << 20]).unwrap();
+    std::fs::write(&b, vec![0u8; 2 << 20]).unwrap();
+    let (da, db) = (loops.attach(&a), loops.attach(&b));
+    let s = Server::start(
+        dir.path(),
+        &format!(
+            "[backend]\npath = \"{db}\"\n[[tenant]]\nname = \"own\"\nfile = \"{da}\"\n\
+             [[tenant]]\nname = \"region\"\noffset = \"1m\"\nsize = \"1m\"\n"
+        ),
+    );
+    let size = |export: &str| {
+        stdout(&run(Command::new("nbdinfo")
+            .arg("--size")
+            .arg(s.uri(export))))
+        .trim()
+        .to_string()
+    };
+    assert_eq!(size("own"), (3u64 << 20).to_string());
+    assert_eq!(size("region"), (1u64 << 20).to_string());
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0x5a 0 64k"])
+        .arg(s.uri("region")));
+    s.stopped();
+    let data = std::fs::read(&b).unwrap();
+    assert!(data[1 << 20..(1 << 20) + 65536].iter().all(|&x| x == 0x5a));
+}
+
 /// No image is one of the files the server keeps or writes (its pid file, capture,
 /// sockets, an image's marker), none is taken from a system folder, and tenants added
 /// while running take their images from the configuration's folders or
