@@ -2973,6 +2973,96 @@ fn an_image_deleted_while_served_is_logged_and_not_recreated_empty() {
     );
 }
 
+/// One process flooding the Unix socket with connections it drops at once: other
+/// processes' clients still connect, non-blocking ones included (no `EAGAIN` from a
+/// full backlog) and `nbdinfo` each time; the flooder is told it is too fast.
+#[test]
+#[allow(unsafe_code)]
+fn a_connect_flood_from_one_process_turns_nobody_else_away() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempdir();
+    let s = Server::start(dir.path(), TWO_TENANTS);
+    // The address, made before the fork: the child only makes syscalls.
+    // SAFETY: all-zero bytes are a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr
+        .sun_path
+        .iter_mut()
+        .zip(s.socket.as_os_str().as_bytes())
+    {
+        *d = *b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let connect_once = |nonblocking: bool| -> i32 {
+        let kind = libc::SOCK_STREAM | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+        // SAFETY: plain syscalls on a socket made here; `addr` outlives them.
+        unsafe {
+            let fd = libc::socket(libc::AF_UNIX, kind, 0);
+            let r = libc::connect(fd, (&raw const addr).cast(), len);
+            let e = if r == 0 { 0 } else { *libc::__errno_location() };
+            libc::close(fd);
+            e
+        }
+    };
+    // SAFETY: the child makes only async-signal-safe syscalls, then _exits.
+    let flooder = unsafe { libc::fork() };
+    assert!(flooder >= 0);
+    if flooder == 0 {
+        let until = unsafe {
+            let mut t: libc::timespec = std::mem::zeroed();
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+            t.tv_sec + 8
+        };
+        loop {
+            for _ in 0..1000 {
+                connect_once(true);
+            }
+            // SAFETY: as above.
+            let now = unsafe {
+                let mut t: libc::timespec = std::mem::zeroed();
+                libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
+                t.tv_sec
+            };
+            if now >= until {
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(0) };
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut turned_away = Vec::new();
+    for i in 0..25 {
+        let e = connect_once(i % 2 == 0);
+        if e != 0 {
+            turned_away.push((i, std::io::Error::from_raw_os_error(e).to_string()));
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let mut nbdinfo_failed = Vec::new();
+    for _ in 0..5 {
+        let out = Command::new("nbdinfo")
+            .arg("--size")
+            .arg(s.uri("vm1"))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            nbdinfo_failed.push(String::from_utf8_lossy(&out.stderr).to_string());
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(flooder, &mut status, 0) };
+    assert!(turned_away.is_empty(), "turned away: {turned_away:?}");
+    assert!(nbdinfo_failed.is_empty(), "nbdinfo: {nbdinfo_failed:?}");
+    let err = s.stopped();
+    assert!(
+        err.contains(&format!("local pid {flooder} "))
+            && err.contains("opens connections faster than"),
+        "{err}"
+    );
+}
+
 /// Hostile clients cannot blind the metrics endpoint: 16 silent connections and 64 that
 /// send one byte and stop, each reconnecting as soon as it is closed (16 silent ones had
 /// taken all 16 scrape threads: 0 of 40 scrapes answered). Every one of 40 scrapes is

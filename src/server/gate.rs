@@ -8,6 +8,7 @@
 use super::config::ServerConfig;
 use super::conn::Slot;
 use crate::nbd::ExportInfo;
+use crate::types::Nanos;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -15,10 +16,29 @@ use std::sync::{Arc, RwLock};
 /// Connections over `server.max_connections` while the handshakes closed for them end.
 pub const EVICTION_ALLOWANCE: usize = 64;
 
+/// Peers whose new connections the gate paces at once; past this, the peer closest to a
+/// full allowance is forgotten for a new one.
+pub const MAX_PACED_PEERS: usize = 4096;
+
+/// How many new connections a peer may open in a burst, as a multiple of its limit of
+/// open ones (or of `max_connections` where it has none), and at what rate after that:
+/// its limit a second.
+const BURST_OF_LIMIT: f64 = 2.0;
+
 /// The accepting side's decisions, sans-I/O: the places a new connection takes under
 /// `server.max_connections` and its peer's limit, whether the connection longest in its
 /// handshake makes room for it, and its export's place once it selects one. The accept
 /// loop and the fault swarm (`swarm.rs`) both ask it.
+///
+/// **Reading: a peer's new connections are paced.** A peer (a local process, a TCP
+/// address) opens at most twice its limit of open connections at once and its limit a
+/// second after that; past it, a new connection is closed at accept, before a thread
+/// or a handshake is spent on it. A process that opens connections and drops them
+/// at once never reaches its limit of open ones, and each would otherwise cost the
+/// server a handshake thread while the kernel's listen backlog filled and other
+/// processes' clients were refused (`EAGAIN`: measured 16 of 25 non-blocking tries
+/// beside one flooding process, `nbdinfo` 1 of 5; docs/benchmarks.md, "Hostile
+/// clients").
 ///
 /// **Reading: the accept loop never waits.** At the cap a new connection takes the
 /// place of the one longest in its handshake (the caller closes that one; its place
@@ -34,9 +54,47 @@ pub struct Gate {
     per_peer_tcp: Option<usize>,
     per_peer_local: Option<usize>,
     open: Arc<AtomicUsize>,
-    /// Connections open per peer; an entry lives while a connection of it holds a place.
-    peers: HashMap<Arc<str>, Arc<AtomicUsize>>,
+    /// Per peer: its connections open and its allowance of new ones; an entry lives
+    /// while a connection of it holds a place or its allowance is not full.
+    peers: HashMap<Arc<str>, Peer>,
     exports: Arc<ExportPlaces>,
+}
+
+/// One peer as the gate counts it.
+#[derive(Debug)]
+struct Peer {
+    /// Connections open (a place each).
+    open: Arc<AtomicUsize>,
+    /// New connections it may open now (at most `burst`), and when that was counted.
+    allowance: f64,
+    at: Nanos,
+    /// Its burst of new connections, and their rate a second after it.
+    burst: f64,
+    rate: f64,
+}
+
+impl Peer {
+    /// A peer seen first at `now`, with its whole burst.
+    fn new(now: Nanos, (burst, rate): (f64, f64)) -> Peer {
+        Peer {
+            open: Arc::default(),
+            allowance: burst,
+            at: now,
+            burst,
+            rate,
+        }
+    }
+
+    /// Its allowance at `now` (refilled, at most its burst).
+    fn allowance_at(&self, now: Nanos) -> f64 {
+        let gained = now.saturating_sub(self.at) as f64 * 1e-9 * self.rate;
+        (self.allowance + gained).min(self.burst)
+    }
+
+    /// Whether it has nothing open and its whole allowance back (nothing to remember).
+    fn idle(&self, now: Nanos) -> bool {
+        Arc::strong_count(&self.open) == 1 && self.allowance_at(now) >= self.burst
+    }
 }
 
 /// The exports as the handshake threads see them: what the codec offers (changed by the
@@ -123,6 +181,12 @@ pub enum Entry {
         /// The peer's limit.
         limit: usize,
     },
+    /// Closed at accept: its peer opens new connections faster than `per_second` (after
+    /// a burst of twice that).
+    PeerTooFast {
+        /// The rate a peer's new connections are let in at.
+        per_second: usize,
+    },
     /// Closed at accept: `max_connections` reached, and no handshake to close for it
     /// (every connection is served, or too many closed ones have not ended yet).
     Full,
@@ -173,12 +237,14 @@ impl Gate {
         self
     }
 
-    /// A new connection from `peer` (`local`: on the Unix socket); `evict_oldest` closes
-    /// the connection longest in its handshake, false when there is none.
+    /// A new connection from `peer` (`local`: on the Unix socket) at `now`;
+    /// `evict_oldest` closes the connection longest in its handshake, false when there
+    /// is none.
     pub fn arrive(
         &mut self,
         peer: &Arc<str>,
         local: bool,
+        now: Nanos,
         evict_oldest: impl FnOnce() -> bool,
     ) -> Entry {
         let limit = if local {
@@ -186,14 +252,26 @@ impl Gate {
         } else {
             self.per_peer_tcp
         };
+        if !self.peers.contains_key(peer) && self.peers.len() >= MAX_PACED_PEERS {
+            self.forget_fullest(now);
+        }
+        let pace = Self::pace(limit.unwrap_or(self.max));
+        let entry = self
+            .peers
+            .entry(peer.clone())
+            .or_insert_with(|| Peer::new(now, pace));
+        entry.allowance = entry.allowance_at(now);
+        entry.at = entry.at.max(now);
+        if entry.allowance < 1.0 {
+            return Entry::PeerTooFast {
+                per_second: entry.rate as usize,
+            };
+        }
         let peer_place = match limit {
-            Some(limit) => {
-                let count = self.peers.entry(peer.clone()).or_default();
-                match Slot::take(count, limit) {
-                    Some(place) => Some(place),
-                    None => return Entry::PeerFull { limit },
-                }
-            }
+            Some(limit) => match Slot::take(&entry.open, limit) {
+                Some(place) => Some(place),
+                None => return Entry::PeerFull { limit },
+            },
             None => None,
         };
         let (place, evicted) = match Slot::take(&self.open, self.max) {
@@ -203,15 +281,42 @@ impl Gate {
                 _ => return Entry::Full,
             },
         };
+        // Counted only when let in: refusals cost a peer nothing more, so a client that
+        // backs off gets back in as the allowance refills.
+        entry.allowance -= 1.0;
         Entry::In {
             places: [Some(place), peer_place].into_iter().flatten().collect(),
             evicted,
         }
     }
 
-    /// Forgets peers with no connection open.
-    pub fn tidy(&mut self) {
-        self.peers.retain(|_, count| Arc::strong_count(count) > 1);
+    /// A peer's burst of new connections and their rate a second, from its limit of
+    /// open ones.
+    fn pace(limit: usize) -> (f64, f64) {
+        let limit = limit.max(1) as f64;
+        (BURST_OF_LIMIT * limit, limit)
+    }
+
+    /// Room for one more peer: one with nothing open is forgotten first, the one with
+    /// the most allowance among them.
+    fn forget_fullest(&mut self, now: Nanos) {
+        let score = |p: &Peer| (Arc::strong_count(&p.open) == 1, p.allowance_at(now));
+        if let Some(key) = self
+            .peers
+            .iter()
+            .max_by(|a, b| {
+                let (x, y) = (score(a.1), score(b.1));
+                x.0.cmp(&y.0).then(x.1.total_cmp(&y.1))
+            })
+            .map(|(k, _)| k.clone())
+        {
+            self.peers.remove(&key);
+        }
+    }
+
+    /// Forgets peers with no connection open and their whole allowance back.
+    pub fn tidy(&mut self, now: Nanos) {
+        self.peers.retain(|_, p| !p.idle(now));
     }
 
     /// The exports' places, for the handshakes.
@@ -243,10 +348,16 @@ mod tests {
         let a: Arc<str> = "local pid 1 (uid 0)".into();
         let b: Arc<str> = "local pid 2 (uid 0)".into();
         let mut gate = Gate::new(4, (None, Some(2)), 3, 2);
+        // A second between arrivals: no peer is paced here.
+        let clock = std::cell::Cell::new(0);
+        let tick = || {
+            clock.set(clock.get() + 1_000_000_000);
+            clock.get()
+        };
         let never = || -> bool { panic!("nobody is evicted below the cap") };
         let mut held = Vec::new();
         for _ in 0..2 {
-            match gate.arrive(&a, true, never) {
+            match gate.arrive(&a, true, tick(), never) {
                 Entry::In { places, evicted } => {
                     assert!(!evicted);
                     assert_eq!(places.len(), 2, "a global place and the peer's");
@@ -256,12 +367,12 @@ mod tests {
             }
         }
         assert!(matches!(
-            gate.arrive(&a, true, never),
+            gate.arrive(&a, true, tick(), never),
             Entry::PeerFull { limit: 2 }
         ));
         // Over TCP no peer limit is set: one place each.
         for _ in 0..2 {
-            match gate.arrive(&b, false, never) {
+            match gate.arrive(&b, false, tick(), never) {
                 Entry::In { places, .. } => {
                     assert_eq!(places.len(), 1);
                     held.push(places);
@@ -274,7 +385,7 @@ mod tests {
         let mut evictions = 0;
         let mut over = Vec::new();
         for _ in 0..EVICTION_ALLOWANCE {
-            match gate.arrive(&b, false, || {
+            match gate.arrive(&b, false, tick(), || {
                 evictions += 1;
                 true
             }) {
@@ -287,19 +398,22 @@ mod tests {
         }
         assert_eq!(evictions, EVICTION_ALLOWANCE);
         // Past the allowance: closed, and nobody evicted for it.
-        assert!(matches!(gate.arrive(&b, false, never), Entry::Full));
+        assert!(matches!(gate.arrive(&b, false, tick(), never), Entry::Full));
         over.clear();
         // Every connection served: nothing to evict, closed.
-        assert!(matches!(gate.arrive(&b, false, || false), Entry::Full));
+        assert!(matches!(
+            gate.arrive(&b, false, tick(), || false),
+            Entry::Full
+        ));
         assert_eq!(gate.open(), 4, "a refused connection holds no place");
         held.clear();
         assert_eq!(gate.open(), 0);
-        gate.tidy();
+        gate.tidy(tick());
         assert_eq!(gate.peers(), 0, "peers with nothing open are forgotten");
         // A peer limit at or over the cap is none.
         let mut gate = Gate::new(2, (Some(2), Some(5)), 2, 1);
         for local in [true, false] {
-            match gate.arrive(&a, local, never) {
+            match gate.arrive(&a, local, tick(), never) {
                 Entry::In { places, .. } => assert_eq!(places.len(), 1),
                 other => panic!("{other:?}"),
             }
@@ -311,5 +425,57 @@ mod tests {
         assert!(gate.exports().take(0).is_none());
         drop(first);
         assert!(gate.exports().take(0).is_some());
+    }
+
+    /// In virtual time: a process that opens connections and drops them gets twice its
+    /// limit at once, then its limit a second; refusals cost it nothing more; another
+    /// process is let in all along; the table of paced peers stays bounded and forgets
+    /// a peer once its allowance is whole again.
+    #[test]
+    fn a_peers_new_connections_are_paced() {
+        const S: Nanos = 1_000_000_000;
+        let flooder: Arc<str> = "local pid 7 (uid 0)".into();
+        let other: Arc<str> = "local pid 8 (uid 0)".into();
+        let mut gate = Gate::new(256, (None, Some(4)), 16, 1);
+        let no = || -> bool { panic!("nobody is evicted below the cap") };
+        let let_in = |gate: &mut Gate, peer: &Arc<str>, at: Nanos| {
+            match gate.arrive(peer, true, at, no) {
+                Entry::In { .. } => true, // dropped at once: its places come back
+                Entry::PeerTooFast { per_second } => {
+                    assert_eq!(per_second, 4);
+                    false
+                }
+                e => panic!("{e:?}"),
+            }
+        };
+        let burst = (0..100).filter(|_| let_in(&mut gate, &flooder, 0)).count();
+        assert_eq!(burst, 8, "twice its limit at once");
+        assert!(let_in(&mut gate, &other, 0), "another process is let in");
+        // Refused tries do not push its allowance back: a quarter second later, one.
+        let later = (0..100)
+            .filter(|_| let_in(&mut gate, &flooder, S / 4))
+            .count();
+        assert_eq!(later, 1);
+        let second = (0..100)
+            .filter(|_| let_in(&mut gate, &flooder, S / 4 + S))
+            .count();
+        assert_eq!(second, 4, "its limit a second");
+        gate.tidy(S / 4 + S);
+        assert_eq!(
+            gate.peers(),
+            1,
+            "the flooder is owed allowance, the other not"
+        );
+        gate.tidy(10 * S);
+        assert_eq!(gate.peers(), 0, "whole again: forgotten");
+        // Bounded: peers past the table's size take the place of whole ones.
+        for i in 0..(MAX_PACED_PEERS + 10) {
+            let p: Arc<str> = format!("10.0.{}.{}", i / 256, i % 256).into();
+            assert!(matches!(
+                gate.arrive(&p, false, 20 * S, no),
+                Entry::In { .. }
+            ));
+        }
+        assert!(gate.peers() <= MAX_PACED_PEERS);
     }
 }

@@ -662,7 +662,7 @@ struct Listeners {
     unix: Option<UnixListener>,
     tcp: Option<TcpListener>,
     /// When an accept failure (out of descriptors, say) was last logged.
-    failure_logged: std::cell::Cell<Option<Instant>>,
+    failure_logged: Mutex<Option<Instant>>,
     /// The unix socket's file, removed when the listeners go (a start that fails after
     /// binding leaves no socket behind).
     _socket: Option<SocketFile>,
@@ -726,6 +726,7 @@ impl Listeners {
             (None, Some(addr)) => Some(
                 TcpListener::bind(addr)
                     .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .and_then(|l| deepest_backlog(l.as_raw_fd()).map(|()| l))
                     .map_err(|source| ServeError::Listen {
                         setting: "server.tcp",
                         at: addr.to_string(),
@@ -736,7 +737,7 @@ impl Listeners {
         Ok(Listeners {
             unix,
             tcp,
-            failure_logged: std::cell::Cell::new(None),
+            failure_logged: Mutex::new(None),
             _socket: socket,
         })
     }
@@ -776,7 +777,7 @@ impl Listeners {
     }
 
     /// Waits up to `timeout_ms` for a connection, then hands every waiting one to `on`.
-    fn accept(&self, timeout_ms: i32, mut on: impl FnMut(Stream)) {
+    fn accept(&self, timeout_ms: i32, on: impl Fn(Stream)) {
         let mut fds: Vec<libc::pollfd> = self
             .fds()
             .map(|fd| libc::pollfd {
@@ -787,13 +788,12 @@ impl Listeners {
             .collect();
         // SAFETY: `fds` is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        // An accepted socket does not inherit the listener's O_NONBLOCK: it blocks, as
+        // the handshake wants.
         if let Some(l) = &self.unix {
             loop {
                 match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        on(Stream::Unix(s));
-                    }
+                    Ok((s, _)) => on(Stream::Unix(s)),
                     Err(e) => {
                         self.failed(e);
                         break;
@@ -804,11 +804,7 @@ impl Listeners {
         if let Some(l) = &self.tcp {
             loop {
                 match l.accept() {
-                    Ok((s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_nodelay(true);
-                        on(Stream::Tcp(s));
-                    }
+                    Ok((s, _)) => on(Stream::Tcp(s)),
                     Err(e) => {
                         self.failed(e);
                         break;
@@ -826,82 +822,138 @@ impl Listeners {
         {
             return;
         }
-        if self
-            .failure_logged
-            .get()
-            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-        {
+        let mut logged = self.failure_logged.lock().expect("failure_logged");
+        if logged.is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY) {
             tracing::warn!(
                 "cannot accept a connection: {e} (idle clients holding descriptors? raise `ulimit -n`); backing off, next report in {} s",
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
-            self.failure_logged.set(Some(Instant::now()));
+            *logged = Some(Instant::now());
         }
+        drop(logged);
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Accepts connections (each handshakes on a thread of its own), reloads on SIGHUP and
-/// prints the per-tenant line, until SIGTERM/SIGINT or until `engine_gone` (checked at
-/// least every 0.2 s). Returns the connections still handshaking.
+/// Threads accepting connections: under a flood of connections from one process, two
+/// threads accept (and close what the gate refuses) where one could not keep the
+/// kernel's backlog clear for other processes' clients.
+const ACCEPT_THREADS: usize = 2;
+
+/// What the accepting threads share: the gate's decisions, the refusals logged, and
+/// the connections' numbers.
+struct Admission {
+    gate: Gate,
+    refused: Refusals,
+    next_conn: u64,
+    /// When the accept loop started (the gate's clock).
+    started: Instant,
+}
+
+/// Accepts connections (each handshakes on a thread of its own; [`ACCEPT_THREADS`]
+/// accept), reloads on SIGHUP and prints the per-tenant line, until SIGTERM/SIGINT or
+/// until `engine_gone` (checked at least every 0.2 s). Returns the connections still
+/// handshaking.
 fn accept_until_stopped(
     config: &ServerConfig,
-    (control, mut gate): (&Mutex<control::Control>, Gate),
+    (control, gate): (&Mutex<control::Control>, Gate),
     listeners: &Listeners,
     handle: &EngineHandle,
     stats: &LiveStats,
     offer: &TlsOffer,
-    engine_gone: &dyn Fn() -> bool,
+    engine_gone: &(dyn Fn() -> bool + Sync),
 ) -> Registry {
     let registry: Registry = Arc::new(Mutex::new(HashMap::new()));
-    let mut next_conn = 0u64;
     let mut interval_s = config.interval_s;
-    let mut refused = Refusals::default();
     let mut last = (Instant::now(), stats.snapshot());
-    while !STOP.load(Ordering::SeqCst) {
-        if engine_gone() {
-            break;
-        }
-        if RELOAD.swap(false, Ordering::SeqCst) {
-            let mut control = control.lock().expect("control lock");
-            if let Err(e) = control.reload() {
-                tracing::info!("reload: {e}");
-            }
-            interval_s = control.config().interval_s;
-        }
-        let timeout = config.handshake_timeout;
-        let max = config.max_connections;
-        gate.tidy();
-        close_overdue_handshakes(&registry, Instant::now());
-        listeners.accept(200, |stream| {
-            let peer = stream.peer();
-            let local = matches!(stream, Stream::Unix(_));
-            let places = match gate.arrive(&peer, local, || evict_oldest_handshake(&registry)) {
-                Entry::In { places, evicted } => {
-                    if evicted {
-                        refused.log_full(max, true);
-                    }
-                    places
+    let admission = Mutex::new(Admission {
+        gate,
+        refused: Refusals::default(),
+        next_conn: 0,
+        started: Instant::now(),
+    });
+    let done = AtomicBool::new(false);
+    let admit = |stream: Stream| admit(config, &admission, stream, handle, &registry, offer);
+    std::thread::scope(|scope| {
+        for _ in 1..ACCEPT_THREADS {
+            scope.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    listeners.accept(200, admit);
                 }
-                // Closed as it is dropped: a flood of clients cannot take every descriptor.
-                Entry::PeerFull { limit } => return refused.log_peer(limit, &peer),
-                Entry::Full => return refused.log_full(max, false),
-            };
-            next_conn += 1;
-            spawn_connection(
-                stream,
-                next_conn,
-                timeout,
-                places,
-                gate.exports(),
-                handle,
-                &registry,
-                offer,
-            );
-        });
-        print_interval(interval_s, stats, &mut last);
-    }
+            });
+        }
+        while !STOP.load(Ordering::SeqCst) {
+            if engine_gone() {
+                break;
+            }
+            if RELOAD.swap(false, Ordering::SeqCst) {
+                let mut control = control.lock().expect("control lock");
+                if let Err(e) = control.reload() {
+                    tracing::info!("reload: {e}");
+                }
+                interval_s = control.config().interval_s;
+            }
+            {
+                let mut a = admission.lock().expect("admission");
+                let now = a.started.elapsed().as_nanos() as u64;
+                a.gate.tidy(now);
+            }
+            close_overdue_handshakes(&registry, Instant::now());
+            listeners.accept(200, admit);
+            print_interval(interval_s, stats, &mut last);
+        }
+        done.store(true, Ordering::SeqCst);
+    });
     registry
+}
+
+/// A new connection, let in (its handshake started on a thread of its own) or closed,
+/// as the gate says.
+fn admit(
+    config: &ServerConfig,
+    admission: &Mutex<Admission>,
+    stream: Stream,
+    handle: &EngineHandle,
+    registry: &Registry,
+    offer: &TlsOffer,
+) {
+    let peer = stream.peer();
+    let local = matches!(stream, Stream::Unix(_));
+    let max = config.max_connections;
+    let (places, id, exports) = {
+        let mut a = admission.lock().expect("admission");
+        let now = a.started.elapsed().as_nanos() as u64;
+        let places = match a
+            .gate
+            .arrive(&peer, local, now, || evict_oldest_handshake(registry))
+        {
+            Entry::In { places, evicted } => {
+                if evicted {
+                    a.refused.log_full(max, true);
+                }
+                places
+            }
+            // Closed as it is dropped: a flood of clients cannot take every descriptor.
+            Entry::PeerFull { limit } => return a.refused.log_peer(limit, &peer),
+            Entry::PeerTooFast { per_second } => return a.refused.log_pace(per_second, &peer),
+            Entry::Full => return a.refused.log_full(max, false),
+        };
+        a.next_conn += 1;
+        (places, a.next_conn, a.gate.exports().clone())
+    };
+    if let Stream::Tcp(s) = &stream {
+        let _ = s.set_nodelay(true);
+    }
+    spawn_connection(
+        stream,
+        id,
+        config.handshake_timeout,
+        places,
+        &exports,
+        handle,
+        registry,
+        offer,
+    );
 }
 
 /// When the refusals at accept were last logged (each kind at most every
@@ -910,6 +962,7 @@ fn accept_until_stopped(
 struct Refusals {
     full: Option<Instant>,
     peer: Option<Instant>,
+    pace: Option<Instant>,
 }
 
 impl Refusals {
@@ -930,6 +983,21 @@ impl Refusals {
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
             self.full = Some(Instant::now());
+        }
+    }
+
+    /// A peer opening connections faster than it is let in.
+    fn log_pace(&mut self, per_second: usize, peer: &str) {
+        if self
+            .pace
+            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
+        {
+            tracing::warn!(
+                "{peer} opens connections faster than {per_second} a second (after a burst of {}): closing its new connections at once (reported every {} s)",
+                2 * per_second,
+                ACCEPT_FAILURE_LOG_EVERY.as_secs()
+            );
+            self.pace = Some(Instant::now());
         }
     }
 
@@ -1085,7 +1153,20 @@ fn bind_unix(path: &PathBuf, setting: &'static str) -> Result<UnixListener, Serv
     let l = UnixListener::bind(path).map_err(listen)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(listen)?;
     l.set_nonblocking(true).map_err(listen)?;
+    deepest_backlog(l.as_raw_fd()).map_err(listen)?;
     Ok(l)
+}
+
+/// Sets a listening socket's backlog to the most the kernel allows
+/// (`net.core.somaxconn`): clients of other peers keep finding room while one peer's
+/// burst of connections is being closed.
+fn deepest_backlog(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: plain syscall on a listening socket this process owns; a backlog past
+    // somaxconn is cut to it by the kernel.
+    if unsafe { libc::listen(fd, i32::MAX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

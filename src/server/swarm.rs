@@ -838,9 +838,10 @@ impl World {
         peer: &str,
     ) -> Result<Vec<super::conn::Slot>, &'static str> {
         use super::gate::Entry;
-        let mut places = match self.gate.arrive(&peer.into(), false, || false) {
+        let mut places = match self.gate.arrive(&peer.into(), false, self.now, || false) {
             Entry::In { places, .. } => places,
             Entry::PeerFull { .. } => return Err("max_connections_per_peer"),
+            Entry::PeerTooFast { .. } => return Err("a peer's new connections paced"),
             Entry::Full => return Err("max_connections"),
         };
         places.push(
