@@ -87,6 +87,9 @@ pub enum Op {
     Flush,
     /// Discard a range.
     Trim,
+    /// Look up where a range holds data and where holes (NBD `BLOCK_STATUS`): moves no
+    /// data; what it costs is the file system's walk of its extent map.
+    Status,
 }
 
 impl Op {

@@ -194,6 +194,8 @@ impl FittedParams {
                 &self.write_points[..],
             ),
             Op::Flush | Op::Trim => (self.write_latency_us, 0.0, f64::INFINITY, &[][..]),
+            // A metadata lookup: a read's command, no data.
+            Op::Status => (self.read_latency_us, 0.0, f64::INFINITY, &[][..]),
         };
         let us = if points.is_empty() {
             latency + random_us + f64::from(len) / rate
@@ -269,7 +271,7 @@ impl FittedDevice {
                 self.sequence
                     .random(request.tenant, request.offset, request.len)
             }
-            Op::Flush | Op::Trim => false,
+            Op::Flush | Op::Trim | Op::Status => false,
         };
         let (idx, free_at) = self
             .units
@@ -330,7 +332,7 @@ impl FittedDevice {
             *clock = (*clock).max(now) + (cost * share).round() as Nanos;
         };
         let media_done = match request.op {
-            Op::Read => {
+            Op::Read | Op::Status => {
                 // The writes queued ahead (the cache's backlog among them): a read
                 // waits for its share of them, then for itself.
                 let backlog = self.write_at.saturating_sub(now) as f64;

@@ -577,6 +577,8 @@ impl SsdDevice {
                 }
                 self.command(now)
             }
+            // The FTL's map is the controller's: a lookup costs the command.
+            Op::Status => self.command(now),
             // A flush costs the command and waits for the write buffer to drain: for
             // every buffered page's program, which reads that went ahead of it (they
             // move the dies' queues later, not the answered slot times) may have

@@ -10,6 +10,12 @@
 use crate::nbd::proto::{STATE_HOLE, STATE_ZERO};
 use std::os::fd::RawFd;
 
+/// The most extents one block status walks (and answers): the protocol lets a reply
+/// cover less than the range asked for (the client asks again from where it ends), so
+/// the work of one request is bounded however fragmented the file (the codec's reply
+/// room holds [`crate::nbd::proto::MAX_EXTENTS`]).
+pub const MAX_WALK: usize = 64;
+
 /// The extents of `len` bytes of `fd` from `at`, at most `max` of them (`max` ≥ 1), as
 /// (length, state flags) with neighbours of the same state merged; they cover the range
 /// from its start, the whole of it unless `max` cut it short. `Err(errno)` when the

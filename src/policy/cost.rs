@@ -63,16 +63,21 @@ impl CostModel {
     }
 
     /// The cost of `op` of `len` bytes at `offset`; `random`: it did not continue the
-    /// tenant's last.
+    /// tenant's last. A block status ([`Op::Status`]) costs what a random read of one
+    /// unit does, whatever its range: the file system reads its extent map where it
+    /// lies (the walk a status makes is bounded: [`crate::io::extents::MAX_WALK`]).
     pub fn cost(&self, op: Op, offset: u64, len: u32, random: bool) -> f64 {
+        if op == Op::Status {
+            return self.cost(Op::Read, 0, self.unit.max(1), true);
+        }
         let c = match op {
-            Op::Read => &self.read,
+            Op::Read | Op::Status => &self.read,
             Op::Write | Op::Trim | Op::Flush => &self.write,
         };
         let unit = u64::from(self.unit.max(1));
         let end = offset + u64::from(len.max(1));
         let (units, partial) = match op {
-            Op::Read | Op::Write => {
+            Op::Read | Op::Write | Op::Status => {
                 let units = end.div_ceil(unit) - offset / unit;
                 let head = !offset.is_multiple_of(unit);
                 let tail = !end.is_multiple_of(unit);
@@ -152,6 +157,13 @@ impl Pricer {
     /// free); remembers where the tenant's request ends. Call once per request, in the
     /// order the tenant's requests arrive.
     pub fn price(&mut self, request: &Request) -> Nanos {
+        if request.op == Op::Status {
+            // Moves no data: the tenant's stream goes on where its data left it.
+            let ns = self
+                .model
+                .cost(Op::Status, request.offset, request.len, true);
+            return (ns.round() as Nanos).max(1);
+        }
         self.sequence.cover(request.tenant);
         let random = self
             .sequence
@@ -277,6 +289,11 @@ mod tests {
         assert_eq!(m.cost(Op::Read, 0, 8192, true), 20.0);
         assert_eq!(m.cost(Op::Read, 512, 4096, true), 20.0);
         assert_eq!(m.cost(Op::Flush, 0, 0, true), 110.0);
+        // A block status costs a random read of one unit, whatever its range.
+        assert_eq!(
+            m.cost(Op::Status, 0, 1 << 30, false),
+            m.cost(Op::Read, 4096, m.unit, true)
+        );
         let mut s = Sequence::new(2);
         assert!(s.random(0, 0, 4096));
         assert!(!s.random(0, 4096, 4096));

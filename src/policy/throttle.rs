@@ -123,7 +123,7 @@ impl Budget {
 /// The direction a request counts in.
 fn direction(op: Op) -> usize {
     match op {
-        Op::Read => 0,
+        Op::Read | Op::Status => 0,
         Op::Write | Op::Trim | Op::Flush => 1,
     }
 }

@@ -235,7 +235,10 @@ pub enum Intent {
     /// connection attached.
     Close(usize),
     /// Find the allocation of [`EngineCore::block_status_ask`]'s range (holes and data,
-    /// `SEEK_DATA`/`SEEK_HOLE`); hand the extents to [`EngineCore::block_status_done`].
+    /// `SEEK_DATA`/`SEEK_HOLE`) off the engine's threads; hand the extents to
+    /// [`EngineCore::block_status_done`]. The request was dispatched by the policy like
+    /// any other and may be answered `EIO` past `backend_timeout` before its extents
+    /// come back.
     BlockStatus(u64),
 }
 
@@ -281,8 +284,8 @@ struct Live {
     request: Request,
     /// When the policy dispatched it (`None`: still held by the policy).
     start: Option<Nanos>,
-    /// Its I/O on the backend.
-    io: Transfer,
+    /// What it does on the backend.
+    work: Work,
     /// Emulated backend: when the device model finishes the request (`None` while a
     /// deferring model has not decided yet).
     model_finish: Option<Nanos>,
@@ -292,6 +295,33 @@ struct Live {
     /// Answered `EIO` past `backend_timeout` while its file operation is still with the
     /// kernel: kept (its buffer is the kernel's until then) and dropped at completion.
     abandoned: bool,
+}
+
+/// What a live request does on the backend.
+#[derive(Debug)]
+enum Work {
+    /// Data, a flush or a trim: its transfer.
+    Io(Transfer),
+    /// A block status: the range to look up.
+    Status(StatusAsk),
+}
+
+impl Live {
+    /// Its transfer (a block status has none: asking is a bug).
+    fn io(&mut self) -> &mut Transfer {
+        match &mut self.work {
+            Work::Io(io) => io,
+            Work::Status(_) => panic!("a block status moves no data"),
+        }
+    }
+
+    /// What it is, where and how long, for a log line.
+    fn what(&self) -> (&'static str, u64, u32) {
+        match &self.work {
+            Work::Io(io) => (io.what(), io.offset(), io.len()),
+            Work::Status(ask) => ("block status", ask.at, ask.len),
+        }
+    }
 }
 
 /// What the live engine records: the counters behind the terminal line and `/metrics`,
@@ -334,8 +364,6 @@ pub struct EngineCore {
     /// Every request the host holds or the backend serves, by id. Ids are the core's
     /// own (`next_id`), never a client's handle, so an unkeyed hash cannot be steered.
     live: FxHashMap<u64, Live>,
-    /// Block status requests the shell is answering, by id (from `next_id`).
-    asks: FxHashMap<u64, (Submission, StatusAsk)>,
     next_id: u64,
     /// Connections by slot; a slot is reused once its connection is closed.
     conns: Vec<Option<Conn>>,
@@ -404,7 +432,6 @@ impl EngineCore {
             host: Host::new(policy, (stats, recorder), limits, n, cost),
             model: model.map(Driver::new),
             live: FxHashMap::default(),
-            asks: FxHashMap::default(),
             next_id: 0,
             conns: Vec::new(),
             placement: Placement::new(cfg.shards),
@@ -661,9 +688,9 @@ impl EngineCore {
             }
             return;
         }
-        let (tenant, offset, len) = (l.sub.tenant as usize, l.io.offset(), l.io.len());
-        let what = l.io.what();
-        let error = match l.io.step(result) {
+        let tenant = l.sub.tenant as usize;
+        let (what, offset, len) = l.what();
+        let error = match l.io().step(result) {
             Next::Again => {
                 assert!(
                     self.targets[tenant].is_some(),
@@ -799,7 +826,7 @@ impl EngineCore {
     pub fn transfer(&mut self, id: u64) -> (&mut Transfer, Store) {
         let l = self.live.get_mut(&id).expect("I/O of a live request");
         let target = self.targets[l.sub.tenant as usize].expect("file requests only");
-        (&mut l.io, target)
+        (l.io(), target)
     }
 
     /// When the core must run again even if nothing returns: the host's alarm, the
@@ -875,7 +902,7 @@ impl EngineCore {
         // The kernel may still write into an abandoned request's buffer: never freed.
         for (_, l) in self.live.drain() {
             assert!(l.abandoned, "finished with a request in service");
-            std::mem::forget(l.io);
+            std::mem::forget(l.work);
         }
         let ((_, recorder), policy) = self.host.finish();
         CoreOutcome {
@@ -981,7 +1008,7 @@ impl EngineCore {
                     offset,
                     len,
                     req_one,
-                })) => self.block_status(slot, handle, (offset, len), req_one),
+                })) => self.block_status(slot, handle, (offset, len), req_one, now),
                 Ok(Some(Event::Disconnect)) => {
                     self.inflight_bytes -= c.drop_reservation();
                     c.input = Input::Parsed;
@@ -1055,8 +1082,8 @@ impl EngineCore {
         true
     }
 
-    /// Hands the replies made outside a turn (a block status answered by the shell) to
-    /// their sends.
+    /// Hands the replies made outside a turn (a block status the shell could not hand to
+    /// its lookups) to their sends.
     pub fn send_replies(&mut self) {
         self.flush_replies();
     }
@@ -1115,10 +1142,22 @@ impl EngineCore {
         self.inflight_bytes -= c.take_released();
     }
 
-    /// `NBD_CMD_BLOCK_STATUS`: not scheduled (no data moves). On the null backend,
-    /// which reads zeroes, the range is one hole; on a file the shell finds its holes
-    /// ([`Intent::BlockStatus`]).
-    fn block_status(&mut self, slot: usize, handle: u64, (offset, len): (u64, u32), req_one: bool) {
+    /// `NBD_CMD_BLOCK_STATUS`. On the null backend, which reads zeroes, the range is
+    /// one hole, and an rbd image's allocation is not asked for: answered at once. On
+    /// a file it is a request like any other: admitted by the host, dispatched by the
+    /// policy and charged its device time (a lookup in the file system's extent map:
+    /// [`crate::policy::cost::CostModel::cost`]), its walk done off the engine's
+    /// threads ([`Intent::BlockStatus`]) and bounded ([`crate::io::extents::MAX_WALK`]
+    /// extents), under the backend timeout. So a flood of block status is its tenant's
+    /// load, not everyone's stall.
+    fn block_status(
+        &mut self,
+        slot: usize,
+        handle: u64,
+        (offset, len): (u64, u32),
+        req_one: bool,
+        now: Nanos,
+    ) {
         let c = self.conns[slot]
             .as_mut()
             .expect("asked on a live connection");
@@ -1151,22 +1190,71 @@ impl EngineCore {
             fd: target.buffered,
             at: target.base + offset,
             len,
-            max_extents: if req_one { 1 } else { proto::MAX_EXTENTS },
+            max_extents: if req_one {
+                1
+            } else {
+                crate::io::extents::MAX_WALK
+            },
         };
-        self.asks.insert(self.next_id, (sub, ask));
-        self.intents.push(Intent::BlockStatus(self.next_id));
+        let request = Request {
+            id: self.next_id,
+            tenant: sub.tenant,
+            op: crate::types::Op::Status,
+            offset: ask.at,
+            len,
+            arrival: now,
+            cost: 0,
+        };
+        match self.host.admit(request, now) {
+            Admission::Queued => {
+                let l = Live {
+                    sub,
+                    request,
+                    start: None,
+                    work: Work::Status(ask),
+                    model_finish: None,
+                    io_result: None,
+                    abandoned: false,
+                };
+                self.live.insert(request.id, l);
+            }
+            Admission::Refused(_, Refusal::Stopping) => self.answer(sub, proto::ESHUTDOWN, None),
+            Admission::Refused(_, Refusal::QueueFull | Refusal::Policy) => {
+                self.answer(sub, proto::EIO, None)
+            }
+        }
     }
 
     /// What the shell is to look up for [`Intent::BlockStatus`] `id`.
     pub fn block_status_ask(&self, id: u64) -> StatusAsk {
-        self.asks.get(&id).expect("an ask the core made").1
+        match self.live.get(&id).map(|l| &l.work) {
+            Some(Work::Status(ask)) => *ask,
+            _ => panic!("an ask the core made"),
+        }
     }
 
     /// The shell's answer to [`Intent::BlockStatus`] `id`: the range's extents from its
-    /// start (at most the ask's number, covering at most its length), or the NBD error
-    /// the lookup failed with.
-    pub fn block_status_done(&mut self, id: u64, extents: Result<Vec<(u32, u32)>, u32>) {
-        let (sub, ask) = self.asks.remove(&id).expect("an ask is answered once");
+    /// start (at most the ask's number, covering at most its length), or the errno the
+    /// lookup failed with. One answered `EIO` past the backend timeout already is
+    /// dropped now.
+    pub fn block_status_done(
+        &mut self,
+        id: u64,
+        extents: Result<Vec<(u32, u32)>, i32>,
+        now: Nanos,
+    ) {
+        let l = self.live.remove(&id).expect("an ask is answered once");
+        let Work::Status(ask) = l.work else {
+            panic!("a block status answered for a data request");
+        };
+        if l.abandoned {
+            return;
+        }
+        let c = Completion {
+            request: l.request,
+            start: l.start.expect("dispatched"),
+            finish: now,
+        };
         match extents {
             Ok(e) => {
                 assert!(
@@ -1175,9 +1263,16 @@ impl EngineCore {
                         && e.iter().map(|x| u64::from(x.0)).sum::<u64>() <= u64::from(ask.len),
                     "block status extents within the ask"
                 );
-                self.block_status_reply(sub, &e);
+                self.host.complete(&c, Status::Ok, now);
+                self.block_status_reply(l.sub, &e);
             }
-            Err(error) => self.answer(sub, error, None),
+            Err(errno) => {
+                self.host.complete(&c, Status::Failed, now);
+                let error = crate::io::transfer::nbd_error(errno);
+                let tenant = l.sub.tenant as usize;
+                self.backend_failed(tenant, ("block status", ask.at, ask.len), errno, error, now);
+                self.answer(l.sub, error, None);
+            }
         }
     }
 
@@ -1261,7 +1356,7 @@ impl EngineCore {
                     sub,
                     request,
                     start: None,
-                    io,
+                    work: Work::Io(io),
                     model_finish: None,
                     io_result: None,
                     abandoned: false,
@@ -1321,6 +1416,15 @@ impl EngineCore {
                 self.complete(l, proto::EIO, now);
                 continue;
             }
+            if let Work::Status(_) = l.work {
+                // A lookup in the file system's map, not a request to the device: the
+                // emulated model does not see it.
+                if let Some(t) = self.cfg.backend_timeout {
+                    self.timeouts.push(Reverse((now + t, r.id)));
+                }
+                self.intents.push(Intent::BlockStatus(r.id));
+                continue;
+            }
             if let Some(m) = self.model.as_mut() {
                 m.advance(now, &mut self.model_done);
                 l.model_finish = match m.submit(&r, now) {
@@ -1334,7 +1438,7 @@ impl EngineCore {
                     .live
                     .get_mut(&r.id)
                     .expect("dispatched a known request");
-                let result = l.io.null_result();
+                let result = l.io().null_result();
                 self.io_done(r.id, result, now);
                 continue;
             }
@@ -1344,7 +1448,7 @@ impl EngineCore {
                 }
                 self.intents.push(Intent::Io(r.id));
             } else {
-                let result = l.io.null_result();
+                let result = l.io().null_result();
                 self.io_done(r.id, result, now);
             }
         }
@@ -1386,7 +1490,7 @@ impl EngineCore {
             self.fenced[sub.tenant as usize] += 1;
         }
         let start = l.start.expect("dispatched");
-        let (what, offset, len) = (l.io.what(), l.io.offset(), l.io.len());
+        let (what, offset, len) = l.what();
         let c = Completion {
             request,
             start,
@@ -1468,14 +1572,14 @@ impl EngineCore {
 
     /// A request is over: the policy and the counters learn of it, the client gets its
     /// reply.
-    fn complete(&mut self, l: Live, error: u32, t: Nanos) {
+    fn complete(&mut self, mut l: Live, error: u32, t: Nanos) {
         // Bypassed: journal writes that went O_DIRECT (an unaligned one goes through
         // the page cache).
-        if error == 0 && l.io.journal() && l.io.direct() {
+        if error == 0 && l.io().journal() && l.io().direct() {
             self.host
                 .observer()
                 .0
-                .journal_write(l.sub.tenant, u64::from(l.io.len()));
+                .journal_write(l.sub.tenant, u64::from(l.io().len()));
         }
         let c = Completion {
             request: l.request,
@@ -1488,10 +1592,9 @@ impl EngineCore {
             Status::Failed
         };
         self.host.complete(&c, status, t);
-        let data = if error == 0 {
-            l.io.into_read_data()
-        } else {
-            None
+        let data = match l.work {
+            Work::Io(io) if error == 0 => io.into_read_data(),
+            _ => None,
         };
         self.answer(l.sub, error, data);
     }
@@ -1806,6 +1909,72 @@ mod tests {
             "{}",
             later[0].text
         );
+    }
+
+    /// A block status is a request like any other: it waits for the policy's dispatch
+    /// (here behind a read, at queue depth 1), its lookup is the shell's
+    /// ([`Intent::BlockStatus`], at most [`crate::io::extents::MAX_WALK`] extents), and
+    /// past the backend timeout it is answered `EIO`, its late answer dropped.
+    #[test]
+    fn a_block_status_is_dispatched_answered_and_timed_out_like_a_request() {
+        let mut c = core(1, 64, 64 << 20);
+        c.cfg.backend_timeout = Some(1_000 * MS);
+        let codec = crate::server::swarm::handshaken_asking(&c.cfg.clone(), 0, true);
+        let slot = c
+            .attach(1, "test".into(), 0, codec, 0)
+            .expect("not stopping");
+        let _ = intents(&mut c);
+        let mut bytes = reads(1, 4096);
+        for handle in [2, 3] {
+            bytes.extend(request_header(
+                proto::CMD_BLOCK_STATUS,
+                0,
+                handle,
+                0,
+                1 << 20,
+            ));
+        }
+        receive(&mut c, slot, &bytes, 0);
+        c.turn(0);
+        let first = intents(&mut c);
+        assert!(first.contains(&Intent::Io(1)));
+        assert!(
+            !first.iter().any(|i| matches!(i, Intent::BlockStatus(_))),
+            "queue depth 1: the read goes first {first:?}"
+        );
+        complete_io(&mut c, &first, MS);
+        c.turn(MS);
+        let second = intents(&mut c);
+        assert!(second.contains(&Intent::BlockStatus(2)), "{second:?}");
+        let ask = c.block_status_ask(2);
+        assert_eq!(
+            (ask.at, ask.len, ask.max_extents),
+            (0, 1 << 20, crate::io::extents::MAX_WALK)
+        );
+        let hole = proto::STATE_HOLE | proto::STATE_ZERO;
+        c.block_status_done(2, Ok(vec![(1 << 20, hole)]), 2 * MS);
+        c.turn(2 * MS);
+        let third = intents(&mut c);
+        assert!(third.contains(&Intent::BlockStatus(3)), "{third:?}");
+        let counters = |c: &mut EngineCore| c.host.observer().0.snapshot()[0].clone();
+        assert_eq!(
+            (counters(&mut c).completed, counters(&mut c).dispatched),
+            (2, 3)
+        );
+        // Never answered: EIO at the timeout, the late answer dropped.
+        c.turn(2 * MS + 1_000 * MS);
+        assert_eq!(counters(&mut c).backend_timeouts, 1);
+        let logs = c.take_logs().0;
+        assert!(
+            logs.iter().any(|l| l
+                .text
+                .contains("has not answered a block status of 1048576 bytes")),
+            "{logs:?}"
+        );
+        assert_eq!(c.live_requests(), 1, "kept until the lookup comes back");
+        c.block_status_done(3, Ok(vec![(1 << 20, hole)]), 3_000 * MS);
+        assert_eq!(c.live_requests(), 0);
+        c.host.check().unwrap();
     }
 
     /// A request its backend never answers is answered `EIO` at the backend timeout,

@@ -253,7 +253,10 @@ pub fn run(
     for _ in 1..threads {
         wakes.push(Arc::new(eventfd()?));
     }
+    let lookups = super::lookups::Lookups::start(wakes[0].clone()).map_err(EngineError::Thread)?;
     let shared = Mutex::new(Shared {
+        lookups,
+        lookup_timeout: config.backend_timeout.map(std::time::Duration::from_nanos),
         offload: offloaded(config, &files),
         files,
         core: Some(core),
@@ -463,6 +466,10 @@ struct Shared {
     offload: std::collections::HashSet<std::os::fd::RawFd>,
     /// Per shard: intents another shard's turn made for it.
     mail: Vec<Vec<Intent>>,
+    /// Block status lookups, off the engine's threads (their answers wake shard 0).
+    lookups: super::lookups::Lookups,
+    /// How long a lookup's answer is waited for (`backend_timeout_s`).
+    lookup_timeout: Option<std::time::Duration>,
     /// Some shard's loop ended (drained, failed, panicked): every shard stops.
     stop: bool,
     /// When shard 0 will wake on its own (`Nanos::MAX`: not before an event).
@@ -597,6 +604,11 @@ impl Shard {
             self.take_completions(&mut g)?;
             if let Some(rx) = rx {
                 self.take_messages(&mut g, rx)?;
+                // Shard 0 (the one with the channel) takes the lookups' answers.
+                let now = self.now();
+                for (id, found) in g.lookups.take_found() {
+                    g.core().block_status_done(id, found, now);
+                }
             }
             let now = self.now();
             g.core().turn(now);
@@ -770,14 +782,14 @@ impl Shard {
                 return Ok(());
             }
             Intent::BlockStatus(id) => {
-                // Metadata only (lseek): answered on the spot, like the backend's own
-                // size check at open.
+                // The walk (lseek, which may block) off the engine's threads.
                 let ask = core.block_status_ask(id);
-                let extents =
-                    crate::io::extents::allocation(ask.fd, ask.at, ask.len, ask.max_extents)
-                        .map_err(crate::io::transfer::nbd_error);
-                core.block_status_done(id, extents);
-                core.send_replies();
+                let deadline = g.lookup_timeout.map(|t| std::time::Instant::now() + t);
+                if let Err(errno) = g.lookups.submit(id, ask, deadline) {
+                    let now = self.now();
+                    g.core().block_status_done(id, Err(errno), now);
+                    g.core().send_replies();
+                }
                 return Ok(());
             }
         };

@@ -27,6 +27,7 @@ pub mod front;
 pub(crate) mod gate;
 pub(crate) mod identity;
 pub mod logs;
+pub(crate) mod lookups;
 pub(crate) mod prometheus;
 pub mod rbd;
 pub(crate) mod service;

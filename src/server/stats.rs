@@ -423,7 +423,7 @@ impl LiveStats {
                 t.writes += 1;
                 t.backend_write_ns += backend;
             }
-            Op::Flush | Op::Trim => {}
+            Op::Flush | Op::Trim | Op::Status => {}
         }
         let latency = c.latency();
         t.latency.record(latency);

@@ -900,7 +900,8 @@ impl World {
                 // The simulated disk has no holes: all data.
                 Intent::BlockStatus(id) => {
                     let ask = self.core.block_status_ask(id);
-                    self.core.block_status_done(id, Ok(vec![(ask.len, 0)]));
+                    self.core
+                        .block_status_done(id, Ok(vec![(ask.len, 0)]), self.now);
                 }
                 Intent::Close(slot) => {
                     let c = self.client_of(slot);
@@ -1550,6 +1551,16 @@ fn handshake(sc: &Scenario, tenant: usize) -> ServerCodec {
 
 /// A codec past the handshake on `config`'s exports, with `tenant`'s selected.
 pub(crate) fn handshaken(config: &CoreConfig, tenant: usize) -> ServerCodec {
+    handshaken_asking(config, tenant, false)
+}
+
+/// [`handshaken`], with structured replies and the `base:allocation` context asked for
+/// first when `block_status` (the client may then ask for block status).
+pub(crate) fn handshaken_asking(
+    config: &CoreConfig,
+    tenant: usize,
+    block_status: bool,
+) -> ServerCodec {
     let exports = Arc::new(
         config
             .tenants
@@ -1561,6 +1572,25 @@ pub(crate) fn handshaken(config: &CoreConfig, tenant: usize) -> ServerCodec {
     let _ = codec.take_output();
     codec.receive(&(proto::CLIENT_FIXED_NEWSTYLE | proto::CLIENT_NO_ZEROES).to_be_bytes());
     let name = &config.tenants[tenant].name;
+    let option = |kind: u32, data: &[u8]| {
+        let mut o = proto::OPTION_MAGIC.to_be_bytes().to_vec();
+        o.extend(kind.to_be_bytes());
+        o.extend((data.len() as u32).to_be_bytes());
+        o.extend(data);
+        o
+    };
+    if block_status {
+        codec.receive(&option(proto::OPT_STRUCTURED_REPLY, &[]));
+        let context = b"base:allocation";
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend(name.as_bytes());
+        d.extend(1u32.to_be_bytes());
+        d.extend((context.len() as u32).to_be_bytes());
+        d.extend(context);
+        codec.receive(&option(proto::OPT_SET_META_CONTEXT, &d));
+        while let Ok(Some(_)) = codec.poll() {}
+        let _ = codec.take_output();
+    }
     let mut data = (name.len() as u32).to_be_bytes().to_vec();
     data.extend(name.as_bytes());
     data.extend(0u16.to_be_bytes());

@@ -797,6 +797,10 @@ impl DeviceModel for RingDevice {
             );
             return self.refuse(request, now, why);
         }
+        if request.op == Op::Status {
+            let why = "a block status: a target runs data requests".to_string();
+            return self.refuse(request, now, why);
+        }
         if matches!(request.op, Op::Write | Op::Trim) && !self.writable {
             let why = format!("a {:?} to a target opened for reading", request.op);
             return self.refuse(request, now, why);
@@ -809,6 +813,7 @@ impl DeviceModel for RingDevice {
             },
             Op::Flush => CommandKind::Flush,
             Op::Trim => CommandKind::Trim { fua: false },
+            Op::Status => unreachable!("refused above"),
         };
         let slot = Box::new(Slot {
             request: *request,

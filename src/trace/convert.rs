@@ -132,6 +132,7 @@ impl<W: Write> Writer<W> {
             Op::Write => "write",
             Op::Trim => "trim",
             Op::Flush => "datasync",
+            Op::Status => unreachable!("a trace's records are data requests and flushes"),
         };
         writeln!(
             self.out,

@@ -171,6 +171,7 @@ impl Collector {
             Op::Read => &mut self.reads,
             Op::Write => &mut self.writes,
             Op::Trim => &mut self.trims,
+            Op::Status => unreachable!("a trace's records are data requests and flushes"),
         };
         count.requests += 1;
         count.bytes += r.len as u64;
