@@ -57,10 +57,16 @@ impl Block {
         Layout::from_size_align(capacity, IO_ALIGN).expect("buffer layout")
     }
 
-    /// A zeroed allocation: every byte initialised, so reusing it never reads
-    /// uninitialised memory.
+    /// An initialised allocation (zeroes, or a slab block's earlier bytes), so reusing
+    /// it never reads uninitialised memory. Small ones are carved from slabs
+    /// ([`crate::slab`]: no alignment overhead), larger ones from the allocator.
     fn allocate(capacity: usize) -> Block {
         let layout = Self::layout(capacity);
+        if capacity <= crate::slab::MAX_BLOCK {
+            let ptr = crate::slab::allocate(capacity)
+                .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+            return Block { ptr, capacity };
+        }
         // SAFETY: the layout's size is at least IO_ALIGN, never zero.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
@@ -72,9 +78,23 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
+        if self.capacity <= crate::slab::MAX_BLOCK {
+            crate::slab::free(self.ptr, self.capacity);
+            return;
+        }
         // SAFETY: allocated in `allocate` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, Self::layout(self.capacity)) };
     }
+}
+
+/// Empties this thread's pool: its buffers are freed (their slabs unmapped once
+/// empty). For a thread that has served a burst and has nothing to serve now.
+pub fn trim_pool() {
+    let _ = POOL.try_with(|p| {
+        for class in p.borrow_mut().iter_mut() {
+            class.clear();
+        }
+    });
 }
 
 /// The capacity a buffer of `len` bytes gets, and its pool class (`None`: not pooled).

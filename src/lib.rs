@@ -35,6 +35,7 @@ pub mod report;
 pub mod scenario;
 pub mod server;
 pub mod sim;
+pub mod slab;
 pub mod target;
 pub mod trace;
 pub mod types;

@@ -412,6 +412,7 @@ fn shard(
         cqes: Vec::new(),
         intents: Vec::new(),
         pokes: vec![false; wakes.len()],
+        served: false,
     };
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.run(shared, wakes, rx)));
     stop_all(shared, wakes);
@@ -571,6 +572,8 @@ struct Shard {
     intents: Vec<Intent>,
     /// Shards left mail in this turn, to be woken once the lock is let go.
     pokes: Vec<bool>,
+    /// It has seen a connection since it last emptied its buffer pool.
+    served: bool,
 }
 
 /// The engine's lock; `None` when a shard panicked holding it (that shard reports).
@@ -623,6 +626,20 @@ impl Shard {
             if g.core().is_done() {
                 g.stop = true;
                 return Ok(());
+            }
+            if g.core().connections() > 0 {
+                self.served = true;
+            } else if std::mem::take(&mut self.served) {
+                // Every client gone: the burst's memory goes back to the system (each
+                // shard empties its own pool; shard 0 has the C allocator trim).
+                crate::buffer::trim_pool();
+                if self.index == 0 {
+                    // SAFETY: plain libc call; it only gives free memory back.
+                    unsafe { libc::malloc_trim(0) };
+                }
+                for (i, poked) in self.pokes.iter_mut().enumerate() {
+                    *poked |= i != self.index;
+                }
             }
             let until = g.wake_at(now);
             let until = if self.index == 0 {
