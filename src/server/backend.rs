@@ -74,6 +74,9 @@ pub struct Files {
     created: Vec<PathBuf>,
     /// The shared file's descriptors (buffered, direct) when tenants are its regions.
     shared: Option<(RawFd, Option<RawFd>)>,
+    /// Descriptors of images on file systems that may block a submitting thread
+    /// ([`MAY_BLOCK`]): the engine submits their operations with `IOSQE_ASYNC`.
+    offload: Vec<RawFd>,
 }
 
 /// Images a start created, removed again (with their markers) when dropped before
@@ -109,6 +112,14 @@ impl Drop for Created {
 }
 
 impl Files {
+    /// Descriptors whose operations go to the kernel's workers at once: images on a
+    /// file system that may block the thread submitting them (FUSE, network ones), so
+    /// that a hung daemon or server stalls that image's requests in the kernel's
+    /// workers, never an engine thread.
+    pub fn offload(&self) -> &[RawFd] {
+        &self.offload
+    }
+
     /// Where each tenant's requests go (`None`: the null backend), in order.
     pub fn targets(&self) -> Vec<Option<Store>> {
         self.targets.clone()
@@ -170,7 +181,8 @@ impl Files {
             let (need, cache) = shared_needs(config, size.unwrap_or(0));
             // The shared file (or the emulated device's) is created when missing.
             // The shared file grows to hold every region.
-            let (buffered, direct, index) = f.open_pair(path, need, true, true, cache)?;
+            let (buffered, direct, index) =
+                f.open_pair("backend.path", path, need, true, true, cache)?;
             f.named
                 .push(("backend.path".to_string(), path.clone(), index));
             f.shared = Some((buffered, direct));
@@ -211,6 +223,7 @@ impl Files {
             self.targets.push(target);
             return target;
         }
+        self.offload.append(&mut added.offload);
         let base = self.files.len();
         self.files.append(&mut added.files);
         self.named.extend(
@@ -237,6 +250,7 @@ impl Files {
             created: Vec::new(),
             shared: None,
             images: None,
+            offload: Vec::new(),
         }
     }
 
@@ -261,7 +275,7 @@ impl Files {
             }
             Storage::Own(path) => {
                 let (buffered, direct, index) =
-                    self.open_pair(path, t.size, t.create, t.resize, t.cache)?;
+                    self.open_pair(&t.spec.name, path, t.size, t.create, t.resize, t.cache)?;
                 self.named.push((t.spec.name.clone(), path.clone(), index));
                 Some(Store::File(Target {
                     buffered,
@@ -287,6 +301,7 @@ impl Files {
     /// one's place in `files`.
     fn open_pair(
         &mut self,
+        who: &str,
         path: &std::path::Path,
         size: u64,
         create: bool,
@@ -328,6 +343,12 @@ impl Files {
         } else {
             None
         };
+        if let Some(fs) = may_block(buffered) {
+            tracing::info!(
+                "{who}: its image is on {fs}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {fs} cannot stop the other tenants"
+            );
+            self.offload.extend(std::iter::once(buffered).chain(d));
+        }
         Ok((buffered, d, index))
     }
 
@@ -336,6 +357,36 @@ impl Files {
     pub fn take_created(&mut self) -> Created {
         Created(std::mem::take(&mut self.created))
     }
+}
+
+/// `statfs` magic numbers of file systems whose operations may block the thread that
+/// submits them even when io_uring asks for a non-blocking attempt first (a FUSE read
+/// can wait on its daemon for attributes, a network file system on its server).
+const MAY_BLOCK: [(i64, &str); 8] = [
+    (0x6573_5546, "FUSE"),
+    (0x6969, "NFS"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x0102_1997, "9P"),
+    (0x00C3_6400, "Ceph"),
+    (0x5346_414F, "AFS"),
+    (0x7364_6673, "SSHFS"),
+];
+
+/// The file system `fd` is on, when it is a [`MAY_BLOCK`] one. Asked when the image is
+/// opened (the server's start, or `add-tenant` on the control thread), never on an
+/// engine thread: `fstatfs` itself waits on a hung daemon.
+fn may_block(fd: RawFd) -> Option<&'static str> {
+    // SAFETY: an all-zero statfs is valid; fstatfs fills it for a descriptor we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return None;
+    }
+    MAY_BLOCK
+        .iter()
+        .find(|(m, _)| *m == st.f_type as i64)
+        .map(|(_, fs)| *fs)
 }
 
 /// How long an rbd operation may go unanswered before it fails (`ETIMEDOUT`), s: the

@@ -257,7 +257,7 @@ pub fn run(
     let shared = Mutex::new(Shared {
         lookups,
         lookup_timeout: config.backend_timeout.map(std::time::Duration::from_nanos),
-        offload: offloaded(config, &files),
+        offload: files.offload().iter().copied().collect(),
         files,
         core: Some(core),
         sockets: Vec::new(),
@@ -493,56 +493,6 @@ impl Shared {
         let core = self.core.as_ref().expect("the core runs").next_wake();
         [core, capture].into_iter().flatten().min()
     }
-}
-
-/// `statfs` magic numbers of file systems whose operations may block the thread that
-/// submits them even when io_uring asks for a non-blocking attempt first (a FUSE read
-/// can wait on its daemon for attributes, a network file system on its server).
-const MAY_BLOCK: [(i64, &str); 8] = [
-    (0x6573_5546, "FUSE"),
-    (0x6969, "NFS"),
-    (0xFF53_4D42, "CIFS"),
-    (0xFE53_4D42, "SMB2"),
-    (0x0102_1997, "9P"),
-    (0x00C3_6400, "Ceph"),
-    (0x5346_414F, "AFS"),
-    (0x7364_6673, "SSHFS"),
-];
-
-/// The descriptors of tenants whose images are on a [`MAY_BLOCK`] file system, said once
-/// per tenant: their file operations are submitted with `IOSQE_ASYNC`, so that a hung
-/// daemon or server stalls that tenant's requests in the kernel's workers, never an
-/// engine thread (which serves many tenants).
-fn offloaded(
-    config: &ServerConfig,
-    files: &Files,
-) -> std::collections::HashSet<std::os::fd::RawFd> {
-    config
-        .tenants
-        .iter()
-        .zip(files.targets())
-        .filter_map(|(t, target)| Some(may_block(&t.spec.name, target?.file()?)))
-        .flatten()
-        .collect()
-}
-
-/// `target`'s descriptors when its image is on a [`MAY_BLOCK`] file system (said once,
-/// naming tenant `name`), else none.
-fn may_block(name: &str, target: crate::io::transfer::Target) -> Vec<std::os::fd::RawFd> {
-    // SAFETY: an all-zero statfs is valid; fstatfs fills it for a descriptor we own.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatfs(target.buffered, &mut st) } != 0 {
-        return Vec::new();
-    }
-    let Some((_, fs)) = MAY_BLOCK.iter().find(|(m, _)| *m == st.f_type as i64) else {
-        return Vec::new();
-    };
-    tracing::info!(
-        "{name}: its image is on {fs}: its file operations go to kernel workers (IOSQE_ASYNC), so a hung {fs} cannot stop the other tenants"
-    );
-    std::iter::once(target.buffered)
-        .chain(target.direct)
-        .collect()
 }
 
 /// Environment variable for tests of the server's supervision: the engine panics once
@@ -880,10 +830,9 @@ impl Shard {
 
 /// A tenant added while running: its files join the engine's, the core serves it.
 fn add_tenant(g: &mut Shared, (tenant, files): (TenantConfig, Files), now: Nanos) {
+    // Found when its image was opened, off the engine's threads.
+    g.offload.extend(files.offload().iter().copied());
     let target = g.files.absorb(files, &tenant);
-    if let Some(t) = target.and_then(|s| s.file()) {
-        g.offload.extend(may_block(&tenant.spec.name, t));
-    }
     if let Some(c) = g.capture.as_mut() {
         c.add(&tenant.spec.name, now);
     }
