@@ -1,10 +1,12 @@
 //! The crate's layers, checked on its source: a module may use what is in its own layer
 //! or below, never above. Lowest first:
 //!
-//! * core — the sans-I/O parts: `types`, `units`, `buffer`, `config`, `scenario`, `host`,
+//! * core — the sans-I/O parts: `types`, `units`, `buffer` (and `slab`, the memory its small
+//!   buffers are carved from), `config`, `scenario`, `host`,
 //!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`, `trace`,
 //!   `cluster` (several fronts on one cluster, simulated);
-//! * io — `io` (a request's file I/O) and `target` (real devices on io_uring);
+//! * io — `io` (a request's file I/O), `target` (real devices on io_uring), `output` and
+//!   `owned_file` (files the project writes for itself);
 //! * server — the live NBD server;
 //! * tools — `characterize`, `calibrate`, `conformance`, `report`;
 //! * cli — `main.rs` and `cli/` (the binary; the library cannot name it).
@@ -22,11 +24,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "core",
         &[
-            "types", "units", "buffer", "config", "scenario", "host", "policy", "device", "sim",
-            "workload", "metrics", "nbd", "journal", "iolog", "trace", "cluster",
+            "types", "units", "buffer", "slab", "config", "scenario", "host", "policy", "device",
+            "sim", "workload", "metrics", "nbd", "journal", "iolog", "trace", "cluster",
         ],
     ),
-    ("io", &["io", "target", "output"]),
+    ("io", &["io", "target", "output", "owned_file"]),
     ("server", &["server", "govern"]),
     (
         "tools",

@@ -380,19 +380,7 @@ impl ServerConfig {
     /// image may be that file).
     fn parse_from(text: &str, base: &Path, config_file: Option<&Path>) -> Result<Self, Invalid> {
         let doc: toml::Table = toml::from_str(text).map_err(parse_problem)?;
-        // Counted before any work per tenant: a file of 100,000 tenants is refused at
-        // once, not after checking each against every other.
-        if let Some(toml::Value::Array(tenants)) = doc.get("tenant")
-            && tenants.len() > MAX_TENANTS
-        {
-            return Err(Invalid::new(
-                "tenant",
-                format!(
-                    "{} [[tenant]]s; a server holds at most {MAX_TENANTS}",
-                    tenants.len()
-                ),
-            ));
-        }
+        count_tenants(&doc)?;
         let file: ConfigFile = crate::config::from_table(doc)?;
         let at = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let mut file = file;
@@ -758,30 +746,7 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
                 "give either certificates (tls_cert, tls_key, tls_client_ca) or pre-shared keys (tls_psk), not both".into(),
             ));
     }
-    if mode == TlsMode::On
-        && let Some(name) = [
-            ("tls_psk", psk.is_some()),
-            ("tls_client_ca", client_ca.is_some()),
-        ]
-        .iter()
-        .find_map(|(n, set)| set.then_some(*n))
-        && s.allow_plaintext != Some(true)
-    {
-        return Err(field(
-            "tls",
-            format!(
-                "\"optional\" serves a client that skips TLS in plain text, so server.{name} \
-                 would authenticate nobody: use \"require\" (the default with {name}), or set \
-                 server.allow_plaintext = true to say that clear clients are meant to be served"
-            ),
-        ));
-    }
-    if s.allow_plaintext.is_some() && mode != TlsMode::On {
-        return Err(field(
-            "allow_plaintext",
-            "applies only where server.tls = \"optional\" (clear clients beside TLS ones)".into(),
-        ));
-    }
+    plaintext_said(s, mode, psk.is_some(), client_ca.is_some())?;
     if mode == TlsMode::Off {
         if let Some(name) = [
             ("tls_cert", cert.is_some()),
@@ -819,6 +784,40 @@ fn tls_section(s: &ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Tls, 
         client_ca,
         psk,
     })
+}
+
+/// `tls = "optional"` beside keys or a CA serves clear clients the keys do not
+/// authenticate: refused unless `allow_plaintext = true` says it is meant; that setting
+/// anywhere else is an error.
+fn plaintext_said(
+    s: &ServerFile,
+    mode: TlsMode,
+    psk: bool,
+    client_ca: bool,
+) -> Result<(), Invalid> {
+    let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
+    if mode == TlsMode::On
+        && let Some(name) = [("tls_psk", psk), ("tls_client_ca", client_ca)]
+            .iter()
+            .find_map(|(n, set)| set.then_some(*n))
+        && s.allow_plaintext != Some(true)
+    {
+        return Err(field(
+            "tls",
+            format!(
+                "\"optional\" serves a client that skips TLS in plain text, so server.{name} \
+                 would authenticate nobody: use \"require\" (the default with {name}), or set \
+                 server.allow_plaintext = true to say that clear clients are meant to be served"
+            ),
+        ));
+    }
+    if s.allow_plaintext.is_some() && mode != TlsMode::On {
+        return Err(field(
+            "allow_plaintext",
+            "applies only where server.tls = \"optional\" (clear clients beside TLS ones)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Each `[[tenant]]`'s name, and whether it gives a promise of its own (a cluster
@@ -1369,6 +1368,21 @@ fn storage(
             "needs file = \"image\" or offset (with backend.path)",
         )),
         (BackendKind::Rbd, _, _) => unreachable!("rbd tenants are placed above"),
+    }
+}
+
+/// The tenants are counted before any work per tenant: a file of 100,000 tenants is
+/// refused at once, not after checking each against every other.
+fn count_tenants(doc: &toml::Table) -> Result<(), Invalid> {
+    match doc.get("tenant") {
+        Some(toml::Value::Array(tenants)) if tenants.len() > MAX_TENANTS => Err(Invalid::new(
+            "tenant",
+            format!(
+                "{} [[tenant]]s; a server holds at most {MAX_TENANTS}",
+                tenants.len()
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

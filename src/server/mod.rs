@@ -278,31 +278,12 @@ pub fn serve(
     // Read first, before any thread could read the environment.
     let inherited = service::inherited()?;
     let notifier = service::Notifier::from_env();
-    if let Some(dir) = &out {
-        // Found out now, not after hours of serving.
-        std::fs::create_dir_all(dir).map_err(|source| ServeError::Output {
-            dir: dir.clone(),
-            source,
-        })?;
-    }
+    // Found out now, not after hours of serving.
+    create_out(out.as_deref())?;
     let specs = config.specs();
     check_policy(&config)?;
-    // No image may be a file this run writes (checked before either is opened).
-    let run_files = [
-        ("--pidfile", pidfile.as_ref()),
-        ("--capture", capture.as_ref().map(|c| &c.0)),
-    ]
-    .into_iter()
-    .filter_map(|(what, p)| Some((what.to_string(), p?.clone())))
-    .collect();
-    config
-        .with_run_files(run_files, source.as_deref())
-        .map_err(|e| {
-            let file = source
-                .as_ref()
-                .map_or("the configuration".into(), |f| f.display().to_string());
-            ServeError::Config(e.in_file(&file))
-        })?;
+    let run_files = (pidfile.as_ref(), capture.as_ref());
+    check_run_files(&mut config, run_files, source.as_deref())?;
     let mut files = backend::Files::open(&config)?;
     // Removed again if anything below fails: a failed start leaves nothing it made.
     let created = files.take_created();
@@ -380,6 +361,34 @@ pub fn serve(
     notify("STOPPING=1\nSTATUS=draining: serving what was received, then syncing");
     let outcome = stop(&config, listeners, &registry, handle, engine_thread)?;
     Ok(summarize(&config, &stats, outcome, out.is_some(), clock))
+}
+
+/// `serve --out`'s folder, created.
+fn create_out(out: Option<&std::path::Path>) -> Result<(), ServeError> {
+    match out {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|source| ServeError::Output {
+            dir: dir.to_path_buf(),
+            source,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// No image may be a file this run writes: `--pidfile` or `--capture` (checked before
+/// either is opened, and kept for `add-tenant` to check against).
+fn check_run_files(
+    config: &mut ServerConfig,
+    (pidfile, capture): (Option<&PathBuf>, Option<&(PathBuf, u64)>),
+    source: Option<&std::path::Path>,
+) -> Result<(), ServeError> {
+    let run_files = [("--pidfile", pidfile), ("--capture", capture.map(|c| &c.0))]
+        .into_iter()
+        .filter_map(|(what, p)| Some((what.to_string(), p?.clone())))
+        .collect();
+    config.with_run_files(run_files, source).map_err(|e| {
+        let file = source.map_or("the configuration".into(), |f| f.display().to_string());
+        ServeError::Config(e.in_file(&file))
+    })
 }
 
 /// The policy the engine runs: the configuration's, or on a cluster's front the gate
