@@ -870,6 +870,19 @@ fn nbdinfo_shows_the_default_export_by_name_with_its_description() {
     s.stopped();
 }
 
+/// `n` headers of 4 KiB reads, handles 0.., each at `offset(handle)`.
+fn read_headers(n: u64, offset: impl Fn(u64) -> u64) -> Vec<u8> {
+    let mut burst = Vec::new();
+    for h in 0..n {
+        burst.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        burst.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
+        burst.extend_from_slice(&h.to_be_bytes());
+        burst.extend_from_slice(&offset(h).to_be_bytes());
+        burst.extend_from_slice(&4096u32.to_be_bytes());
+    }
+    burst
+}
+
 /// Resident memory of a process, from /proc (bytes).
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -938,15 +951,7 @@ fn small_replies_nobody_reads_hold_the_budget_and_are_given_back() {
     let pid = s.child.id();
     let mut reader = served_reader(&s);
     let before = rss(pid);
-    let mut burst = Vec::new();
-    for h in 0..4096u64 {
-        burst.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        burst.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
-        burst.extend_from_slice(&h.to_be_bytes());
-        burst.extend_from_slice(&((h * 4096) % (60 << 20)).to_be_bytes());
-        burst.extend_from_slice(&4096u32.to_be_bytes());
-    }
-    let burst = std::sync::Arc::new(burst);
+    let burst = std::sync::Arc::new(read_headers(4096, |h| (h * 4096) % (60 << 20)));
     let flooders: Vec<_> = (0..16)
         .map(|_| {
             let mut c = Raw::connect(&s);
@@ -1032,15 +1037,7 @@ fn error_replies_nobody_reads_stay_within_the_memory_budget() {
     let before = rss(pid);
     // 65,536 reads past vm1's end (64 MiB), sent 128 times per client: 8 M requests,
     // 128 MiB of error replies per client if the server read them all.
-    let mut burst = Vec::new();
-    for h in 0..65_536u64 {
-        burst.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        burst.extend_from_slice(&[0, 0, 0, 0]); // flags, READ
-        burst.extend_from_slice(&h.to_be_bytes());
-        burst.extend_from_slice(&(64u64 << 20).to_be_bytes());
-        burst.extend_from_slice(&4096u32.to_be_bytes());
-    }
-    let burst = std::sync::Arc::new(burst);
+    let burst = std::sync::Arc::new(read_headers(65_536, |_| 64 << 20));
     let flooders: Vec<_> = (0..4)
         .map(|_| {
             let mut c = Raw::connect(&s);
@@ -3514,7 +3511,9 @@ fn a_read_past_a_shrunken_image_is_an_error_not_zeroes() {
 }
 
 /// A client that reconnects in a loop with a bad handshake gets its first lines logged,
-/// then about one a second; what was held back is counted with its next line.
+/// then about one a second; what was held back is counted with its next line. (Past its
+/// burst of new connections it is paced: those are closed at accept, unlogged but for
+/// one line saying so.)
 #[test]
 fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
     let dir = tempdir();
@@ -3522,8 +3521,10 @@ fn a_client_looping_bad_handshakes_cannot_flood_the_log() {
     let bad = |s: &Server| {
         let mut c = UnixStream::connect(&s.socket).unwrap();
         let mut greeting = [0u8; 18];
-        c.read_exact(&mut greeting).unwrap();
-        c.write_all(&0u32.to_be_bytes()).unwrap(); // no FIXED_NEWSTYLE
+        if c.read_exact(&mut greeting).is_err() {
+            return; // closed at accept: paced
+        }
+        let _ = c.write_all(&0u32.to_be_bytes()); // no FIXED_NEWSTYLE
         let mut rest = Vec::new();
         let _ = c.read_to_end(&mut rest);
     };

@@ -1205,24 +1205,7 @@ impl EngineCore {
             arrival: now,
             cost: 0,
         };
-        match self.host.admit(request, now) {
-            Admission::Queued => {
-                let l = Live {
-                    sub,
-                    request,
-                    start: None,
-                    work: Work::Status(ask),
-                    model_finish: None,
-                    io_result: None,
-                    abandoned: false,
-                };
-                self.live.insert(request.id, l);
-            }
-            Admission::Refused(_, Refusal::Stopping) => self.answer(sub, proto::ESHUTDOWN, None),
-            Admission::Refused(_, Refusal::QueueFull | Refusal::Policy) => {
-                self.answer(sub, proto::EIO, None)
-            }
-        }
+        self.enqueue(sub, request, Work::Status(ask), now);
     }
 
     /// What the shell is to look up for [`Intent::BlockStatus`] `id`.
@@ -1350,13 +1333,19 @@ impl EngineCore {
             arrival: now,
             cost: 0,
         };
+        self.enqueue(sub, request, Work::Io(io), now);
+    }
+
+    /// Hands `request` to the host: held for the policy (live from now on), or answered
+    /// at once with why it was refused.
+    fn enqueue(&mut self, sub: Submission, request: Request, work: Work, now: Nanos) {
         match self.host.admit(request, now) {
             Admission::Queued => {
                 let l = Live {
                     sub,
                     request,
                     start: None,
-                    work: Work::Io(io),
+                    work,
                     model_finish: None,
                     io_result: None,
                     abandoned: false,
