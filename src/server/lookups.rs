@@ -8,10 +8,9 @@
 //!
 //! **One lookup at a time per image.** A worker takes the first waiting lookup whose
 //! image has none in progress: one tenant flooding block status keeps one worker busy,
-//! not all of them (measured: with every worker walking one tenant's image, another
-//! tenant's p99 beside the flood was 0.8–2.0 ms; one at a time, 0.14–0.17 ms, within
-//! twice its 0.08–0.10 ms alone), and an image whose file system hangs holds one worker,
-//! while the others serve the other images.
+//! not all of them (the CPU its walks take is one thread's, beside the engine's), and an
+//! image whose file system hangs holds one worker while the others serve the other
+//! images.
 //!
 //! Bounded: [`WORKERS`] threads (nice 10: a walk is background work beside the engine),
 //! at most [`MAX_QUEUED`] lookups waiting and [`MAX_QUEUED_PER_IMAGE`] of one image (past
