@@ -3275,9 +3275,10 @@ fn an_image_deleted_while_served_is_logged_and_not_recreated_empty() {
     );
 }
 
-/// One process flooding the Unix socket with connections it drops at once: other
-/// processes' clients still connect, non-blocking ones included (no `EAGAIN` from a
-/// full backlog) and `nbdinfo` each time; the flooder is told it is too fast.
+/// One process flooding the Unix socket with connections it drops at once (some 40,000
+/// a second): other processes' clients still connect, non-blocking ones included (no
+/// `EAGAIN` from a full backlog) and `nbdinfo` each time; the flooder is told it is too
+/// fast.
 #[test]
 #[allow(unsafe_code)]
 fn a_connect_flood_from_one_process_turns_nobody_else_away() {
@@ -3316,10 +3317,19 @@ fn a_connect_flood_from_one_process_turns_nobody_else_away() {
             libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t);
             t.tv_sec + 8
         };
+        // 400 connects each 10 ms at most: some 40,000 a second, twice and more what
+        // the flooding script made, and enough to fill the backlog of a server
+        // that spends a thread on each.
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
         loop {
-            for _ in 0..1000 {
+            for _ in 0..400 {
                 connect_once(true);
             }
+            // SAFETY: as above.
+            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
             // SAFETY: as above.
             let now = unsafe {
                 let mut t: libc::timespec = std::mem::zeroed();

@@ -246,6 +246,8 @@ pub enum Intent {
 /// it, its length, and how many extents at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusAsk {
+    /// Whose it is.
+    pub tenant: TenantId,
     /// The descriptor of the tenant's file (through the page cache).
     pub fd: std::os::fd::RawFd,
     /// Where the range starts in the file.
@@ -1187,6 +1189,7 @@ impl EngineCore {
         };
         self.next_id += 1;
         let ask = StatusAsk {
+            tenant: sub.tenant,
             fd: target.buffered,
             at: target.base + offset,
             len,

@@ -6,14 +6,14 @@
 //! the engine hands each lookup the policy dispatched to a small pool of threads of
 //! its own and takes the extents back on its next turn.
 //!
-//! **One lookup at a time per image.** A worker takes the first waiting lookup whose
-//! image has none in progress: one tenant flooding block status keeps one worker busy,
-//! not all of them (the CPU its walks take is one thread's, beside the engine's), and an
-//! image whose file system hangs holds one worker while the others serve the other
-//! images.
+//! **One lookup at a time per tenant.** A worker takes the first waiting lookup whose
+//! tenant has none in progress: one tenant flooding block status keeps one worker busy,
+//! not all of them (the CPU its walks take is one thread's, beside the engine's), and a
+//! tenant whose image's file system hangs holds one worker while the others serve the
+//! other tenants (regions of one shared file included).
 //!
 //! Bounded: [`WORKERS`] threads (nice 10: a walk is background work beside the engine),
-//! at most [`MAX_QUEUED`] lookups waiting and [`MAX_QUEUED_PER_IMAGE`] of one image (past
+//! at most [`MAX_QUEUED`] lookups waiting and [`MAX_QUEUED_PER_TENANT`] of one tenant (past
 //! that, one is answered at once with `EBUSY`, which the client gets as `EIO`), each
 //! walking at most its ask's extents ([`crate::io::extents::MAX_WALK`]). A lookup
 //! carries the backend timeout's deadline: one still waiting past it (the core has
@@ -23,19 +23,20 @@
 //! the engine stopped; workers are not waited for at shutdown.
 
 use super::core::StatusAsk;
+use crate::types::TenantId;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-/// Threads walking extents: as many images' lookups at once.
+/// Threads walking extents: as many tenants' lookups at once.
 pub const WORKERS: usize = 4;
 /// Lookups waiting for a worker at most.
 pub const MAX_QUEUED: usize = 1024;
-/// Lookups of one image waiting at most.
-pub const MAX_QUEUED_PER_IMAGE: usize = 256;
+/// Lookups of one tenant waiting at most.
+pub const MAX_QUEUED_PER_TENANT: usize = 256;
 
 /// What a lookup answers: the extents, or an errno.
 pub type Found = Result<Vec<(u32, u32)>, i32>;
@@ -43,8 +44,8 @@ pub type Found = Result<Vec<(u32, u32)>, i32>;
 /// One lookup to make.
 struct Job {
     id: u64,
-    /// The image, as the engine names it (its descriptor).
-    image: RawFd,
+    /// Whose it is.
+    tenant: TenantId,
     fd: OwnedFd,
     ask: StatusAsk,
     /// Past this, nobody waits for the answer.
@@ -55,13 +56,13 @@ struct Job {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
-    /// Images with a lookup in progress.
-    busy: Vec<RawFd>,
+    /// Tenants with a lookup in progress.
+    busy: Vec<TenantId>,
     stop: bool,
 }
 
 impl Queue {
-    /// The first lookup whose image has none in progress, taken (its image marked
+    /// The first lookup whose tenant has none in progress, taken (its tenant marked
     /// busy); lookups past their deadline met on the way are answered `ETIMEDOUT` into
     /// `expired`.
     fn take(&mut self, now: Instant, expired: &mut Vec<(u64, Found)>) -> Option<Job> {
@@ -76,9 +77,9 @@ impl Queue {
         let at = self
             .jobs
             .iter()
-            .position(|j| !self.busy.contains(&j.image))?;
+            .position(|j| !self.busy.contains(&j.tenant))?;
         let job = self.jobs.remove(at).expect("found above");
-        self.busy.push(job.image);
+        self.busy.push(job.tenant);
         Some(job)
     }
 
@@ -113,8 +114,8 @@ impl Lookups {
     pub fn submit(&self, id: u64, ask: StatusAsk, deadline: Option<Instant>) -> Result<(), i32> {
         let (lock, ready) = &*self.queue;
         let mut q = lock.lock().expect("lookup queue");
-        let of_image = q.jobs.iter().filter(|j| j.image == ask.fd).count();
-        if q.jobs.len() >= MAX_QUEUED || of_image >= MAX_QUEUED_PER_IMAGE {
+        let of_tenant = q.jobs.iter().filter(|j| j.tenant == ask.tenant).count();
+        if q.jobs.len() >= MAX_QUEUED || of_tenant >= MAX_QUEUED_PER_TENANT {
             return Err(libc::EBUSY);
         }
         // SAFETY: duplicating a descriptor the engine holds open; the copy is owned here.
@@ -128,13 +129,13 @@ impl Lookups {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         q.jobs.push_back(Job {
             id,
-            image: ask.fd,
+            tenant: ask.tenant,
             fd,
             ask,
             deadline,
         });
-        // One worker is enough: a lookup it cannot take (its image busy) is taken by the
-        // worker on that image once it is done, which looks again without being woken.
+        // One worker is enough: a lookup it cannot take (its tenant busy) is taken by the
+        // worker on that tenant once it is done, which looks again without being woken.
         ready.notify_one();
         Ok(())
     }
@@ -201,7 +202,7 @@ fn work(queue: &(Mutex<Queue>, Condvar), found: &Mutex<Vec<(u64, Found)>>, wake:
         lock.lock()
             .expect("lookup queue")
             .busy
-            .retain(|&i| i != job.image);
+            .retain(|&t| t != job.tenant);
         answer(found, wake, &mut vec![(job.id, walked)]);
     }
 }
@@ -230,6 +231,7 @@ mod tests {
         f.seek(SeekFrom::Start(1 << 20)).unwrap();
         std::io::Write::write_all(&mut f, &[1u8; 4096]).unwrap();
         let ask = StatusAsk {
+            tenant: 0,
             fd: f.as_raw_fd(),
             at: 0,
             len: 8 << 20,
@@ -253,17 +255,18 @@ mod tests {
         drop(f);
     }
 
-    /// A worker takes the first lookup whose image has none in progress; lookups past
+    /// A worker takes the first lookup whose tenant has none in progress; lookups past
     /// their deadline are answered on the way, unwalked.
     #[test]
-    fn one_lookup_at_a_time_per_image_and_none_past_its_deadline() {
+    fn one_lookup_at_a_time_per_tenant_and_none_past_its_deadline() {
         let null = File::open("/dev/null").unwrap();
-        let job = |id: u64, image: RawFd, deadline: Option<Instant>| Job {
+        let job = |id: u64, tenant: TenantId, deadline: Option<Instant>| Job {
             id,
-            image,
+            tenant,
             fd: OwnedFd::from(null.try_clone().unwrap()),
             ask: StatusAsk {
-                fd: image,
+                tenant,
+                fd: 3,
                 at: 0,
                 len: 4096,
                 max_extents: 1,
@@ -273,13 +276,13 @@ mod tests {
         let now = Instant::now();
         let past = now - std::time::Duration::from_millis(1);
         let mut q = Queue::default();
-        for (id, image, deadline) in [
+        for (id, tenant, deadline) in [
             (1, 10, None),
             (2, 10, None),
             (3, 11, Some(past)),
             (4, 12, None),
         ] {
-            q.jobs.push_back(job(id, image, deadline));
+            q.jobs.push_back(job(id, tenant, deadline));
         }
         let mut expired = Vec::new();
         assert_eq!(q.take(now, &mut expired).map(|j| j.id), Some(1));
@@ -287,7 +290,7 @@ mod tests {
         assert_eq!(
             q.take(now, &mut expired).map(|j| j.id),
             Some(4),
-            "image 10 is busy"
+            "tenant 10 is busy"
         );
         assert!(q.take(now, &mut expired).is_none());
         q.busy.retain(|&i| i != 10);
