@@ -99,6 +99,22 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The control socket is bound after the exports' listeners: ready once it is
+        // there too.
+        if let Some(name) = config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("control = \""))
+            .and_then(|r| r.split('"').next())
+        {
+            let control = dir.join(name);
+            while !control.exists() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "the control socket did not appear"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         Server { child, socket }
     }
 

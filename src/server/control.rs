@@ -462,6 +462,10 @@ impl Control {
         // Added tenants are checked against the running ones (and each other) before
         // anything changes.
         let mut scratch = self.config.clone();
+        // The file is the operator's: its images' folders are where its tenants' images
+        // may be (server.image_dirs, when given, is the same in both: a change of it
+        // needs a restart).
+        scratch.image_dirs = new.image_dirs.clone();
         let mut added = Vec::new();
         for t in &new.tenants {
             if scratch.tenants.iter().any(|r| r.spec.name == t.spec.name) {
