@@ -186,6 +186,8 @@ pub enum Entry {
     PeerTooFast {
         /// The rate a peer's new connections are let in at.
         per_second: usize,
+        /// How many it may open at once.
+        burst: usize,
     },
     /// Closed at accept: `max_connections` reached, and no handshake to close for it
     /// (every connection is served, or too many closed ones have not ended yet).
@@ -265,6 +267,7 @@ impl Gate {
         if entry.allowance < 1.0 {
             return Entry::PeerTooFast {
                 per_second: entry.rate as usize,
+                burst: entry.burst as usize,
             };
         }
         let peer_place = match limit {
@@ -441,8 +444,8 @@ mod tests {
         let let_in = |gate: &mut Gate, peer: &Arc<str>, at: Nanos| {
             match gate.arrive(peer, true, at, no) {
                 Entry::In { .. } => true, // dropped at once: its places come back
-                Entry::PeerTooFast { per_second } => {
-                    assert_eq!(per_second, 4);
+                Entry::PeerTooFast { per_second, burst } => {
+                    assert_eq!((per_second, burst), (4, 8));
                     false
                 }
                 e => panic!("{e:?}"),

@@ -945,7 +945,9 @@ fn admit(
             }
             // Closed as it is dropped: a flood of clients cannot take every descriptor.
             Entry::PeerFull { limit } => return a.refused.log_peer(limit, &peer),
-            Entry::PeerTooFast { per_second } => return a.refused.log_pace(per_second, &peer),
+            Entry::PeerTooFast { per_second, burst } => {
+                return a.refused.log_pace((per_second, burst), &peer);
+            }
             Entry::Full => return a.refused.log_full(max, false),
         };
         a.next_conn += 1;
@@ -976,13 +978,19 @@ struct Refusals {
 }
 
 impl Refusals {
+    /// Whether a refusal last logged at `at` may be logged again now (and notes it).
+    fn due(at: &mut Option<Instant>) -> bool {
+        let due = at.is_none_or(|t| t.elapsed() >= ACCEPT_FAILURE_LOG_EVERY);
+        if due {
+            *at = Some(Instant::now());
+        }
+        due
+    }
+
     /// `max_connections` reached: handshakes closed for new connections (`evicted`), or
     /// new connections closed.
     fn log_full(&mut self, max: u32, evicted: bool) {
-        if self
-            .full
-            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-        {
+        if Self::due(&mut self.full) {
             tracing::warn!(
                 "server.max_connections ({max}) reached: {} (reported every {} s)",
                 if evicted {
@@ -992,36 +1000,26 @@ impl Refusals {
                 },
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
-            self.full = Some(Instant::now());
         }
     }
 
     /// A peer opening connections faster than it is let in.
-    fn log_pace(&mut self, per_second: usize, peer: &str) {
-        if self
-            .pace
-            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-        {
+    fn log_pace(&mut self, (per_second, burst): (usize, usize), peer: &str) {
+        if Self::due(&mut self.pace) {
             tracing::warn!(
-                "{peer} opens connections faster than {per_second} a second (after a burst of {}): closing its new connections at once (reported every {} s)",
-                2 * per_second,
+                "{peer} opens connections faster than {per_second} a second (after a burst of {burst}): closing its new connections at once (reported every {} s)",
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
-            self.pace = Some(Instant::now());
         }
     }
 
     /// A peer at its limit.
     fn log_peer(&mut self, limit: usize, peer: &str) {
-        if self
-            .peer
-            .is_none_or(|at| at.elapsed() >= ACCEPT_FAILURE_LOG_EVERY)
-        {
+        if Self::due(&mut self.peer) {
             tracing::warn!(
                 "server.max_connections_per_peer ({limit}) reached by {peer}: closing its new connections (reported every {} s)",
                 ACCEPT_FAILURE_LOG_EVERY.as_secs()
             );
-            self.peer = Some(Instant::now());
         }
     }
 }
