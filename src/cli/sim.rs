@@ -28,6 +28,22 @@ pub(crate) struct SimArgs {
     /// past the limits a run is refused above.
     #[arg(long)]
     pub force: bool,
+    /// Also run each tenant alone on the same device and judge every tenant's
+    /// insulation: what it got over what its entitled slice of the device gives it
+    /// alone (the scenario's `insulation = true`; `advise` always does).
+    #[arg(long)]
+    pub insulation: bool,
+    /// The order promises are ranked in by the verdict, first first: some of `slo`,
+    /// `reservation`, `limit`, `weights`, separated by commas (those left out follow in
+    /// that order). A policy that breaks a promise of an earlier kind never heads the
+    /// list above one that keeps it. A tenant's `priority` in the scenario puts its
+    /// promises before (higher) or after (lower) everyone else's.
+    #[arg(
+        long,
+        value_name = "KINDS",
+        default_value = "slo,reservation,limit,weights"
+    )]
+    pub rank: String,
 }
 
 /// What a run prints.
@@ -50,7 +66,11 @@ pub(crate) fn run(args: SimArgs, show: Show) -> Result<()> {
         duration,
         quiet,
         force,
+        insulation,
+        rank,
     } = args;
+    let ranking =
+        report::verdict::Ranking::parse(&rank).map_err(|e| anyhow::anyhow!("--rank: {e}"))?;
     let points = Scenario::load_points(&scenario)?;
     let point = |i: usize| -> Result<Scenario> {
         let mut s = points.get(i)?;
@@ -58,6 +78,7 @@ pub(crate) fn run(args: SimArgs, show: Show) -> Result<()> {
             every_policy(&mut s);
         }
         override_scenario(&mut s, seed, duration, &policies)?;
+        s.insulation |= insulation || show == Show::Verdict;
         Ok(s)
     };
     // Every point is read and checked before the first runs (a mistake in the
@@ -106,6 +127,7 @@ pub(crate) fn run(args: SimArgs, show: Show) -> Result<()> {
         aged,
         out.as_deref(),
         (!quiet, show, ""),
+        &ranking,
     );
     match failed {
         Some(e) => Err(e),
@@ -121,7 +143,13 @@ pub(crate) fn demo(out: PathBuf) -> Result<()> {
         .map(PolicyChoice::named)
         .collect();
     let aged = aged_ssd(&s);
-    simulate([s], aged, Some(&out), (true, Show::Table, DEMO_LEGEND))
+    simulate(
+        [s],
+        aged,
+        Some(&out),
+        (true, Show::Table, DEMO_LEGEND),
+        &report::verdict::Ranking::default(),
+    )
 }
 
 /// What the demo's columns mean, printed under its table.
@@ -219,6 +247,7 @@ fn simulate(
     aged: bool,
     out: Option<&Path>,
     (progress, what, legend): (bool, Show, &str),
+    ranking: &report::verdict::Ranking,
 ) -> Result<()> {
     if let Some(dir) = out {
         check_out(dir)?;
@@ -231,7 +260,7 @@ fn simulate(
     if what == Show::Table {
         println!("{}{legend}", report::table(&result));
     }
-    print!("{}", report::verdict::text(&result));
+    print!("{}", report::verdict::text_ranked(&result, ranking));
     if let Some(dir) = out {
         report::write_all(&result, dir)?;
         println!(

@@ -113,6 +113,77 @@ pub fn entitlements(
     out
 }
 
+/// Each tenant's entitlement in one interval by max-min (water-filling): a tenant none
+/// of whose requests waited in the host (`waited[i]` false) had all it asked for at
+/// the latency it saw, so it demands what it `moved`; one whose requests waited
+/// demands without bound. What they moved together is split by weight up to each
+/// demand, clamped by reservations and limits (turned into the unit at `mean[i]` over
+/// `secs`, as [`entitlements`] does). Tenants that neither moved nor waited are
+/// entitled to 0.
+pub fn max_min(
+    moved: &[f64],
+    claims: &[Claim],
+    waited: &[bool],
+    mean: &[f64],
+    secs: f64,
+) -> Vec<f64> {
+    let n = moved.len();
+    let idx: Vec<usize> = (0..n).filter(|&i| waited[i] || moved[i] > 0.0).collect();
+    let demand = |i: usize| if waited[i] { f64::INFINITY } else { moved[i] };
+    let bound =
+        |i: usize, rate: Option<f64>| rate.filter(|_| mean[i] > 0.0).map(|r| r * secs * mean[i]);
+    let floor: Vec<f64> = (0..n)
+        .map(|i| {
+            bound(i, claims[i].reservation_iops)
+                .unwrap_or(0.0)
+                .min(demand(i))
+        })
+        .collect();
+    let ceil: Vec<f64> = (0..n)
+        .map(|i| {
+            bound(i, claims[i].limit_iops)
+                .unwrap_or(f64::INFINITY)
+                .min(demand(i))
+                .max(floor[i])
+        })
+        .collect();
+    let capacity: f64 = idx.iter().map(|&i| moved[i]).sum();
+    let mut out = vec![0.0; n];
+    if idx.is_empty() {
+        return out;
+    }
+    let floors: f64 = idx.iter().map(|&i| floor[i]).sum();
+    let ceils: f64 = idx.iter().map(|&i| ceil[i]).sum();
+    if floors >= capacity {
+        if floors > 0.0 {
+            idx.iter()
+                .for_each(|&i| out[i] = capacity * floor[i] / floors);
+        }
+        return out;
+    }
+    if ceils <= capacity {
+        idx.iter().for_each(|&i| out[i] = ceil[i]);
+        return out;
+    }
+    let at = |x: f64, i: usize| (claims[i].weight * x).clamp(floor[i], ceil[i]);
+    let total = |x: f64| idx.iter().map(|&i| at(x, i)).sum::<f64>();
+    let min_w = idx
+        .iter()
+        .map(|&i| claims[i].weight)
+        .fold(f64::INFINITY, f64::min);
+    let (mut lo, mut hi) = (0.0, capacity / min_w);
+    for _ in 0..STEPS {
+        let mid = 0.5 * (lo + hi);
+        if total(mid) < capacity {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    idx.iter().for_each(|&i| out[i] = at(hi, i));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +250,49 @@ mod tests {
         let claims = [claim(1.0, None, Some(50.0)), claim(2.0, None, Some(70.0))];
         let got = entitlements(&[100.0, 100.0], &claims, &[true; 2], &[1.0; 2], 1.0);
         assert_eq!(got, vec![50.0, 70.0]);
+    }
+
+    #[test]
+    fn max_min_gives_a_tenant_that_never_waited_what_it_moved() {
+        // One interval: a never waited and moved 10; b and c waited, moved 60 and 30,
+        // weights 1 and 2. Capacity 100: a keeps its 10, b and c split 90 as 1:2.
+        let claims = [
+            claim(1.0, None, None),
+            claim(1.0, None, None),
+            claim(2.0, None, None),
+        ];
+        let got = max_min(
+            &[10.0, 60.0, 30.0],
+            &claims,
+            &[false, true, true],
+            &[1.0; 3],
+            1.0,
+        );
+        assert!(
+            (got[0] - 10.0).abs() < 1e-9
+                && (got[1] - 30.0).abs() < 1e-9
+                && (got[2] - 60.0).abs() < 1e-9,
+            "{got:?}"
+        );
+        // a moved more than an even split without waiting (50 of 100 beside one that
+        // waited): it is entitled to its weight's half only.
+        let got = max_min(&[50.0, 50.0], &claims[..2], &[false, true], &[1.0; 2], 1.0);
+        assert!((got[0] - 50.0).abs() < 1e-9, "{got:?}");
+        let got = max_min(&[70.0, 30.0], &claims[..2], &[false, true], &[1.0; 2], 1.0);
+        assert!(
+            (got[0] - 50.0).abs() < 1e-9 && (got[1] - 50.0).abs() < 1e-9,
+            "{got:?}"
+        );
+        // A starved tenant (waited, moved nothing) is entitled all the same; an idle one
+        // (neither) to nothing.
+        let got = max_min(
+            &[40.0, 0.0, 0.0],
+            &claims,
+            &[true, true, false],
+            &[1.0; 3],
+            1.0,
+        );
+        assert_eq!(got, vec![20.0, 20.0, 0.0]);
     }
 
     #[test]

@@ -192,7 +192,10 @@ pub fn table(result: &ScenarioResult) -> String {
         let work = versus(run.device_work_rate, |r| r.device_work_rate);
         // Fairness figures mean nothing when no tenant was backlogged (nobody asked for
         // more than it got): say so instead of printing a perfect 0.0 %.
-        let fairness = fairness(run, ", ");
+        let mut fairness = fairness(run, ", ");
+        if let (Some(r), Some(who)) = (run.min_insulation, &run.min_insulation_tenant) {
+            fairness = format!("lowest R {r:.2} ({who}), {fairness}");
+        }
         let _ = writeln!(
             out,
             "{:<12} {:<10} total {:.1} MB/s{rel}, device {:.2} s/s{work}, {fairness}, longest wait {}, WA {:.2}, GC runs {}, {} requests in {:.2} s",
@@ -218,6 +221,9 @@ fn tenant_rows(out: &mut String, run: &crate::metrics::RunResult) {
             Some(s) => format!("SLO {} | {}", pct(s), t.workload),
             None => t.workload.clone(),
         };
+        if let Some(r) = t.insulation {
+            extra = format!("R {r:.2} | {extra}");
+        }
         if t.refused > 0 {
             let full = if t.queue_full > 0 {
                 format!(" ({} with its queue full)", t.queue_full)

@@ -29,6 +29,8 @@ struct ScenarioFile {
     queue_depth: Option<u32>,
     queue_limit: Option<u32>,
     refuse: Option<String>,
+    /// Run each tenant alone too and judge every run's insulation.
+    insulation: Option<bool>,
     /// Give tenants without an explicit region equal consecutive partitions.
     partition: Option<bool>,
     policies: Option<Vec<PolicyEntry>>,
@@ -48,6 +50,8 @@ struct TenantFile {
     slo: Option<Slo>,
     reservation_iops: Option<f64>,
     limit_iops: Option<f64>,
+    /// Where its promises come in the verdict: higher first (default 0).
+    priority: Option<i32>,
     offset: Option<ByteSize>,
     size: Option<ByteSize>,
     /// Read with [`WorkloadConfig::from_value`], so its errors name the tenant too.
@@ -65,6 +69,12 @@ pub struct TenantSetup {
     pub size: u64,
     /// What the tenant sends.
     pub workload: Workload,
+    /// Its random stream (1-based tenant index in the file): the same requests in
+    /// whatever run it is in, alone or beside others.
+    pub stream: u64,
+    /// Where its promises come in the verdict: a tenant's of higher priority before
+    /// those of lower (default 0), then SLOs, reservations, limits, weights.
+    pub priority: i32,
 }
 
 /// A loaded, validated scenario.
@@ -99,6 +109,9 @@ pub struct Scenario {
     pub tenants: Vec<TenantSetup>,
     /// The policies to compare, each run on its own copy of the device.
     pub policies: Vec<PolicyChoice>,
+    /// Judge insulation: each tenant also runs alone on a copy of the device
+    /// ([`crate::sim::alone`]) and every run gets each tenant's R.
+    pub insulation: bool,
 }
 
 /// A scenario file's points (one per point of its `[sweep]`, one without), each built
@@ -393,6 +406,7 @@ fn validate(file: ScenarioFile, default_name: &str) -> Result<Scenario, Invalid>
         device,
         tenants,
         policies,
+        insulation: file.insulation.unwrap_or(false),
     })
 }
 
@@ -417,6 +431,7 @@ fn tenant_setup(
         limit_iops: t.limit_iops,
     }
     .spec(&t.name)?;
+    let priority = t.priority.unwrap_or(0);
     let capacity = regions.capacity;
     let (default_offset, default_size) = match regions.partition {
         Some(part) => (i as u64 * part, part),
@@ -477,6 +492,8 @@ fn tenant_setup(
         offset,
         size,
         workload,
+        stream: i as u64 + 1,
+        priority,
     })
 }
 

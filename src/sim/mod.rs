@@ -2,6 +2,7 @@
 //! time, under one policy, with a device queue depth. Deterministic: the only inputs
 //! are the scenario and its seed.
 
+pub mod alone;
 pub(crate) mod checker;
 
 use crate::config::PolicyChoice;
@@ -424,8 +425,14 @@ pub fn run_policy_priced(
         observation,
     );
     result.policy_name = choice.name.clone();
-    for (t, replay) in result.tenants.iter_mut().zip(replays) {
+    for ((t, replay), setup) in result
+        .tenants
+        .iter_mut()
+        .zip(replays)
+        .zip(&scenario.tenants)
+    {
         t.trace = replay;
+        t.priority = setup.priority;
     }
     Ok(result)
 }
@@ -493,9 +500,8 @@ fn drive<O: Observer>(
         tenants: scenario
             .tenants
             .iter()
-            .enumerate()
-            .map(|(i, t)| TenantRun {
-                generator: Generator::new(scenario.seed, i as u64 + 1, t.offset, t.size),
+            .map(|t| TenantRun {
+                generator: Generator::new(scenario.seed, t.stream, t.offset, t.size),
                 replay: t
                     .workload
                     .trace
@@ -602,6 +608,16 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
                 devices.len() - 1
             }
         };
+        let alone = if scenario.insulation {
+            Some(alone::alone(
+                scenario,
+                devices[idx].2.as_ref(),
+                devices[idx].3,
+                options,
+            )?)
+        } else {
+            None
+        };
         for choice in &scenario.policies {
             let label = if scenario.variant.is_empty() {
                 choice.label.clone()
@@ -617,6 +633,9 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
                 b.finish_and_clear();
             }
             result.variant = scenario.variant.clone();
+            if let Some(alone) = &alone {
+                crate::metrics::insulation::judge(&mut result, alone);
+            }
             runs.push(result);
         }
     }

@@ -1,0 +1,304 @@
+//! Insulation: what a tenant got against what its entitled slice of the device gives
+//! it alone. Wachs, Abd-El-Malek, Thereska and Ganger, "Argon: Performance Insulation
+//! for Shared Storage Servers", FAST 2007, §2: each of n workloads sharing a server
+//! should get at least R of the efficiency it has alone within its share (their goal
+//! R = 0.9); Park and Shen's FIOS (FAST 2012) judges flash schedulers by the same
+//! proportional slowdown.
+//!
+//! Per tenant i, with `T_i` its throughput alone on the same device, state and seed,
+//! `D_i` the device time it used alone (device-seconds a second, by the cost model) and
+//! `E_i` its entitled device time:
+//!
+//! ```text
+//! R_i = got_i ÷ (T_i × E_i ÷ D_i)
+//! ```
+//!
+//! `E` is max-min (water-filling) by weight over the device's capacity, each tenant
+//! demanding `D_i`: no tenant is entitled to more than it asks alone, and what the light
+//! ones leave is split by weight among the rest. Reservations and limits clamp it as
+//! mClock's definition does (Gulati, Merchant and Varman, OSDI 2010, §3): `E_i =
+//! clamp(w_i·x, floor_i, ceil_i)` for the one `x` at which the entitlements fill the
+//! device, `floor_i = min(r_i·c_i, D_i)` and `ceil_i = min(l_i·c_i, D_i)` with `c_i` the
+//! device time of one of its requests alone.
+//!
+//! Readings chosen:
+//! * Throughput is bytes a second (requests a second for a tenant that moved no bytes
+//!   alone — there is none among the workloads here).
+//! * The device's capacity is one device-second a second — the cost model is fitted so
+//!   that each kind of request alone at full load is exactly that
+//!   ([`crate::device::spec::DeviceSpec::fitted_cost`]) — or the most any tenant used
+//!   alone when that is more. A policy that wastes the device is then judged by what
+//!   its tenants lose, not excused by a smaller capacity.
+//! * Every tenant that used the device alone enters the water-filling, backlogged or
+//!   not: a light tenant's demand is small, and it is entitled to all of it.
+//! * Figures are whole-run means. A tenant with idle phases demands the mean of its
+//!   busy and idle time; the per-interval share error
+//!   ([`super::RunResult::interval_share_error`]) judges the split second by second.
+//! * Reservations above what a tenant asks alone are worth what it asks; reservations
+//!   that together exceed the capacity split it in proportion to the reservations (as
+//!   [`super::entitled`] does), those without one then entitled to nothing.
+
+use super::entitled::Claim;
+use serde::Serialize;
+
+/// Insulation the house holds every backlogged tenant to (Argon's R).
+pub const INSULATED: f64 = 0.9;
+
+/// Bisection steps: each halves the interval; 200 reach the last bit of an f64.
+const STEPS: usize = 200;
+
+/// What one tenant did alone on the device: under `none`, with the same device,
+/// precondition, seed and region, nobody else.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Alone {
+    /// Bytes completed a second.
+    pub bandwidth_bytes_per_s: f64,
+    /// Requests completed a second.
+    pub iops: f64,
+    /// Device time used a second (device-seconds by the cost model).
+    pub device_time_per_s: f64,
+    /// Of its requests, the fraction within its SLO's response time; absent without
+    /// an SLO.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_satisfaction: Option<f64>,
+    /// Its p99 response time alone, µs.
+    pub p99_us: f64,
+    /// Its reservation alone: the fraction of the time it asked that it was short of
+    /// it ([`super::TenantResult::reservation_missed`]); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_missed: Option<f64>,
+}
+
+impl Alone {
+    /// Device time of one of its requests alone, seconds; 0 when it completed nothing.
+    pub fn per_request(&self) -> f64 {
+        if self.iops > 0.0 {
+            self.device_time_per_s / self.iops
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The device time each tenant is entitled to, device-seconds a second: max-min by
+/// weight over `capacity` with each tenant's demand `alone[i].device_time_per_s`,
+/// clamped by reservations and limits (see the module's formulas).
+pub fn entitled_device_time(alone: &[Alone], claims: &[Claim], capacity: f64) -> Vec<f64> {
+    assert_eq!(alone.len(), claims.len(), "one claim per tenant");
+    let n = alone.len();
+    let demand: Vec<f64> = alone.iter().map(|a| a.device_time_per_s.max(0.0)).collect();
+    let bound =
+        |i: usize, rate: Option<f64>| rate.map(|r| (r * alone[i].per_request()).min(demand[i]));
+    let floor: Vec<f64> = (0..n)
+        .map(|i| bound(i, claims[i].reservation_iops).unwrap_or(0.0))
+        .collect();
+    let ceil: Vec<f64> = (0..n)
+        .map(|i| {
+            bound(i, claims[i].limit_iops)
+                .unwrap_or(demand[i])
+                .max(floor[i])
+        })
+        .collect();
+    let floors: f64 = floor.iter().sum();
+    let ceils: f64 = ceil.iter().sum();
+    if ceils <= capacity {
+        return ceil;
+    }
+    if floors >= capacity {
+        return floor.iter().map(|f| capacity * f / floors).collect();
+    }
+    let at = |x: f64, i: usize| (claims[i].weight * x).clamp(floor[i], ceil[i]);
+    let total = |x: f64| (0..n).map(|i| at(x, i)).sum::<f64>();
+    let min_w = (0..n)
+        .filter(|&i| ceil[i] > 0.0)
+        .map(|i| claims[i].weight)
+        .fold(f64::INFINITY, f64::min);
+    // At capacity / min_w every tenant that asks is at its ceiling or past the whole
+    // capacity, and the ceilings together exceed it.
+    let (mut lo, mut hi) = (0.0, capacity / min_w);
+    for _ in 0..STEPS {
+        let mid = 0.5 * (lo + hi);
+        if total(mid) < capacity {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (0..n).map(|i| at(hi, i)).collect()
+}
+
+/// The capacity shared: one device-second a second, or the most any tenant used alone.
+pub fn capacity(alone: &[Alone]) -> f64 {
+    alone
+        .iter()
+        .map(|a| a.device_time_per_s)
+        .fold(1.0, f64::max)
+}
+
+/// What tenant `alone` would move with `entitled` device-seconds a second, bytes a
+/// second: its throughput alone scaled by its entitlement over what it used alone.
+/// `None` when it moved nothing alone or is entitled to nothing.
+pub fn expected(alone: &Alone, entitled: f64) -> Option<f64> {
+    (alone.device_time_per_s > 0.0 && entitled > 0.0 && alone.bandwidth_bytes_per_s > 0.0)
+        .then(|| alone.bandwidth_bytes_per_s * (entitled / alone.device_time_per_s).min(1.0))
+}
+
+/// Its insulation: bytes a second it got over [`expected`].
+pub fn insulation(got_bytes_per_s: f64, alone: &Alone, entitled: f64) -> Option<f64> {
+    expected(alone, entitled).map(|e| got_bytes_per_s / e)
+}
+
+/// Fills in a run's insulation figures from what each of its tenants did alone (in
+/// tenant order): each tenant's `alone`, `entitled_device_share` and `insulation`, and
+/// the run's lowest.
+pub fn judge(run: &mut super::RunResult, alone: &[Alone]) {
+    assert_eq!(
+        alone.len(),
+        run.tenants.len(),
+        "one alone figure per tenant"
+    );
+    let claims: Vec<Claim> = run
+        .tenants
+        .iter()
+        .map(|t| Claim {
+            weight: t.weight,
+            reservation_iops: t.reservation_iops,
+            limit_iops: t.limit_iops,
+        })
+        .collect();
+    let capacity = capacity(alone);
+    let entitled = entitled_device_time(alone, &claims, capacity);
+    for ((t, a), e) in run.tenants.iter_mut().zip(alone).zip(&entitled) {
+        t.alone = Some(*a);
+        t.entitled_device_share = Some(e / capacity);
+        t.insulation = insulation(t.bandwidth_bytes_per_s, a, *e);
+    }
+    let any_backlogged = run
+        .tenants
+        .iter()
+        .any(|t| t.backlogged && t.insulation.is_some());
+    let lowest = run
+        .tenants
+        .iter()
+        .filter(|t| t.backlogged || !any_backlogged)
+        .filter_map(|t| t.insulation.map(|r| (r, t.name.clone())))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    (run.min_insulation, run.min_insulation_tenant) = match lowest {
+        Some((r, name)) => (Some(r), Some(name)),
+        None => (None, None),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alone(bw: f64, iops: f64, dev: f64) -> Alone {
+        Alone {
+            bandwidth_bytes_per_s: bw,
+            iops,
+            device_time_per_s: dev,
+            slo_satisfaction: None,
+            p99_us: 0.0,
+            reservation_missed: None,
+        }
+    }
+
+    fn claim(weight: f64, r: Option<f64>, l: Option<f64>) -> Claim {
+        Claim {
+            weight,
+            reservation_iops: r,
+            limit_iops: l,
+        }
+    }
+
+    fn close(a: &[f64], b: &[f64]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-9, "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn water_filling_gives_light_tenants_all_they_ask_and_splits_the_rest_by_weight() {
+        // Demands 0.1, 1.0, 1.0 device-s/s; weights 1, 1, 2. Even split by weight would
+        // be 0.25/0.25/0.5; the light one takes 0.1, the 0.9 left goes 1:2 → 0.3, 0.6.
+        let a = [
+            alone(1e6, 100.0, 0.1),
+            alone(1e8, 1e3, 1.0),
+            alone(4e6, 1e3, 1.0),
+        ];
+        let c = [
+            claim(1.0, None, None),
+            claim(1.0, None, None),
+            claim(2.0, None, None),
+        ];
+        let e = entitled_device_time(&a, &c, capacity(&a));
+        close(&e, &[0.1, 0.3, 0.6]);
+        // R: the light one got 0.9 MB/s of its 1 → 0.9; the second 33 of 100 × 0.3 =
+        // 30 → 1.1; the third 2.4 of 4 × 0.6 = 2.4 → 1.
+        close(
+            &[
+                insulation(0.9e6, &a[0], e[0]).unwrap(),
+                insulation(33e6, &a[1], e[1]).unwrap(),
+                insulation(2.4e6, &a[2], e[2]).unwrap(),
+            ],
+            &[0.9, 1.1, 1.0],
+        );
+    }
+
+    #[test]
+    fn demands_under_the_capacity_are_each_entitled_in_full() {
+        let a = [alone(1.0, 1.0, 0.3), alone(1.0, 1.0, 0.5)];
+        let c = [claim(1.0, None, None), claim(5.0, None, None)];
+        close(&entitled_device_time(&a, &c, 1.0), &[0.3, 0.5]);
+    }
+
+    #[test]
+    fn reservations_and_limits_clamp_the_split_in_device_time() {
+        // Three backlogged tenants (1 device-s/s each alone). gold reserves 400 IOPS of
+        // 1 ms each alone (0.4 s/s), capped is limited to 100 IOPS of 0.5 ms (0.05 s/s),
+        // bronze has weight 1 like gold: x with max(x, 0.4) + 0.05 + x = 1 → x = 0.475,
+        // over gold's floor.
+        let a = [
+            alone(1.0, 1000.0, 1.0),
+            alone(1.0, 2000.0, 1.0),
+            alone(1.0, 1.0, 1.0),
+        ];
+        let c = [
+            claim(1.0, Some(400.0), None),
+            claim(1.0, None, Some(100.0)),
+            claim(1.0, None, None),
+        ];
+        close(&entitled_device_time(&a, &c, 1.0), &[0.475, 0.05, 0.475]);
+        // gold reserves 700 IOPS: its floor 0.7 binds, bronze gets what is left.
+        let c = [
+            claim(1.0, Some(700.0), None),
+            claim(1.0, None, Some(100.0)),
+            claim(1.0, None, None),
+        ];
+        close(&entitled_device_time(&a, &c, 1.0), &[0.7, 0.05, 0.25]);
+        // Reservations over the capacity split it by reservation, in device time: 900
+        // of 1 ms (0.9) and 600 of 0.5 ms (0.3) → 0.9/1.2 and 0.3/1.2.
+        let c = [
+            claim(1.0, Some(900.0), None),
+            claim(1.0, Some(600.0), None),
+            claim(1.0, None, None),
+        ];
+        close(&entitled_device_time(&a, &c, 1.0), &[0.75, 0.25, 0.0]);
+    }
+
+    #[test]
+    fn a_tenant_alone_above_one_device_second_sets_the_capacity() {
+        let a = [alone(1.0, 1.0, 1.2), alone(1.0, 1.0, 0.5)];
+        assert_eq!(capacity(&a), 1.2);
+        assert_eq!(capacity(&[alone(1.0, 1.0, 0.2)]), 1.0);
+    }
+
+    #[test]
+    fn nothing_alone_or_nothing_entitled_has_no_figure() {
+        let idle = alone(0.0, 0.0, 0.0);
+        assert_eq!(insulation(5.0, &idle, 0.5), None);
+        assert_eq!(insulation(5.0, &alone(1.0, 1.0, 1.0), 0.0), None);
+    }
+}
