@@ -116,6 +116,13 @@ enum Command {
         /// a policy outside the suite, such as `govern`, is held to the suite's targets.
         #[arg(long = "policy", value_name = "P")]
         policies: Vec<String>,
+        /// Print every cell's figures as a Markdown table (the one docs/conformance.md
+        /// holds) instead of the summary.
+        #[arg(long, conflicts_with = "json")]
+        table: bool,
+        /// Print every cell as JSON instead of the summary.
+        #[arg(long)]
+        json: bool,
     },
     /// Interference characterization (the SSD-analysis paper's method): a foreground
     /// stream — sequential or random, read or write, 4 KiB to 32 MiB — beside no
@@ -262,7 +269,15 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             seeds,
             policies,
-        } => cli::conformance::run(devices, slo, seed, seeds, policies),
+            table,
+            json,
+        } => cli::conformance::run(
+            devices,
+            slo,
+            (seed, seeds),
+            policies,
+            cli::conformance::Output::from_flags(table, json),
+        ),
         Command::Characterize(a) => cli::characterize::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::JournalCheck(a) => cli::journal_check::run(a),

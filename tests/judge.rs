@@ -27,10 +27,25 @@ fn close(a: f64, b: f64, what: &str) {
 const FIXED: &str =
     "[device]\nmodel = 'fixed'\nparallelism = 1\nlatency_us = 100\nbandwidth_mb_s = 500\n";
 
-/// R = got ÷ (alone × entitled ÷ device time alone), from the run's own figures.
-fn r_by_hand(t: &TenantResult, entitled: f64) -> f64 {
-    let a = t.alone.unwrap();
-    t.bandwidth_bytes_per_s / (a.bandwidth_bytes_per_s * (entitled / a.device_time_per_s).min(1.0))
+/// Each tenant alone (its own run under `none`): bytes and device-seconds a second
+/// per interval.
+fn alone_series(text: &str) -> Vec<(Vec<f64>, Vec<f64>)> {
+    let s = Scenario::parse(text, "t.toml", "t").unwrap();
+    let iv = s.interval as f64 / 1e9;
+    (0..s.tenants.len())
+        .map(|i| {
+            let only = ioshare::sim::alone::alone_scenario(&s, i);
+            let r = ioshare::sim::run_scenario(&only, false).unwrap();
+            let ts = &r.runs[0].timeseries;
+            (
+                ts.bytes[0].iter().map(|&b| b as f64).collect(),
+                ts.device_ns[0]
+                    .iter()
+                    .map(|&d| d as f64 / 1e9 / iv)
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// The capacity: one device-second a second, or the most any tenant used alone.
@@ -41,35 +56,78 @@ fn capacity(run: &RunResult) -> f64 {
         .fold(1.0, f64::max)
 }
 
+/// Max-min of two tenants by weight over `c`, demands `d`.
+fn max_min2(d: [f64; 2], w: [f64; 2], c: f64) -> [f64; 2] {
+    let fair = [c * w[0] / (w[0] + w[1]), c * w[1] / (w[0] + w[1])];
+    if d[0] <= fair[0] {
+        [d[0], d[1].min(c - d[0])]
+    } else if d[1] <= fair[1] {
+        [d[0].min(c - d[1]), d[1]]
+    } else {
+        fair
+    }
+}
+
+/// R by hand: the bytes a tenant moved over Σ its bytes alone in each interval × its
+/// entitlement there ÷ what it used alone there (at most 1); and its entitled share.
+fn by_hand(got: u64, alone: &(Vec<f64>, Vec<f64>), entitled: &[f64], c: f64) -> (f64, f64) {
+    let (bytes, used) = alone;
+    let expected: f64 = (0..bytes.len())
+        .filter(|&k| used[k] > 0.0)
+        .map(|k| bytes[k] * (entitled[k] / used[k]).min(1.0))
+        .sum();
+    let share = entitled.iter().sum::<f64>() / entitled.len() as f64 / c;
+    (got as f64 / expected, share)
+}
+
+fn two(weights: (f64, f64), a: &str, b: &str, policies: &str) -> String {
+    format!(
+        "duration_s = 4\nwarmup_s = 0.5\ninterval_s = 0.5\ninsulation = true\npolicies = {policies}\n{FIXED}\
+         [[tenant]]\nname = 'a'\nweight = {}\nworkload = {a}\n\
+         [[tenant]]\nname = 'b'\nweight = {}\nworkload = {b}\n",
+        weights.0, weights.1
+    )
+}
+
 #[test]
 fn two_backlogged_tenants_are_entitled_by_weight() {
     // a (weight 1, 4 KiB) and b (weight 3, 64 KiB), both deep: each alone keeps the
     // device busy, so each demands all of it; max-min gives 1/4 and 3/4.
-    let r = run(&format!(
-        "duration_s = 4\nwarmup_s = 0.5\ninsulation = true\npolicies = ['none', 'feedbac']\n{FIXED}\
-         [[tenant]]\nname = 'a'\nweight = 1\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 4 }}\n\
-         [[tenant]]\nname = 'b'\nweight = 3\nworkload = {{ pattern = 'randread', size = '64k', iodepth = 4 }}\n"
-    ));
+    let text = two(
+        (1.0, 3.0),
+        "{ pattern = 'randread', size = '4k', iodepth = 4 }",
+        "{ pattern = 'randread', size = '64k', iodepth = 4 }",
+        "['none', 'feedbac']",
+    );
+    let r = run(&text);
+    let alone = alone_series(&text);
     for run in &r.runs {
         let c = capacity(run);
-        let (a, b) = (&run.tenants[0], &run.tenants[1]);
         // Alone, each is the device's: 1 / 108.192 µs and 1 / 231.072 µs.
-        let alone = a.alone.unwrap();
-        assert!(
-            (alone.iops - 1e6 / 108.192).abs() / alone.iops < 0.01,
-            "{alone:?}"
-        );
-        assert!(alone.device_time_per_s > 0.99, "{alone:?}");
-        close(a.entitled_device_share.unwrap(), 0.25, "a's entitlement");
-        close(b.entitled_device_share.unwrap(), 0.75, "b's entitlement");
-        close(a.insulation.unwrap(), r_by_hand(a, 0.25 * c), "a's R");
-        close(b.insulation.unwrap(), r_by_hand(b, 0.75 * c), "b's R");
-        let lowest = a.insulation.unwrap().min(b.insulation.unwrap());
+        let a = run.tenants[0].alone.unwrap();
+        assert!((a.iops - 1e6 / 108.192).abs() / a.iops < 0.01, "{a:?}");
+        assert!(a.device_time_per_s > 0.99, "{a:?}");
+        let bins = alone[0].1.len();
+        let e: Vec<[f64; 2]> = (0..bins)
+            .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [1.0, 3.0], c))
+            .collect();
+        for (i, t) in run.tenants.iter().enumerate() {
+            let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
+            let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
+            close(t.insulation.unwrap(), r, &t.name);
+            close(t.entitled_device_share.unwrap(), share, &t.name);
+            // Every interval both ask for the whole device: 1/4 and 3/4.
+            assert!((share - [0.25, 0.75][i]).abs() < 1e-9, "{share}");
+        }
+        let lowest = run.tenants[0]
+            .insulation
+            .unwrap()
+            .min(run.tenants[1].insulation.unwrap());
         assert_eq!(run.min_insulation, Some(lowest));
     }
     // feedbac shares device time 1:3 (holding requests in the host with a depth of its
     // own): both at their slice. none shares by queue depth, one request each in
-    // turn: a takes more than its slice (R 1.28), b less (0.91).
+    // turn: a takes more than its slice, b less.
     let feedbac = by_policy(&r, "feedbac");
     assert!(
         feedbac.min_insulation.unwrap() > 0.98,
@@ -91,40 +149,69 @@ fn two_backlogged_tenants_are_entitled_by_weight() {
 }
 
 #[test]
-fn a_light_tenant_is_entitled_to_all_it_asks() {
+fn a_light_tenant_is_entitled_to_all_it_asks_and_a_returning_one_only_while_there() {
     // a sends 1,000 reads of 4 KiB a second (0.108 device-seconds a second alone); b
-    // is backlogged. a is entitled to its demand, b to the rest.
-    let r = run(&format!(
-        "duration_s = 4\nwarmup_s = 0.5\ninsulation = true\npolicies = ['sfq']\n{FIXED}\
-         [[tenant]]\nname = 'a'\nworkload = {{ pattern = 'randread', size = '4k', rate_iops = 1000.0 }}\n\
-         [[tenant]]\nname = 'b'\nworkload = {{ pattern = 'randread', size = '64k', iodepth = 8 }}\n"
-    ));
-    let run = &r.runs[0];
-    let c = capacity(run);
-    let (a, b) = (&run.tenants[0], &run.tenants[1]);
-    let demand = a.alone.unwrap().device_time_per_s;
+    // is backlogged. a is entitled to its demand, b to the rest, interval by interval.
+    let text = two(
+        (1.0, 1.0),
+        "{ pattern = 'randread', size = '4k', rate_iops = 1000.0 }",
+        "{ pattern = 'randread', size = '64k', iodepth = 8 }",
+        "['sfq']",
+    );
+    let r = run(&text);
+    let alone = alone_series(&text);
+    let one = &r.runs[0];
+    let c = capacity(one);
+    let demand = one.tenants[0].alone.unwrap().device_time_per_s;
     assert!((demand - 0.108192).abs() < 0.005, "{demand}");
-    close(
-        a.entitled_device_share.unwrap(),
-        demand / c,
-        "a's entitlement",
-    );
-    close(
-        b.entitled_device_share.unwrap(),
-        (c - demand) / c,
-        "b's entitlement",
-    );
+    let e: Vec<[f64; 2]> = (0..alone[0].1.len())
+        .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [1.0, 1.0], c))
+        .collect();
+    for (i, t) in one.tenants.iter().enumerate() {
+        let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
+        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
+        close(t.insulation.unwrap(), r, &t.name);
+        close(t.entitled_device_share.unwrap(), share, &t.name);
+    }
     // Entitled to all it asks: R is what it got over what it got alone.
-    close(
-        a.insulation.unwrap(),
-        a.bandwidth_bytes_per_s / a.alone.unwrap().bandwidth_bytes_per_s,
-        "a's R",
-    );
-    close(b.insulation.unwrap(), r_by_hand(b, c - demand), "b's R");
-    assert!(!a.backlogged && b.backlogged);
+    let a = &one.tenants[0];
+    let alone_bytes: f64 = alone[0].0.iter().sum();
+    close(a.insulation.unwrap(), a.bytes as f64 / alone_bytes, "a");
+    assert!(!a.backlogged && one.tenants[1].backlogged);
     // The run's lowest is of the backlogged tenants.
-    assert_eq!(run.min_insulation, b.insulation);
-    assert_eq!(run.min_insulation_tenant.as_deref(), Some("b"));
+    assert_eq!(one.min_insulation, one.tenants[1].insulation);
+    assert_eq!(one.min_insulation_tenant.as_deref(), Some("b"));
+
+    // Weight 3 for a tenant idle for the first 2 s: entitled to nothing while idle
+    // (b to the whole device), to 3/4 once back. Under feedbac both get their slice.
+    let text = two(
+        (3.0, 1.0),
+        "{ pattern = 'randread', size = '4k', iodepth = 8, phases = [{ duration_s = 2, idle = true }, { duration_s = 10 }] }",
+        "{ pattern = 'randread', size = '64k', iodepth = 8 }",
+        "['feedbac']",
+    );
+    let r = run(&text);
+    let alone = alone_series(&text);
+    let one = &r.runs[0];
+    let c = capacity(one);
+    let e: Vec<[f64; 2]> = (0..alone[0].1.len())
+        .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [3.0, 1.0], c))
+        .collect();
+    for (i, t) in one.tenants.iter().enumerate() {
+        let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
+        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
+        close(t.insulation.unwrap(), r, &t.name);
+        close(t.entitled_device_share.unwrap(), share, &t.name);
+    }
+    // Back for 2 of the 3.5 s measured, at 3/4: 3/4 × 2/3.5 of the device; whole-run
+    // means would have entitled it to 3/4 of the whole span.
+    let share = one.tenants[0].entitled_device_share.unwrap();
+    assert!((share - 0.75 * 2.0 / 3.5).abs() < 0.02, "{share}");
+    assert!(
+        one.min_insulation.unwrap() > 0.9,
+        "{:?}",
+        one.min_insulation
+    );
 }
 
 #[test]
@@ -132,25 +219,35 @@ fn reservations_and_limits_clamp_the_entitlements() {
     // a reserves 5,000 IOPS of 4 KiB (5,000 × its device time a request alone), b is
     // limited to 500 IOPS of 64 KiB, c has only its weight (all weight 1). With x the
     // weight-1 part: a at its floor and b at its ceiling, c gets what is left.
-    let r = run(&format!(
-        "duration_s = 4\nwarmup_s = 0.5\ninsulation = true\npolicies = ['mclock']\n{FIXED}\
+    let text = format!(
+        "duration_s = 4\nwarmup_s = 0.5\ninterval_s = 0.5\ninsulation = true\npolicies = ['mclock']\n{FIXED}\
          [[tenant]]\nname = 'a'\nreservation_iops = 5000.0\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 8 }}\n\
          [[tenant]]\nname = 'b'\nlimit_iops = 500.0\nworkload = {{ pattern = 'randread', size = '64k', iodepth = 8 }}\n\
          [[tenant]]\nname = 'c'\nworkload = {{ pattern = 'randread', size = '4k', iodepth = 8 }}\n"
-    ));
-    let run = &r.runs[0];
-    let c = capacity(run);
+    );
+    let r = run(&text);
+    let alone = alone_series(&text);
+    let one = &r.runs[0];
+    let c = capacity(one);
     let per = |t: &TenantResult| {
         let a = t.alone.unwrap();
         a.device_time_per_s / a.iops
     };
-    let floor = 5000.0 * per(&run.tenants[0]);
-    let ceil = 500.0 * per(&run.tenants[1]);
+    let floor = 5000.0 * per(&one.tenants[0]);
+    let ceil = 500.0 * per(&one.tenants[1]);
     let rest = c - floor - ceil;
+    // In every interval each asks for more than that (the device is all theirs alone).
+    for k in 0..alone[0].1.len() {
+        assert!(alone[0].1[k] > floor && alone[1].1[k] > ceil && alone[2].1[k] > rest);
+    }
     assert!(rest < floor && rest > ceil, "{floor} {ceil} {rest}");
-    for (t, want) in run.tenants.iter().zip([floor, ceil, rest]) {
-        close(t.entitled_device_share.unwrap(), want / c, &t.name);
-        close(t.insulation.unwrap(), r_by_hand(t, want), &t.name);
+    for (i, want) in [floor, ceil, rest].into_iter().enumerate() {
+        let t = &one.tenants[i];
+        let mine = vec![want; alone[i].1.len()];
+        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
+        close(t.insulation.unwrap(), r, &t.name);
+        close(t.entitled_device_share.unwrap(), share, &t.name);
+        close(share, want / c, &t.name);
     }
 }
 

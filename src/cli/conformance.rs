@@ -2,21 +2,59 @@
 
 use super::*;
 
+/// What the proportional matrix prints on standard output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// Cells passed per policy and device, the figures missed, the total.
+    Summary,
+    /// Every cell's figures, Markdown (`--table`: what docs/conformance.md holds).
+    Table,
+    /// Every cell, JSON (`--json`).
+    Json,
+}
+
+impl Output {
+    /// From `--table` and `--json` (clap keeps them apart).
+    pub(crate) fn from_flags(table: bool, json: bool) -> Self {
+        match (table, json) {
+            (_, true) => Output::Json,
+            (true, false) => Output::Table,
+            (false, false) => Output::Summary,
+        }
+    }
+}
+
 /// `ioshare conformance`.
 pub(crate) fn run(
     devices: Vec<String>,
     slo: bool,
-    seed: u64,
-    seeds: u64,
+    (seed, seeds): (u64, u64),
     policies: Vec<String>,
+    output: Output,
 ) -> Result<()> {
     if slo {
         if !policies.is_empty() {
             bail!("--policy judges proportional-share policies: not with --slo");
         }
+        if output != Output::Table && output != Output::Summary {
+            bail!("--json is for the proportional matrix: --slo prints its table");
+        }
         slo_conformance(&devices, seed, seeds)
     } else {
-        conformance(&devices, seed, seeds, &policies)
+        conformance(&devices, seed, seeds, &policies, output)
+    }
+}
+
+/// `n of total` done after `elapsed` seconds: what is left, roughly.
+fn eta(n: usize, total: usize, elapsed: f64) -> String {
+    if n == 0 || n >= total {
+        return String::new();
+    }
+    let left = elapsed / n as f64 * (total - n) as f64;
+    if left >= 90.0 {
+        format!(", about {:.0} min left", left / 60.0)
+    } else {
+        format!(", about {left:.0} s left")
     }
 }
 
@@ -153,7 +191,13 @@ fn against_documented(table: &str, seed: u64, counts: String, what: &str) -> Str
 }
 
 /// Runs the conformance matrix and prints it.
-fn conformance(devices: &[String], first_seed: u64, seeds: u64, given: &[String]) -> Result<()> {
+fn conformance(
+    devices: &[String],
+    first_seed: u64,
+    seeds: u64,
+    given: &[String],
+    output: Output,
+) -> Result<()> {
     use ioshare::conformance::{self, Device, Property};
     let entries = policy_entries(given)?;
     let chosen: Option<Vec<&str>> =
@@ -188,6 +232,8 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64, given: &[String]
     }
     let mut rows = Vec::new();
     let (mut passed, mut total) = (0, 0);
+    let cells = seeds as usize * devices.len() * Property::ALL.len();
+    let began = Instant::now();
     for seed in first_seed..first_seed.saturating_add(seeds) {
         for &device in &devices {
             for property in Property::ALL {
@@ -196,28 +242,48 @@ fn conformance(devices: &[String], first_seed: u64, seeds: u64, given: &[String]
                     Some(p) => conformance::check_with(property, device, seed, p),
                     None => conformance::check(property, device, seed),
                 };
-                passed += verdicts.iter().filter(|v| v.pass()).count();
-                total += verdicts.len();
+                let held: Vec<_> = verdicts
+                    .iter()
+                    .filter(|v| v.figures.iter().any(|f| f.target.is_some()))
+                    .collect();
+                passed += held.iter().filter(|v| v.pass()).count();
+                total += held.len();
                 eprintln!(
-                    "seed {seed}, {} on {}: {} of {} policies pass ({:.1} s)",
+                    "[{} of {cells}] seed {seed}, {} on {}: {} of {} held policies pass ({:.1} s{})",
+                    rows.len() + 1,
                     property.name(),
                     device.name(),
-                    verdicts.iter().filter(|v| v.pass()).count(),
-                    verdicts.len(),
-                    t.elapsed().as_secs_f64()
+                    held.iter().filter(|v| v.pass()).count(),
+                    held.len(),
+                    t.elapsed().as_secs_f64(),
+                    eta(rows.len() + 1, cells, began.elapsed().as_secs_f64())
                 );
                 rows.push((property, device, verdicts));
             }
         }
     }
+    if output == Output::Json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&conformance::json(&rows))?
+        );
+        return Ok(());
+    }
     if seeds > 1 {
         print!("{}", conformance::sweep_markdown(&rows));
-        eprintln!("{passed} of {total} cells pass (a cell per property, device and policy)");
+        eprintln!(
+            "{passed} of {total} held cells pass (a cell per property, device and policy; baselines not counted)"
+        );
+    } else if output == Output::Summary {
+        print!("{}", conformance::summary(&rows));
+        println!(
+            "Every cell's figures: --table (Markdown, as docs/conformance.md holds it) or --json."
+        );
     } else {
         let table = conformance::markdown(&rows);
         print!("{table}");
         let counts = format!(
-            "{passed} of {total} cells pass ({} properties × {} devices, a cell per policy in each)",
+            "{passed} of {total} held cells pass ({} properties × {} devices, a cell per policy in each; baselines not counted)",
             Property::ALL.len(),
             devices.len()
         );

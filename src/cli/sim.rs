@@ -142,6 +142,8 @@ pub(crate) fn demo(out: PathBuf) -> Result<()> {
         .into_iter()
         .map(PolicyChoice::named)
         .collect();
+    // The demo shows the judge: every tenant against its own slice alone.
+    s.insulation = true;
     let aged = aged_ssd(&s);
     simulate(
         [s],
@@ -159,9 +161,10 @@ const DEMO_LEGEND: &str = "How to read it (one block per policy; vm1, vm2 and vm
   share       its part of the device time all tenants used; ideal: what its weight entitles it to among the backlogged tenants, with reservations and limits as mClock's definition splits them (- when it is not: busy under half the time, or, like vm4, an open loop that got what it asked for)
   p50, p99    its response times (arrival to completion)
   SLO         the part of its requests answered within its rt (refused ones count as misses)
+  R           insulation: what it got over what its entitled slice of the device gives it alone (each tenant also runs alone on the same drive); the house holds backlogged tenants to 0.9
   summary     total throughput and its ratio to none; share error (how far shares are from ideal over the whole run, and per interval: read this one here, as the whole-run figure counts vm3 short for its idle phase); Jain's fairness index; GC's write amplification
   phase lines IOPS per tenant in each part of the run (vm3's idle phase in the middle); on: how long a token bucket was switched in
-  verdict     below: each policy checked against every promise the tenants hold (weights, vm4's reservation and SLO), ranked by promises missed, then throughput; `ioshare advise SCENARIO` prints it for your own tenants
+  verdict     below: each policy checked against every promise the tenants hold (vm4's SLO and reservation, then the weights: every busy tenant R ≥ 0.9, shares per interval within 5 %), ranked by the promises that come first, then throughput; `ioshare advise SCENARIO` prints it for your own tenants
 Policies: none (no scheduling), cfq/bfq/sfq/feedbac/mots (shares by weight), ta1/ta2/ta3 (token buckets for SLOs), mclock (reservations, weights, limits).
 The report (report.html) opens on the same verdict, then the policies compared (share error per interval, throughput vs none, worst p99, worst SLO satisfaction), shares, phases and each tenant's bandwidth over time.
 ";

@@ -18,6 +18,7 @@
 
 pub mod slo;
 
+use crate::metrics::insulation::INSULATED;
 use crate::metrics::{RunResult, ScenarioResult, measurable, share_error};
 use crate::policy::cost::Currency;
 use crate::policy::floor::FLOOR_EVERY;
@@ -283,7 +284,7 @@ pub fn scenario_with(property: Property, device: Device, seed: u64, policies: &[
     };
     let _ = writeln!(
         s,
-        "name = \"conformance\"\nseed = {seed}\nduration_s = {duration}\ninterval_s = {INTERVAL_S}\nqueue_depth = {queue_depth}\npartition = true\npolicies = [{}]",
+        "name = \"conformance\"\nseed = {seed}\nduration_s = {duration}\ninterval_s = {INTERVAL_S}\nqueue_depth = {queue_depth}\npartition = true\ninsulation = true\npolicies = [{}]",
         policies.join(", ")
     );
     if property == Property::PoissonOverload {
@@ -649,19 +650,31 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
                 r.total_bandwidth_bytes_per_s,
                 none.total_bandwidth_bytes_per_s,
             );
-            // Bytes matter on their own where a disk streams: the issue's ≥ 0.8× none
-            // on the disk mixes.
-            let bytes_target = (device.is_disk()
-                && matches!(
-                    property,
-                    Property::SequentialBesideRandom | Property::SizeMix
-                )
-                && t.total.is_some())
-            .then_some(0.8);
+            // `none` runs the same mix only where one light tenant sits beside one
+            // backlogged one: there the device's work is compared with it. Elsewhere
+            // each tenant is judged against its own slice of the device alone (R):
+            // `none` lets one kind of request take the device, a different mix.
+            let same_mix = matches!(
+                property,
+                Property::WorkConservation | Property::WorkConservationSwapped
+            );
             let mut figures = vec![
-                Figure::new("device work (× none)", vs_none, t.total, true),
-                Figure::new("bytes (× none)", bytes_vs_none, bytes_target, true),
+                Figure::new(
+                    "device work (× none)",
+                    vs_none,
+                    t.total.filter(|_| same_mix),
+                    true,
+                ),
+                Figure::new("bytes (× none)", bytes_vs_none, None, true),
             ];
+            if !same_mix && let Some(lowest) = r.min_insulation {
+                figures.push(Figure::new(
+                    "lowest R (× its slice alone)",
+                    lowest,
+                    t.total.map(|_| INSULATED),
+                    true,
+                ));
+            }
             figures.extend(property_figures(property, device, r, &t));
             figures.push(Figure::new(
                 "longest wait (s)",
@@ -879,6 +892,142 @@ pub fn markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
         }
     }
     out
+}
+
+/// Whether every verdict in `verdicts` is a baseline's (figures without targets).
+fn baseline(v: &Verdict) -> bool {
+    v.figures.iter().all(|f| f.target.is_none())
+}
+
+/// The matrix in a few lines a person reads: per policy (rows) and device (columns)
+/// the cells passed of those held (baselines shown as such, without pass or fail),
+/// then per figure how many held cells missed it, then the total.
+pub fn summary(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
+    let mut policies: Vec<&str> = Vec::new();
+    let mut devices: Vec<Device> = Vec::new();
+    for (_, d, verdicts) in rows {
+        if !devices.contains(d) {
+            devices.push(*d);
+        }
+        for v in verdicts {
+            if !policies.contains(&v.policy.as_str()) {
+                policies.push(&v.policy);
+            }
+        }
+    }
+    let cells = |policy: &str, device: Option<Device>| -> Vec<&Verdict> {
+        rows.iter()
+            .filter(|(_, d, _)| device.is_none_or(|x| x == *d))
+            .flat_map(|(_, _, vs)| vs.iter().filter(|v| v.policy == policy))
+            .collect()
+    };
+    let count = |vs: &[&Verdict]| -> String {
+        if vs.iter().all(|v| baseline(v)) {
+            "baseline".into()
+        } else {
+            format!("{}/{}", vs.iter().filter(|v| v.pass()).count(), vs.len())
+        }
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| policy | {} | all |",
+        devices
+            .iter()
+            .map(|d| d.key())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(out, "|---|{}---|", "---|".repeat(devices.len()));
+    for p in &policies {
+        let per: Vec<String> = devices.iter().map(|&d| count(&cells(p, Some(d)))).collect();
+        let _ = writeln!(
+            out,
+            "| {p} | {} | {} |",
+            per.join(" | "),
+            count(&cells(p, None))
+        );
+    }
+    // Why held cells fail: each missed figure, counted once per cell.
+    let mut reasons: Vec<(&str, usize)> = Vec::new();
+    for (_, _, vs) in rows {
+        for v in vs.iter().filter(|v| !baseline(v)) {
+            for f in v.figures.iter().filter(|f| !f.met()) {
+                match reasons.iter_mut().find(|(n, _)| *n == f.name) {
+                    Some((_, k)) => *k += 1,
+                    None => reasons.push((f.name, 1)),
+                }
+            }
+        }
+    }
+    reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let held: Vec<&Verdict> = rows
+        .iter()
+        .flat_map(|(_, _, vs)| vs.iter().filter(|v| !baseline(v)))
+        .collect();
+    let passed = held.iter().filter(|v| v.pass()).count();
+    out.push('\n');
+    if reasons.is_empty() {
+        out.push_str("No held cell misses a figure.\n");
+    } else {
+        out.push_str("Figures missed (held cells):\n");
+        for (name, k) in reasons {
+            let _ = writeln!(out, "  {k:>4}  {name}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{passed} of {} held cells pass ({} properties × {} devices × {} policies held; baselines not counted)",
+        held.len(),
+        rows.iter()
+            .map(|(p, _, _)| *p)
+            .fold(Vec::new(), |mut v, p| {
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+                v
+            })
+            .len(),
+        devices.len(),
+        policies
+            .iter()
+            .filter(|p| !cells(p, None).iter().all(|v| baseline(v)))
+            .count()
+    );
+    out
+}
+
+/// The matrix as JSON: one object per cell with its property, device, policy, whether
+/// it passed (`null` for a baseline) and its figures with their targets.
+pub fn json(rows: &[(Property, Device, Vec<Verdict>)]) -> serde_json::Value {
+    let cells: Vec<serde_json::Value> = rows
+        .iter()
+        .flat_map(|(p, d, vs)| {
+            vs.iter().map(move |v| {
+                let figures: Vec<serde_json::Value> = v
+                    .figures
+                    .iter()
+                    .map(|f| {
+                        serde_json::json!({
+                            "name": f.name,
+                            "value": if f.value.is_finite() { serde_json::json!(f.value) } else { serde_json::Value::Null },
+                            "target": f.target,
+                            "at_least": f.at_least,
+                            "met": f.target.map(|_| f.met()),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "property": p.name(),
+                    "device": d.key(),
+                    "policy": v.policy,
+                    "pass": (!baseline(v)).then(|| v.pass()),
+                    "figures": figures,
+                })
+            })
+        })
+        .collect();
+    serde_json::json!({ "cells": cells })
 }
 
 /// Pass counts over many runs of the matrix (seeds × devices): one row per property,

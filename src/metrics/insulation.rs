@@ -84,11 +84,24 @@ impl Alone {
 /// weight over `capacity` with each tenant's demand `alone[i].device_time_per_s`,
 /// clamped by reservations and limits (see the module's formulas).
 pub fn entitled_device_time(alone: &[Alone], claims: &[Claim], capacity: f64) -> Vec<f64> {
-    assert_eq!(alone.len(), claims.len(), "one claim per tenant");
-    let n = alone.len();
-    let demand: Vec<f64> = alone.iter().map(|a| a.device_time_per_s.max(0.0)).collect();
-    let bound =
-        |i: usize, rate: Option<f64>| rate.map(|r| (r * alone[i].per_request()).min(demand[i]));
+    let demand: Vec<f64> = alone.iter().map(|a| a.device_time_per_s).collect();
+    let per_request: Vec<f64> = alone.iter().map(Alone::per_request).collect();
+    water_fill(&demand, &per_request, claims, capacity)
+}
+
+/// Max-min by weight over `capacity` with each tenant demanding `demand[i]`
+/// (device-seconds a second), reservations and limits turned into device time at
+/// `per_request[i]` device-seconds a request.
+pub fn water_fill(
+    demand: &[f64],
+    per_request: &[f64],
+    claims: &[Claim],
+    capacity: f64,
+) -> Vec<f64> {
+    assert_eq!(demand.len(), claims.len(), "one claim per tenant");
+    let n = demand.len();
+    let demand: Vec<f64> = demand.iter().map(|d| d.max(0.0)).collect();
+    let bound = |i: usize, rate: Option<f64>| rate.map(|r| (r * per_request[i]).min(demand[i]));
     let floor: Vec<f64> = (0..n)
         .map(|i| bound(i, claims[i].reservation_iops).unwrap_or(0.0))
         .collect();
@@ -148,30 +161,112 @@ pub fn insulation(got_bytes_per_s: f64, alone: &Alone, entitled: f64) -> Option<
     expected(alone, entitled).map(|e| got_bytes_per_s / e)
 }
 
-/// Fills in a run's insulation figures from what each of its tenants did alone (in
-/// tenant order): each tenant's `alone`, `entitled_device_share` and `insulation`, and
-/// the run's lowest.
-pub fn judge(run: &mut super::RunResult, alone: &[Alone]) {
+/// Whether a slice of `entitled` device-seconds a second over `secs` seconds is enough
+/// of the tenant's own requests (at `per_request` device-seconds each alone) to
+/// measure: at least [`super::MEASURABLE_REQUESTS`] of them, and at least the service
+/// floor's [`super::FLOOR_REQUESTS_PER_S`] a second. A weight-1000 tenant among 1,024
+/// on a disk is entitled to one random read in four seconds: what it gets is the
+/// floor's, or one request more or less, not its slice.
+pub fn measurable(entitled: f64, per_request: f64, secs: f64) -> bool {
+    let requests = super::MEASURABLE_REQUESTS.max(super::FLOOR_REQUESTS_PER_S * secs);
+    per_request > 0.0 && entitled * secs / per_request >= requests
+}
+
+/// One tenant alone, interval by interval: bytes and device time (ns) it completed in
+/// each interval of the measured span (the run's grid).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AloneSeries {
+    /// Bytes completed per interval.
+    pub bytes: Vec<u64>,
+    /// Device time completed per interval, ns.
+    pub device_ns: Vec<u64>,
+}
+
+/// What every run of a scenario is measured against: each tenant alone, its entitled
+/// part of the device, and the bytes that part would give it over the measured span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Yardstick {
+    /// Each tenant alone, whole-run figures.
+    pub alone: Vec<Alone>,
+    /// Its entitled part of the device's time over the span (0–1).
+    pub entitled_share: Vec<f64>,
+    /// The bytes its entitled slice gives it alone over the span; `None` where the
+    /// slice is too small to measure ([`measurable`]) or it moved nothing alone.
+    pub expected_bytes: Vec<Option<f64>>,
+}
+
+impl Yardstick {
+    /// Entitlements interval by interval: in each interval of `interval_s` seconds,
+    /// max-min by weight over the capacity ([`capacity`]) with each tenant demanding
+    /// the device time it used alone in that interval; the bytes it would move with
+    /// it are its bytes alone in the interval scaled by entitled ÷ used (never above
+    /// 1). Summed over the span of `secs` seconds: a tenant that idles for a phase is
+    /// entitled to nothing while it idles (alone it idled too), and the others to its
+    /// part.
+    pub fn new(
+        alone: Vec<Alone>,
+        series: &[AloneSeries],
+        claims: &[Claim],
+        interval_s: f64,
+        secs: f64,
+    ) -> Yardstick {
+        assert_eq!(alone.len(), series.len(), "one series per tenant");
+        let n = alone.len();
+        let capacity = capacity(&alone);
+        let per_request: Vec<f64> = alone.iter().map(Alone::per_request).collect();
+        let bins = series.iter().map(|s| s.device_ns.len()).max().unwrap_or(0);
+        let mut entitled = vec![0.0; n];
+        let mut expected = vec![0.0; n];
+        let mut demand = vec![0.0; n];
+        for k in 0..bins {
+            // The last interval may be cut short by the end of the span.
+            let len = interval_s.min(secs - k as f64 * interval_s);
+            if len <= 0.0 {
+                break;
+            }
+            for (d, s) in demand.iter_mut().zip(series) {
+                *d = s.device_ns.get(k).copied().unwrap_or(0) as f64 / 1e9 / len;
+            }
+            let e = water_fill(&demand, &per_request, claims, capacity);
+            for i in 0..n {
+                entitled[i] += e[i] * len;
+                let bytes = series[i].bytes.get(k).copied().unwrap_or(0) as f64;
+                if demand[i] > 0.0 {
+                    expected[i] += bytes * (e[i] / demand[i]).min(1.0);
+                }
+            }
+        }
+        Yardstick {
+            entitled_share: entitled
+                .iter()
+                .map(|e| e / secs.max(f64::MIN_POSITIVE) / capacity)
+                .collect(),
+            expected_bytes: (0..n)
+                .map(|i| {
+                    (expected[i] > 0.0 && measurable(entitled[i] / secs, per_request[i], secs))
+                        .then_some(expected[i])
+                })
+                .collect(),
+            alone,
+        }
+    }
+}
+
+/// Fills in a run's insulation figures from `yardstick` (its scenario's tenants alone):
+/// each tenant's `alone`, `entitled_device_share` and `insulation` — the bytes it moved
+/// over those its slice gives it alone, absent where the slice cannot be measured
+/// ([`measurable`]: such a tenant is judged by how long it waits) — and the run's
+/// lowest.
+pub fn judge(run: &mut super::RunResult, yardstick: &Yardstick) {
     assert_eq!(
-        alone.len(),
+        yardstick.alone.len(),
         run.tenants.len(),
         "one alone figure per tenant"
     );
-    let claims: Vec<Claim> = run
-        .tenants
-        .iter()
-        .map(|t| Claim {
-            weight: t.weight,
-            reservation_iops: t.reservation_iops,
-            limit_iops: t.limit_iops,
-        })
-        .collect();
-    let capacity = capacity(alone);
-    let entitled = entitled_device_time(alone, &claims, capacity);
-    for ((t, a), e) in run.tenants.iter_mut().zip(alone).zip(&entitled) {
-        t.alone = Some(*a);
-        t.entitled_device_share = Some(e / capacity);
-        t.insulation = insulation(t.bandwidth_bytes_per_s, a, *e);
+    for (i, t) in run.tenants.iter_mut().enumerate() {
+        t.alone = Some(yardstick.alone[i]);
+        t.entitled_device_share = Some(yardstick.entitled_share[i]);
+        t.insulation = yardstick.expected_bytes[i].map(|e| t.bytes as f64 / e);
     }
     let any_backlogged = run
         .tenants
@@ -293,6 +388,18 @@ mod tests {
         let a = [alone(1.0, 1.0, 1.2), alone(1.0, 1.0, 0.5)];
         assert_eq!(capacity(&a), 1.2);
         assert_eq!(capacity(&[alone(1.0, 1.0, 0.2)]), 1.0);
+    }
+
+    #[test]
+    fn a_slice_of_fewer_than_four_requests_or_two_a_second_is_not_measured() {
+        // 8 ms requests over 4 s: 4 requests need 0.008 device-s/s, and the floor's two
+        // a second 0.016.
+        assert!(!measurable(0.015, 0.008, 4.0));
+        assert!(measurable(0.016, 0.008, 4.0));
+        // Over half a second, four requests are the bound (two a second are one).
+        assert!(!measurable(0.063, 0.008, 0.5));
+        assert!(measurable(0.064, 0.008, 0.5));
+        assert!(!measurable(1.0, 0.0, 4.0));
     }
 
     #[test]

@@ -179,7 +179,8 @@ pub struct TenantResult {
     pub entitled_device_share: Option<f64>,
     /// Its insulation R: what it got over what its entitled slice gives it alone
     /// ([`insulation::insulation`]); 1 is whole, the house holds backlogged tenants to
-    /// [`insulation::INSULATED`].
+    /// [`insulation::INSULATED`]. Absent where its slice is too small to measure
+    /// ([`insulation::measurable`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub insulation: Option<f64>,
 }

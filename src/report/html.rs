@@ -522,6 +522,7 @@ pub fn render(result: &ScenarioResult) -> Result<String, Box<dyn std::error::Err
     );
     super::verdict::section(&mut out, result);
     super::compare::section(&mut out, result)?;
+    super::insulation::section(&mut out, result);
     out.push_str("<h2>Shares</h2>\n");
     let (svg, under) = share_plot(result)?;
     out.push_str(&chart_box(&svg));

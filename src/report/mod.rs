@@ -4,6 +4,7 @@
 mod characterize;
 mod compare;
 mod html;
+pub mod insulation;
 mod trace;
 pub mod verdict;
 

@@ -25,7 +25,8 @@
 //! level never heads the list above one that keeps it, and among those that all miss
 //! it the nearest comes first. Ties go to total
 //! throughput against `none` in steps of [`SAME_THROUGHPUT`] (highest first), then the
-//! lowest insulation (highest first), the share error, the worst tenant's p99.
+//! share error, then the worst tenant's p99 (an insulation above the bar is kept: how
+//! far above does not rank).
 //!
 //! **Infeasible promises.** An SLO or reservation the tenant misses even alone on the
 //! device (its alone run, [`crate::sim::alone`]) is said to be infeasible with the
@@ -264,12 +265,6 @@ impl Judged {
         self.cmp_misses(other, ranking)
             .then(self.throughput_step().cmp(&other.throughput_step()))
             .then(
-                other
-                    .min_insulation
-                    .unwrap_or(1.0)
-                    .total_cmp(&self.min_insulation.unwrap_or(1.0)),
-            )
-            .then(
                 self.share_error
                     .unwrap_or(0.0)
                     .total_cmp(&other.share_error.unwrap_or(0.0)),
@@ -399,7 +394,7 @@ impl Verdict {
             if !same.is_empty() && best.missed() == 0 {
                 let _ = write!(
                     out,
-                    " {} keep them too, less insulated, further from the weights or slower at the tail.",
+                    " {} keep them too, further from the weights or slower at the tail.",
                     same.join(", ")
                 );
             } else if next.cmp_misses(best, &self.ranking) == Ordering::Greater {

@@ -21,7 +21,8 @@
 use super::{RunOptions, run_policy_priced};
 use crate::config::PolicyChoice;
 use crate::device::DeviceModel;
-use crate::metrics::insulation::Alone;
+use crate::metrics::entitled::Claim;
+use crate::metrics::insulation::{Alone, AloneSeries, Yardstick};
 use crate::policy::PolicyError;
 use crate::policy::cost::CostModel;
 use crate::scenario::{Scenario, TenantSetup};
@@ -45,6 +46,31 @@ pub fn alone_scenario(scenario: &Scenario, i: usize) -> Scenario {
     s
 }
 
+/// What every run of `scenario` is measured against: each tenant alone on a copy of
+/// `device` (preconditioned, priced by `cost`), and its entitled slice interval by
+/// interval ([`Yardstick::new`]).
+pub fn yardstick(
+    scenario: &Scenario,
+    device: &dyn DeviceModel,
+    cost: CostModel,
+    options: RunOptions,
+) -> Result<Yardstick, PolicyError> {
+    let (figures, series) = alone_series(scenario, device, cost, options)?;
+    let claims: Vec<Claim> = scenario
+        .tenants
+        .iter()
+        .map(|t| Claim::from(&t.spec))
+        .collect();
+    let secs = nanos_to_secs(scenario.duration.saturating_sub(scenario.warmup));
+    Ok(Yardstick::new(
+        figures,
+        &series,
+        &claims,
+        nanos_to_secs(scenario.interval),
+        secs,
+    ))
+}
+
 /// What each tenant of `scenario` does alone on copies of `device` (preconditioned,
 /// priced by `cost`), in tenant order.
 pub fn alone(
@@ -53,16 +79,28 @@ pub fn alone(
     cost: CostModel,
     options: RunOptions,
 ) -> Result<Vec<Alone>, PolicyError> {
-    let mut runs: Vec<(usize, Alone)> = Vec::new();
+    Ok(alone_series(scenario, device, cost, options)?.0)
+}
+
+/// [`alone`] with each tenant's bytes and device time per interval.
+fn alone_series(
+    scenario: &Scenario,
+    device: &dyn DeviceModel,
+    cost: CostModel,
+    options: RunOptions,
+) -> Result<(Vec<Alone>, Vec<AloneSeries>), PolicyError> {
+    let mut runs: Vec<(usize, Alone, AloneSeries)> = Vec::new();
     let mut out = Vec::with_capacity(scenario.tenants.len());
+    let mut series = Vec::with_capacity(scenario.tenants.len());
     let secs =
         nanos_to_secs(scenario.duration.saturating_sub(scenario.warmup)).max(f64::MIN_POSITIVE);
     for (i, t) in scenario.tenants.iter().enumerate() {
-        if let Some((_, a)) = runs
+        if let Some((_, a, s)) = runs
             .iter()
-            .find(|(j, _)| same_load(&scenario.tenants[*j], t))
+            .find(|(j, _, _)| same_load(&scenario.tenants[*j], t))
         {
             out.push(*a);
+            series.push(s.clone());
             continue;
         }
         let s = alone_scenario(scenario, i);
@@ -76,10 +114,15 @@ pub fn alone(
             p99_us: r.latency_us.p99,
             reservation_missed: r.reservation_missed,
         };
-        runs.push((i, a));
+        let s = AloneSeries {
+            bytes: run.timeseries.bytes[0].clone(),
+            device_ns: run.timeseries.device_ns[0].clone(),
+        };
+        runs.push((i, a, s.clone()));
         out.push(a);
+        series.push(s);
     }
-    Ok(out)
+    Ok((out, series))
 }
 
 #[cfg(test)]

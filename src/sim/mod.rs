@@ -609,7 +609,7 @@ pub fn run_each<S: std::borrow::Borrow<Scenario>>(
             }
         };
         let alone = if scenario.insulation {
-            Some(alone::alone(
+            Some(alone::yardstick(
                 scenario,
                 devices[idx].2.as_ref(),
                 devices[idx].3,
