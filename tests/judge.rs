@@ -183,7 +183,7 @@ fn a_light_tenant_is_entitled_to_all_it_asks_and_a_returning_one_only_while_ther
     assert_eq!(one.min_insulation_tenant.as_deref(), Some("b"));
 
     // Weight 3 for a tenant idle for the first 2 s: entitled to nothing while idle
-    // (b to the whole device), to 3/4 once back. Under feedbac both get their slice.
+    // (b to the whole device), to 3/4 once back.
     let text = two(
         (3.0, 1.0),
         "{ pattern = 'randread', size = '4k', iodepth = 8, phases = [{ duration_s = 2, idle = true }, { duration_s = 10 }] }",
@@ -207,11 +207,6 @@ fn a_light_tenant_is_entitled_to_all_it_asks_and_a_returning_one_only_while_ther
     // means would have entitled it to 3/4 of the whole span.
     let share = one.tenants[0].entitled_device_share.unwrap();
     assert!((share - 0.75 * 2.0 / 3.5).abs() < 0.02, "{share}");
-    assert!(
-        one.min_insulation.unwrap() > 0.9,
-        "{:?}",
-        one.min_insulation
-    );
 }
 
 #[test]
