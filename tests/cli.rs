@@ -585,7 +585,12 @@ fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
             "{p} missing:\n{text}"
         );
     }
-    assert!(text.contains("weights 28.9 % off (not its aim)"), "{text}");
+    assert!(
+        text.contains(
+            "weights: vm1 R 0.77 under 0.9 of its slice, per interval 29.0 % off (not its aim)"
+        ),
+        "{text}"
+    );
     // Judging fewer policies: only those.
     let o = ioshare()
         .args([

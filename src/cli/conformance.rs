@@ -190,19 +190,11 @@ fn against_documented(table: &str, seed: u64, counts: String, what: &str) -> Str
     }
 }
 
-/// Runs the conformance matrix and prints it.
-fn conformance(
-    devices: &[String],
-    first_seed: u64,
-    seeds: u64,
-    given: &[String],
-    output: Output,
-) -> Result<()> {
-    use ioshare::conformance::{self, Device, Property};
-    let entries = policy_entries(given)?;
-    let chosen: Option<Vec<&str>> =
-        (!entries.is_empty()).then(|| entries.iter().map(String::as_str).collect());
-    let devices: Vec<Device> = if devices.is_empty() {
+/// The devices `--device` names (all without one): by key or by name as the tables
+/// print it.
+fn chosen_devices(devices: &[String]) -> Result<Vec<ioshare::conformance::Device>> {
+    use ioshare::conformance::Device;
+    Ok(if devices.is_empty() {
         Device::ALL.to_vec()
     } else {
         devices
@@ -226,7 +218,22 @@ fn conformance(
                     })
             })
             .collect::<Result<_>>()?
-    };
+    })
+}
+
+/// Runs the conformance matrix and prints it.
+fn conformance(
+    devices: &[String],
+    first_seed: u64,
+    seeds: u64,
+    given: &[String],
+    output: Output,
+) -> Result<()> {
+    use ioshare::conformance::{self, Property};
+    let entries = policy_entries(given)?;
+    let chosen: Option<Vec<&str>> =
+        (!entries.is_empty()).then(|| entries.iter().map(String::as_str).collect());
+    let devices = chosen_devices(devices)?;
     if seeds == 0 {
         bail!("--seeds must be ≥ 1");
     }

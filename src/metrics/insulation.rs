@@ -67,6 +67,11 @@ pub struct Alone {
     /// it ([`super::TenantResult::reservation_missed`]); absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation_missed: Option<f64>,
+    /// An open-loop tenant that misses its SLO even alone: the highest arrival rate, in
+    /// tenths of its own, at which it meets it alone ([`super::SLO_MET`]); absent
+    /// otherwise (or when not even a tenth of it does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feasible_iops: Option<f64>,
 }
 
 impl Alone {
@@ -296,6 +301,7 @@ mod tests {
             slo_satisfaction: None,
             p99_us: 0.0,
             reservation_missed: None,
+            feasible_iops: None,
         }
     }
 

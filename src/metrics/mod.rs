@@ -33,6 +33,10 @@ struct Totals<'a> {
     entitled_total: f64,
 }
 
+/// An SLO is kept when at least this fraction of the tenant's requests met it (the
+/// verdict's and the SLO conformance matrix's bar).
+pub const SLO_MET: f64 = 0.99;
+
 /// A tenant counts as backlogged when it had I/O outstanding for at least this fraction
 /// of the measured time; only backlogged tenants enter the fairness figures.
 pub const BACKLOG_FRACTION: f64 = 0.5;
@@ -1001,16 +1005,7 @@ impl Recorder {
             entitled: &entitled,
             entitled_total,
         };
-        let promises: Vec<(Option<f64>, Option<f64>)> = self
-            .tenants
-            .iter()
-            .map(|t| {
-                (
-                    t.deficit.as_ref().and_then(Deficit::missed),
-                    t.excess.as_ref().map(Excess::exceeded),
-                )
-            })
-            .collect();
+        let promises = self.promises_kept();
         let results = (0..self.tenants.len())
             .map(|i| {
                 self.tenant_result(
@@ -1036,12 +1031,7 @@ impl Recorder {
             interval_byte_share_error,
             ratio_error: ratio_error(&bw, &weights, &backlogged),
             jain: jain(&bw, &weights, &backlogged),
-            longest_wait_s: nanos_to_secs(
-                (self.tenants.iter().zip(&backlogged))
-                    .filter_map(|(t, b)| b.then_some(t.longest_wait))
-                    .max()
-                    .unwrap_or(0),
-            ),
+            longest_wait_s: self.longest_wait(&backlogged),
             min_insulation: None,
             min_insulation_tenant: None,
             tenants: results,
@@ -1159,6 +1149,32 @@ impl Recorder {
             Some((mean_bytes, secs)),
         );
         (device, judged, bytes.0)
+    }
+
+    /// The longest a backlogged tenant had requests outstanding without one
+    /// completing, seconds.
+    fn longest_wait(&self, backlogged: &[bool]) -> f64 {
+        nanos_to_secs(
+            (self.tenants.iter().zip(backlogged))
+                .filter_map(|(t, b)| b.then_some(t.longest_wait))
+                .max()
+                .unwrap_or(0),
+        )
+    }
+
+    /// Per tenant, the fraction of the time it asked that it was short of its
+    /// reservation and of the measured time it was over its limit (see
+    /// [`TenantResult::reservation_missed`]).
+    fn promises_kept(&self) -> Vec<(Option<f64>, Option<f64>)> {
+        self.tenants
+            .iter()
+            .map(|t| {
+                (
+                    t.deficit.as_ref().and_then(Deficit::missed),
+                    t.excess.as_ref().map(Excess::exceeded),
+                )
+            })
+            .collect()
     }
 
     /// Tenants still waiting at the end: their busy time ends, and that wait counts.

@@ -51,7 +51,7 @@ use std::fmt::Write as _;
 /// Weights are kept when the per-interval share error is at most this.
 pub const WEIGHTS_WITHIN: f64 = 0.05;
 /// An SLO is kept when at least this fraction of the tenant's requests met it.
-pub const SLO_MET: f64 = 0.99;
+pub const SLO_MET: f64 = crate::metrics::SLO_MET;
 /// A reservation or limit is kept when missed for at most this fraction of the time.
 pub const RARELY: f64 = 0.05;
 /// Totals within this fraction of each other count as the same throughput.
@@ -516,11 +516,15 @@ fn slo_check(t: &TenantResult, aim: &Aims) -> Option<Check> {
         .filter(|(s, _)| *s < SLO_MET)
         .map(|(s, p99)| {
             format!(
-                "{what} is met for {} of requests even alone (p99 {}) — no policy can keep it; alone it meets {} at rt ≥ {}",
+                "{what} is met for {} of requests even alone (p99 {}) — no policy can keep it; alone it meets {} at rt ≥ {}{}",
                 percent_down(s),
                 super::latency(p99),
                 percent_down(SLO_MET),
-                feasible_rt(p99)
+                feasible_rt(p99),
+                match t.alone.and_then(|a| a.feasible_iops) {
+                    Some(n) => format!(" or at ≤ {n:.0} IOPS"),
+                    None => String::new(),
+                }
             )
         });
     Some(Check {

@@ -21,12 +21,14 @@
 use super::{RunOptions, run_policy_priced};
 use crate::config::PolicyChoice;
 use crate::device::DeviceModel;
+use crate::metrics::SLO_MET;
 use crate::metrics::entitled::Claim;
 use crate::metrics::insulation::{Alone, AloneSeries, Yardstick};
 use crate::policy::PolicyError;
 use crate::policy::cost::CostModel;
 use crate::scenario::{Scenario, TenantSetup};
 use crate::types::nanos_to_secs;
+use crate::workload::Arrivals;
 
 /// Whether two tenants are the same load alone: same workload, region size, SLO and
 /// reservation.
@@ -106,14 +108,18 @@ fn alone_series(
         let s = alone_scenario(scenario, i);
         let run = run_policy_priced(&s, &s.policies[0], device.clone_box(), cost, None, options)?;
         let r = &run.tenants[0];
-        let a = Alone {
+        let mut a = Alone {
             bandwidth_bytes_per_s: r.bandwidth_bytes_per_s,
             iops: r.iops,
             device_time_per_s: r.device_time_s / secs,
             slo_satisfaction: r.slo_satisfaction,
             p99_us: r.latency_us.p99,
             reservation_missed: r.reservation_missed,
+            feasible_iops: None,
         };
+        if a.slo_satisfaction.is_some_and(|m| m < SLO_MET) {
+            a.feasible_iops = feasible_rate(&s, device, cost, options)?;
+        }
         let s = AloneSeries {
             bytes: run.timeseries.bytes[0].clone(),
             device_ns: run.timeseries.device_ns[0].clone(),
@@ -123,6 +129,49 @@ fn alone_series(
         series.push(s);
     }
     Ok((out, series))
+}
+
+/// The highest arrival rate, in tenths of the tenant's own (0.9, 0.8, ... 0.1), at
+/// which the only tenant of `alone` meets its SLO alone; `None` for a tenant whose
+/// arrivals are not a rate in every phase it is active, or when none of them does.
+fn feasible_rate(
+    alone: &Scenario,
+    device: &dyn DeviceModel,
+    cost: CostModel,
+    options: RunOptions,
+) -> Result<Option<f64>, PolicyError> {
+    if !alone.open_loop()[0] {
+        return Ok(None);
+    }
+    let rate = |s: &Scenario| -> f64 {
+        // The busiest phase's rate: what the tenant asks at its peak.
+        s.tenants[0]
+            .workload
+            .phases
+            .iter()
+            .filter_map(|p| match p.arrivals {
+                Arrivals::Open { rate_iops, .. } => Some(rate_iops),
+                _ => None,
+            })
+            .fold(0.0, f64::max)
+    };
+    for tenths in (1..10).rev() {
+        let f = f64::from(tenths) / 10.0;
+        let mut s = alone.clone();
+        for p in &mut s.tenants[0].workload.phases {
+            if let Arrivals::Open { rate_iops, .. } = &mut p.arrivals {
+                *rate_iops *= f;
+            }
+        }
+        let run = run_policy_priced(&s, &s.policies[0], device.clone_box(), cost, None, options)?;
+        if run.tenants[0]
+            .slo_satisfaction
+            .is_some_and(|m| m >= SLO_MET)
+        {
+            return Ok(Some(rate(&s)));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
