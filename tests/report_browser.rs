@@ -99,10 +99,12 @@ fn longest_run(rgb: &[u8], width: u32, height: u32, colour: [u8; 3]) -> u32 {
 }
 
 fn report(dir: &Path) -> PathBuf {
-    // Twelve tenants: the share chart names the seven heaviest and sums the rest.
+    // Twelve tenants: the share chart names the seven heaviest and sums the rest; each
+    // also runs alone, so the insulation table is on the page too.
     let mut text = String::from(
         r#"
         duration_s = 3
+        insulation = true
         policies = ["none", "sfq", "mclock"]
         [device]
         model = "fixed"
@@ -120,6 +122,8 @@ fn report(dir: &Path) -> PathBuf {
     let result = ioshare::sim::run_scenario(&s, false).unwrap();
     let page = dir.join("report.html");
     ioshare::report::write_html(&result, &page).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<h2>Insulation</h2>"), "no insulation section");
     page
 }
 
