@@ -123,7 +123,10 @@ fn report(dir: &Path) -> PathBuf {
     let page = dir.join("report.html");
     ioshare::report::write_html(&result, &page).unwrap();
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(html.contains("<h2>Insulation</h2>"), "no insulation section");
+    assert!(
+        html.contains("<h2>Insulation</h2>"),
+        "no insulation section"
+    );
     page
 }
 
