@@ -18,8 +18,12 @@
 
 pub mod slo;
 
+use crate::metrics::entitled::{Claim, max_min};
 use crate::metrics::insulation::INSULATED;
-use crate::metrics::{RunResult, ScenarioResult, measurable, share_error};
+use crate::metrics::{
+    FLOOR_REQUESTS_PER_S, MEASURABLE_REQUESTS, RunResult, ScenarioResult, amount_error, measurable,
+    share_error,
+};
 use crate::policy::cost::Currency;
 use crate::policy::floor::FLOOR_EVERY;
 use crate::scenario::Scenario;
@@ -768,10 +772,14 @@ fn light_served(r: &RunResult, device: Device) -> f64 {
     r.tenants[0].iops / device.light_rate()
 }
 
-/// Share error of the tenants backlogged in the run, over the whole run and per second
-/// (the 0.1 s intervals summed into seconds), of `series` (device time, bytes or
-/// requests), each span judging the tenants whose share of it can be measured
-/// ([`measurable`]).
+/// Share error over the whole run and per second (the 0.1 s intervals summed into
+/// seconds) of `series` (device time, bytes or requests). Over the whole run: of the
+/// tenants backlogged in the run, against their weights, each judging the tenants whose
+/// share can be measured ([`measurable`]). Per second: by max-min, as the verdict's
+/// per-interval figure ([`crate::metrics::entitled::max_min`]): a tenant asks for more
+/// in a second when it did in any of its intervals ([`crate::metrics::Timeseries::hungry`]);
+/// the others are entitled to what they moved (up to their weight's part), and each
+/// tenant asking for more is compared with its entitled amount.
 fn share_errors(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
     let per = (1.0 / INTERVAL_S).round() as usize;
     let weights: Vec<f64> = r.tenants.iter().map(|t| t.weight).collect();
@@ -784,19 +792,44 @@ fn share_errors(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
             .map(|s| s[from..to].iter().sum::<u64>() as f64)
             .collect()
     };
-    let judged = |moved: &[f64], secs: f64| {
-        share_error(
-            moved,
-            &weights,
-            &measurable(moved, &weights, &backlogged, &per_request, secs),
-        )
-    };
-    let whole = judged(&sum(0, bins), bins as f64 * INTERVAL_S);
+    let moved = sum(0, bins);
+    let whole_secs = bins as f64 * INTERVAL_S;
+    let whole = share_error(
+        &moved,
+        &weights,
+        &measurable(&moved, &weights, &backlogged, &per_request, whole_secs),
+    );
+    let claims: Vec<Claim> = weights
+        .iter()
+        .map(|&weight| Claim {
+            weight,
+            reservation_iops: None,
+            limit_iops: None,
+        })
+        .collect();
+    let hungry = &r.timeseries.hungry;
     let errors: Vec<f64> = (0..bins)
         .step_by(per)
-        .map(|start| {
+        .filter_map(|start| {
             let end = (start + per).min(bins);
-            judged(&sum(start, end), (end - start) as f64 * INTERVAL_S)
+            let secs = (end - start) as f64 * INTERVAL_S;
+            let moved = sum(start, end);
+            let asking: Vec<bool> = (0..moved.len())
+                .map(|i| {
+                    hungry
+                        .get(i)
+                        .is_some_and(|h| h[start..end.min(h.len())].iter().any(|&x| x))
+                })
+                .collect();
+            let entitled = max_min(&moved, &claims, &asking, &per_request, secs);
+            let requests = MEASURABLE_REQUESTS.max(FLOOR_REQUESTS_PER_S * secs);
+            let judged: Vec<bool> = (0..moved.len())
+                .map(|i| asking[i] && entitled[i] >= requests * per_request[i])
+                .collect();
+            judged
+                .iter()
+                .any(|&j| j)
+                .then(|| amount_error(&moved, &entitled, &judged))
         })
         .collect();
     (whole, mean(&errors))

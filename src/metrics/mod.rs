@@ -343,6 +343,11 @@ pub struct Timeseries {
     /// Device time of the completed requests by the device's cost model, ns, indexed
     /// `[tenant][interval]`.
     pub device_ns: Vec<Vec<u64>>,
+    /// Whether the tenant asked for more than it got in the interval: backlogged in it
+    /// and some request of it waited in the host (or nobody's did: the device's queue
+    /// held them all), `[tenant][interval]`; filled when the run finishes. The others
+    /// had all they asked for at the latency they saw.
+    pub hungry: Vec<Vec<bool>>,
 }
 
 impl Timeseries {
@@ -688,6 +693,7 @@ impl Recorder {
                 ios: vec![vec![0; bins]; n],
                 latency_sum_ns: vec![vec![0; bins]; n],
                 device_ns: vec![vec![0; bins]; n],
+                hungry: Vec::new(),
             },
             tenants: tenants
                 .iter()
@@ -975,8 +981,10 @@ impl Recorder {
         };
         let mean_device = per_request(|t| t.device_ns);
         let mean_bytes = per_request(|t| t.bytes);
+        let hungry = self.hungry(&backlogged_per_interval);
         let (interval_share_error, intervals_judged, interval_byte_share_error) =
-            self.interval_errors(&claims, &backlogged_per_interval, &mean_device, &mean_bytes);
+            self.interval_errors(&claims, &hungry, &mean_device, &mean_bytes);
+        self.series.hungry = hungry;
         let device_time: Vec<f64> = self.tenants.iter().map(|t| t.device_ns as f64).collect();
         let total_device: f64 = device_time.iter().sum();
         let entitled = entitlements(&device_time, &claims, &backlogged, &mean_device, secs);
@@ -1107,16 +1115,9 @@ impl Recorder {
         }
     }
 
-    /// The per-interval share errors of device time (and how many intervals it
-    /// averages) and of bytes.
-    fn interval_errors(
-        &self,
-        claims: &[Claim],
-        backlogged: &[Vec<bool>],
-        mean_device: &[f64],
-        mean_bytes: &[f64],
-    ) -> (f64, u64, f64) {
-        let secs = nanos_to_secs(self.series.interval);
+    /// Per tenant and interval, whether it asked for more than it got (see
+    /// [`Timeseries::hungry`]).
+    fn hungry(&self, backlogged: &[Vec<bool>]) -> Vec<Vec<bool>> {
         // Asking for more than it got: backlogged in the interval and some request of it
         // waited in the host. Busy without waiting, its requests all went to the device
         // as they came: it had what it asked for at the latency it saw. In an interval
@@ -1136,16 +1137,29 @@ impl Recorder {
                     .collect()
             })
             .collect();
+        hungry
+    }
+
+    /// The per-interval share errors of device time (and how many intervals it
+    /// averages) and of bytes, judging the `hungry` tenants of each interval.
+    fn interval_errors(
+        &self,
+        claims: &[Claim],
+        hungry: &[Vec<bool>],
+        mean_device: &[f64],
+        mean_bytes: &[f64],
+    ) -> (f64, u64, f64) {
+        let secs = nanos_to_secs(self.series.interval);
         let (device, judged) = interval_share_error_judged(
             &self.series.device_ns,
             claims,
-            &hungry,
+            hungry,
             Some((mean_device, secs)),
         );
         let bytes = interval_share_error_judged(
             &self.series.bytes,
             claims,
-            &hungry,
+            hungry,
             Some((mean_bytes, secs)),
         );
         (device, judged, bytes.0)
