@@ -36,10 +36,10 @@ pub(crate) fn run(
         if !policies.is_empty() {
             bail!("--policy judges proportional-share policies: not with --slo");
         }
-        if output != Output::Table && output != Output::Summary {
-            bail!("--json is for the proportional matrix: --slo prints its table");
+        if output == Output::Json {
+            bail!("--json is for the proportional matrix: with --slo, the summary or --table");
         }
-        slo_conformance(&devices, seed, seeds)
+        slo_conformance(&devices, seed, seeds, output)
     } else {
         conformance(&devices, seed, seeds, &policies, output)
     }
@@ -80,7 +80,7 @@ fn policy_entries(given: &[String]) -> Result<Vec<String>> {
 }
 
 /// Runs the SLO conformance matrix and prints it.
-fn slo_conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()> {
+fn slo_conformance(devices: &[String], first_seed: u64, seeds: u64, output: Output) -> Result<()> {
     use ioshare::conformance::slo::{self, Case, SloDevice};
     let known: Vec<&str> = SloDevice::ALL.iter().map(|d| d.name()).collect();
     let devices: Vec<SloDevice> = if devices.is_empty() {
@@ -130,6 +130,9 @@ fn slo_conformance(devices: &[String], first_seed: u64, seeds: u64) -> Result<()
     if seeds > 1 {
         print!("{}", slo::sweep_markdown(&outcomes));
         eprintln!("{passed} of {total} verdicts pass (a verdict per case and policy)");
+    } else if output == Output::Summary {
+        print!("{}", slo::summary(&outcomes));
+        println!("Every case's figures: --table (Markdown, as docs/conformance.md holds it).");
     } else {
         let table = slo::markdown(&outcomes);
         print!("{table}");

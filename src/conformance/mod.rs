@@ -936,69 +936,66 @@ fn baseline(v: &Verdict) -> bool {
 /// the cells passed of those held (baselines shown as such, without pass or fail),
 /// then per figure how many held cells missed it, then the total.
 pub fn summary(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
+    let cells: Vec<(&str, &Verdict)> = rows
+        .iter()
+        .flat_map(|(_, d, vs)| vs.iter().map(move |v| (d.key(), v)))
+        .collect();
+    summarize(&cells)
+}
+
+/// [`summary`] of cells given as (device, verdict): a cell whose figures have no
+/// target (a baseline, or a case the device cannot serve) is not held.
+pub(crate) fn summarize(cells: &[(&str, &Verdict)]) -> String {
     let mut policies: Vec<&str> = Vec::new();
-    let mut devices: Vec<Device> = Vec::new();
-    for (_, d, verdicts) in rows {
+    let mut devices: Vec<&str> = Vec::new();
+    for (d, v) in cells {
         if !devices.contains(d) {
-            devices.push(*d);
+            devices.push(d);
         }
-        for v in verdicts {
-            if !policies.contains(&v.policy.as_str()) {
-                policies.push(&v.policy);
-            }
+        if !policies.contains(&v.policy.as_str()) {
+            policies.push(&v.policy);
         }
     }
-    let cells = |policy: &str, device: Option<Device>| -> Vec<&Verdict> {
-        rows.iter()
-            .filter(|(_, d, _)| device.is_none_or(|x| x == *d))
-            .flat_map(|(_, _, vs)| vs.iter().filter(|v| v.policy == policy))
-            .collect()
-    };
-    let count = |vs: &[&Verdict]| -> String {
-        if vs.iter().all(|v| baseline(v)) {
+    let count = |policy: &str, device: Option<&str>| -> String {
+        let held: Vec<&Verdict> = cells
+            .iter()
+            .filter(|(d, v)| v.policy == policy && device.is_none_or(|x| x == *d))
+            .map(|(_, v)| *v)
+            .filter(|v| !baseline(v))
+            .collect();
+        if held.is_empty() {
             "baseline".into()
         } else {
-            format!("{}/{}", vs.iter().filter(|v| v.pass()).count(), vs.len())
+            format!(
+                "{}/{}",
+                held.iter().filter(|v| v.pass()).count(),
+                held.len()
+            )
         }
     };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "| policy | {} | all |",
-        devices
-            .iter()
-            .map(|d| d.key())
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    let _ = writeln!(out, "| policy | {} | all |", devices.join(" | "));
     let _ = writeln!(out, "|---|{}---|", "---|".repeat(devices.len()));
     for p in &policies {
-        let per: Vec<String> = devices.iter().map(|&d| count(&cells(p, Some(d)))).collect();
-        let _ = writeln!(
-            out,
-            "| {p} | {} | {} |",
-            per.join(" | "),
-            count(&cells(p, None))
-        );
+        let per: Vec<String> = devices.iter().map(|d| count(p, Some(d))).collect();
+        let _ = writeln!(out, "| {p} | {} | {} |", per.join(" | "), count(p, None));
     }
     // Why held cells fail: each missed figure, counted once per cell.
+    let held: Vec<&Verdict> = cells
+        .iter()
+        .map(|(_, v)| *v)
+        .filter(|v| !baseline(v))
+        .collect();
     let mut reasons: Vec<(&str, usize)> = Vec::new();
-    for (_, _, vs) in rows {
-        for v in vs.iter().filter(|v| !baseline(v)) {
-            for f in v.figures.iter().filter(|f| !f.met()) {
-                match reasons.iter_mut().find(|(n, _)| *n == f.name) {
-                    Some((_, k)) => *k += 1,
-                    None => reasons.push((f.name, 1)),
-                }
+    for v in &held {
+        for f in v.figures.iter().filter(|f| !f.met()) {
+            match reasons.iter_mut().find(|(n, _)| *n == f.name) {
+                Some((_, k)) => *k += 1,
+                None => reasons.push((f.name, 1)),
             }
         }
     }
     reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let held: Vec<&Verdict> = rows
-        .iter()
-        .flat_map(|(_, _, vs)| vs.iter().filter(|v| !baseline(v)))
-        .collect();
-    let passed = held.iter().filter(|v| v.pass()).count();
     out.push('\n');
     if reasons.is_empty() {
         out.push_str("No held cell misses a figure.\n");
@@ -1010,22 +1007,11 @@ pub fn summary(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{passed} of {} held cells pass ({} properties × {} devices × {} policies held; baselines not counted)",
+        "\n{} of {} held cells pass ({} cells, {} not held: baselines, or cases with no target)",
+        held.iter().filter(|v| v.pass()).count(),
         held.len(),
-        rows.iter()
-            .map(|(p, _, _)| *p)
-            .fold(Vec::new(), |mut v, p| {
-                if !v.contains(&p) {
-                    v.push(p);
-                }
-                v
-            })
-            .len(),
-        devices.len(),
-        policies
-            .iter()
-            .filter(|p| !cells(p, None).iter().all(|v| baseline(v)))
-            .count()
+        cells.len(),
+        cells.len() - held.len()
     );
     out
 }
@@ -1100,4 +1086,42 @@ pub fn sweep_markdown(rows: &[(Property, Device, Vec<Verdict>)]) -> String {
         let _ = writeln!(out, "| {} | {} |", property.name(), cells.join(" | "));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(policy: &str, figures: Vec<Figure>) -> Verdict {
+        Verdict {
+            policy: policy.into(),
+            vs_none: 1.0,
+            bytes_vs_none: 1.0,
+            figures,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_held_cells_and_the_figures_they_miss() {
+        let r = |v: f64| Figure::new("lowest R (× its slice alone)", v, Some(0.9), true);
+        let w = |v: f64| Figure::new("longest wait (s)", v, Some(1.0), false);
+        let base = |v: f64| Figure::new("lowest R (× its slice alone)", v, None, true);
+        let a = verdict("sfq", vec![r(0.95), w(0.2)]);
+        let b = verdict("sfq", vec![r(0.5), w(2.0)]);
+        let c = verdict("sfq", vec![r(0.4), w(0.1)]);
+        let d = verdict("cfq", vec![base(0.1)]);
+        let cells = [("hdd", &a), ("hdd", &b), ("raid0", &c), ("hdd", &d)];
+        let text = summarize(&cells);
+        assert!(text.contains("| sfq | 1/2 | 0/1 | 1/3 |"), "{text}");
+        assert!(text.contains("| cfq | baseline | baseline |"), "{text}");
+        assert!(
+            text.contains("     2  lowest R (× its slice alone)\n"),
+            "{text}"
+        );
+        assert!(text.contains("     1  longest wait (s)\n"), "{text}");
+        assert!(
+            text.contains("1 of 3 held cells pass (4 cells, 1 not held"),
+            "{text}"
+        );
+    }
 }

@@ -570,7 +570,17 @@ fn switched_figures(r: &RunResult, ta1: &RunResult, over_ta1: f64, per: f64) -> 
     figures
 }
 
-/// The matrix as a Markdown table: one row per case × policy.
+/// The SLO matrix in a few lines a person reads: per policy and device the verdicts
+/// passed of those held (cases the device can serve), the figures missed, the total.
+pub fn summary(outcomes: &[Outcome]) -> String {
+    let cells: Vec<(&str, &Verdict)> = outcomes
+        .iter()
+        .flat_map(|o| o.verdicts.iter().map(move |v| (o.case.device.name(), v)))
+        .collect();
+    super::summarize(&cells)
+}
+
+/// The SLO matrix as a Markdown table: one row per case and policy.
 pub fn markdown(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     let _ = writeln!(
