@@ -81,25 +81,42 @@ pub fn entitlements(
         return claims.iter().map(|c| c.weight).collect();
     }
     let capacity: f64 = idx.iter().map(|&i| moved[i]).sum();
-    let mut out = vec![0.0; moved.len()];
+    fill(&idx, &|i| claims[i].weight, &floor, &ceil, capacity)
+}
+
+/// Water-filling: for the tenants in `idx`, `clamp(weight(i) · x, floor[i], ceil[i])`
+/// with the one `x` at which they add up to `capacity` — or every ceiling when the
+/// ceilings add up to no more, or the capacity split in proportion to the floors when
+/// the floors add up to as much or more; 0 for the tenants not in `idx`. One
+/// computation for every entitlement here ([`entitlements`], [`max_min`],
+/// [`super::insulation::water_fill`]).
+pub(crate) fn fill(
+    idx: &[usize],
+    weight: &dyn Fn(usize) -> f64,
+    floor: &[f64],
+    ceil: &[f64],
+    capacity: f64,
+) -> Vec<f64> {
+    let mut out = vec![0.0; floor.len()];
     let floors: f64 = idx.iter().map(|&i| floor[i]).sum();
     let ceils: f64 = idx.iter().map(|&i| ceil[i]).sum();
     if floors >= capacity {
-        idx.iter().for_each(|&i| out[i] = floor[i]);
+        if floors > 0.0 {
+            idx.iter()
+                .for_each(|&i| out[i] = capacity * floor[i] / floors);
+        }
         return out;
     }
     if ceils <= capacity {
         idx.iter().for_each(|&i| out[i] = ceil[i]);
         return out;
     }
-    let at = |x: f64, i: usize| (claims[i].weight * x).clamp(floor[i], ceil[i]);
+    let at = |x: f64, i: usize| (weight(i) * x).clamp(floor[i], ceil[i]);
     let total = |x: f64| idx.iter().map(|&i| at(x, i)).sum::<f64>();
-    let min_w = idx
-        .iter()
-        .map(|&i| claims[i].weight)
-        .fold(f64::INFINITY, f64::min);
-    // At capacity / min_w every tenant is at its limit or past the whole capacity, and
-    // the limits together exceed the capacity: the total is at least the capacity.
+    let min_w = idx.iter().map(|&i| weight(i)).fold(f64::INFINITY, f64::min);
+    // At capacity / min_w every tenant is at its ceiling or past the whole capacity,
+    // and the ceilings together exceed the capacity: the total is at least the
+    // capacity.
     let (mut lo, mut hi) = (0.0, capacity / min_w);
     for _ in 0..STEPS {
         let mid = 0.5 * (lo + hi);
@@ -148,40 +165,7 @@ pub fn max_min(
         })
         .collect();
     let capacity: f64 = idx.iter().map(|&i| moved[i]).sum();
-    let mut out = vec![0.0; n];
-    if idx.is_empty() {
-        return out;
-    }
-    let floors: f64 = idx.iter().map(|&i| floor[i]).sum();
-    let ceils: f64 = idx.iter().map(|&i| ceil[i]).sum();
-    if floors >= capacity {
-        if floors > 0.0 {
-            idx.iter()
-                .for_each(|&i| out[i] = capacity * floor[i] / floors);
-        }
-        return out;
-    }
-    if ceils <= capacity {
-        idx.iter().for_each(|&i| out[i] = ceil[i]);
-        return out;
-    }
-    let at = |x: f64, i: usize| (claims[i].weight * x).clamp(floor[i], ceil[i]);
-    let total = |x: f64| idx.iter().map(|&i| at(x, i)).sum::<f64>();
-    let min_w = idx
-        .iter()
-        .map(|&i| claims[i].weight)
-        .fold(f64::INFINITY, f64::min);
-    let (mut lo, mut hi) = (0.0, capacity / min_w);
-    for _ in 0..STEPS {
-        let mid = 0.5 * (lo + hi);
-        if total(mid) < capacity {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    idx.iter().for_each(|&i| out[i] = at(hi, i));
-    out
+    fill(&idx, &|i| claims[i].weight, &floor, &ceil, capacity)
 }
 
 #[cfg(test)]
@@ -245,8 +229,9 @@ mod tests {
             claim(1.0, Some(100.0), None),
             claim(5.0, None, None),
         ];
+        // 300 moved, floors of 300 and 100: the 300 split 3:1.
         let got = entitlements(&[100.0, 100.0, 100.0], &claims, &[true; 3], &[1.0; 3], 1.0);
-        assert_eq!(got, vec![300.0, 100.0, 0.0]);
+        assert_eq!(got, vec![225.0, 75.0, 0.0]);
         let claims = [claim(1.0, None, Some(50.0)), claim(2.0, None, Some(70.0))];
         let got = entitlements(&[100.0, 100.0], &claims, &[true; 2], &[1.0; 2], 1.0);
         assert_eq!(got, vec![50.0, 70.0]);

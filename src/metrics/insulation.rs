@@ -44,9 +44,6 @@ use serde::Serialize;
 /// Insulation the house holds every backlogged tenant to (Argon's R).
 pub const INSULATED: f64 = 0.9;
 
-/// Bisection steps: each halves the interval; 200 reach the last bit of an f64.
-const STEPS: usize = 200;
-
 /// What one tenant did alone on the device: under `none`, with the same device,
 /// precondition, seed and region, nobody else.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -117,32 +114,8 @@ pub fn water_fill(
                 .max(floor[i])
         })
         .collect();
-    let floors: f64 = floor.iter().sum();
-    let ceils: f64 = ceil.iter().sum();
-    if ceils <= capacity {
-        return ceil;
-    }
-    if floors >= capacity {
-        return floor.iter().map(|f| capacity * f / floors).collect();
-    }
-    let at = |x: f64, i: usize| (claims[i].weight * x).clamp(floor[i], ceil[i]);
-    let total = |x: f64| (0..n).map(|i| at(x, i)).sum::<f64>();
-    let min_w = (0..n)
-        .filter(|&i| ceil[i] > 0.0)
-        .map(|i| claims[i].weight)
-        .fold(f64::INFINITY, f64::min);
-    // At capacity / min_w every tenant that asks is at its ceiling or past the whole
-    // capacity, and the ceilings together exceed it.
-    let (mut lo, mut hi) = (0.0, capacity / min_w);
-    for _ in 0..STEPS {
-        let mid = 0.5 * (lo + hi);
-        if total(mid) < capacity {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    (0..n).map(|i| at(hi, i)).collect()
+    let all: Vec<usize> = (0..n).collect();
+    super::entitled::fill(&all, &|i| claims[i].weight, &floor, &ceil, capacity)
 }
 
 /// The capacity shared: one device-second a second, or the most any tenant used alone.
