@@ -18,12 +18,9 @@
 
 pub mod slo;
 
-use crate::metrics::entitled::{Claim, max_min};
+use crate::metrics::entitled::Claim;
 use crate::metrics::insulation::INSULATED;
-use crate::metrics::{
-    FLOOR_REQUESTS_PER_S, MEASURABLE_REQUESTS, RunResult, ScenarioResult, amount_error, measurable,
-    share_error,
-};
+use crate::metrics::{RunResult, ScenarioResult, max_min_error, measurable, share_error};
 use crate::policy::cost::Currency;
 use crate::policy::floor::FLOOR_EVERY;
 use crate::scenario::Scenario;
@@ -801,11 +798,7 @@ fn share_errors(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
     );
     let claims: Vec<Claim> = weights
         .iter()
-        .map(|&weight| Claim {
-            weight,
-            reservation_iops: None,
-            limit_iops: None,
-        })
+        .map(|&weight| Claim::weighted(weight))
         .collect();
     let hungry = &r.timeseries.hungry;
     let errors: Vec<f64> = (0..bins)
@@ -821,15 +814,7 @@ fn share_errors(r: &RunResult, series: &[Vec<u64>]) -> (f64, f64) {
                         .is_some_and(|h| h[start..end.min(h.len())].iter().any(|&x| x))
                 })
                 .collect();
-            let entitled = max_min(&moved, &claims, &asking, &per_request, secs);
-            let requests = MEASURABLE_REQUESTS.max(FLOOR_REQUESTS_PER_S * secs);
-            let judged: Vec<bool> = (0..moved.len())
-                .map(|i| asking[i] && entitled[i] >= requests * per_request[i])
-                .collect();
-            judged
-                .iter()
-                .any(|&j| j)
-                .then(|| amount_error(&moved, &entitled, &judged))
+            max_min_error(&moved, &claims, &asking, &per_request, secs)
         })
         .collect();
     (whole, mean(&errors))

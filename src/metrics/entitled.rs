@@ -35,6 +35,17 @@ pub struct Claim {
     pub limit_iops: Option<f64>,
 }
 
+impl Claim {
+    /// A weight and nothing else.
+    pub fn weighted(weight: f64) -> Self {
+        Claim {
+            weight,
+            reservation_iops: None,
+            limit_iops: None,
+        }
+    }
+}
+
 impl From<&TenantSpec> for Claim {
     fn from(t: &TenantSpec) -> Self {
         Claim {

@@ -393,6 +393,31 @@ pub fn share_error(bandwidth: &[f64], weights: &[f64], backlogged: &[bool]) -> f
     sum / idx.len() as f64
 }
 
+/// One span's share error by max-min: `moved` per tenant in the span's unit, `asking`
+/// the tenants that asked for more than they got, `mean` each tenant's mean request in
+/// the unit, `secs` the span. Each asking tenant whose entitlement
+/// ([`entitled::max_min`]) is [`MEASURABLE_REQUESTS`] of its requests or more (and the
+/// floor's rate) is compared with it; the amounts add up to what everyone who took part
+/// moved, so a tenant that took more without waiting shows in the others' shortfall.
+/// `None` when no tenant is judged.
+pub fn max_min_error(
+    moved: &[f64],
+    claims: &[Claim],
+    asking: &[bool],
+    mean: &[f64],
+    secs: f64,
+) -> Option<f64> {
+    let entitled = max_min(moved, claims, asking, mean, secs);
+    let requests = MEASURABLE_REQUESTS.max(FLOOR_REQUESTS_PER_S * secs);
+    let judged: Vec<bool> = (0..moved.len())
+        .map(|i| asking[i] && entitled[i] > 0.0 && entitled[i] >= requests * mean[i])
+        .collect();
+    judged
+        .iter()
+        .any(|&j| j)
+        .then(|| amount_error(moved, &entitled, &judged))
+}
+
 /// Mean over the `judged` tenants entitled to something of |got − entitled| ÷
 /// entitled, both amounts ([`entitled::max_min`]'s); 0 without any.
 pub fn amount_error(got: &[f64], entitled: &[f64], judged: &[bool]) -> f64 {
@@ -454,11 +479,7 @@ pub fn measurable(
 pub fn interval_share_error(bytes: &[Vec<u64>], weights: &[f64], backlogged: &[Vec<bool>]) -> f64 {
     let claims: Vec<Claim> = weights
         .iter()
-        .map(|&weight| Claim {
-            weight,
-            reservation_iops: None,
-            limit_iops: None,
-        })
+        .map(|&weight| Claim::weighted(weight))
         .collect();
     interval_share_error_judged(bytes, &claims, backlogged, None).0
 }
@@ -484,32 +505,17 @@ fn interval_share_error_judged(
             bw[i] = series.get(b).copied().unwrap_or(0) as f64;
             now[i] = backlogged[i].get(b).copied().unwrap_or(false);
         }
-        let (weights, judged) = match mean {
-            Some((mean, secs)) => {
-                let weights = max_min(&bw, claims, &now, mean, secs);
-                // Measurable: entitled to enough of its own requests to tell
-                // ([`MEASURABLE_REQUESTS`], the floor's rate), or starved.
-                let requests = MEASURABLE_REQUESTS.max(FLOOR_REQUESTS_PER_S * secs);
-                let judged = (0..bw.len())
-                    .map(|i| now[i] && weights[i] >= requests * mean[i])
-                    .collect();
-                (weights, judged)
-            }
-            None => (claims.iter().map(|c| c.weight).collect(), now.clone()),
-        };
-        if mean.is_some() {
-            // Max-min entitlements are amounts: together they are what everyone who took
-            // part moved, so each judged tenant is compared with its own amount (a
-            // tenant that took more without waiting shows in the others' shortfall).
-            if (0..bw.len()).any(|i| judged[i] && weights[i] > 0.0) {
-                sum += amount_error(&bw, &weights, &judged);
+        if let Some((mean, secs)) = mean {
+            if let Some(e) = max_min_error(&bw, claims, &now, mean, secs) {
+                sum += e;
                 n += 1;
             }
             continue;
         }
-        let moved: f64 = (0..bw.len()).filter(|&i| judged[i]).map(|i| bw[i]).sum();
+        let weights: Vec<f64> = claims.iter().map(|c| c.weight).collect();
+        let moved: f64 = (0..bw.len()).filter(|&i| now[i]).map(|i| bw[i]).sum();
         if moved > 0.0 {
-            sum += share_error(&bw, &weights, &judged);
+            sum += share_error(&bw, &weights, &now);
             n += 1;
         }
     }
