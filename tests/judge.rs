@@ -80,6 +80,25 @@ fn by_hand(got: u64, alone: &(Vec<f64>, Vec<f64>), entitled: &[f64], c: f64) -> 
     (got as f64 / expected, share)
 }
 
+/// Checks both tenants of a two-tenant run against the hand computation: max-min of
+/// their alone demands by `weights` in each interval; returns each one's entitlements.
+fn two_by_hand(
+    one: &RunResult,
+    alone: &[(Vec<f64>, Vec<f64>)],
+    weights: [f64; 2],
+) -> Vec<[f64; 2]> {
+    let c = capacity(one);
+    let e: Vec<[f64; 2]> = (0..alone[0].1.len())
+        .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], weights, c))
+        .collect();
+    for (i, t) in one.tenants.iter().enumerate() {
+        let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
+        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
+        close(t.insulation.unwrap(), r, &t.name);
+        close(t.entitled_device_share.unwrap(), share, &t.name);
+    }
+}
+
 fn two(weights: (f64, f64), a: &str, b: &str, policies: &str) -> String {
     format!(
         "duration_s = 4\nwarmup_s = 0.5\ninterval_s = 0.5\ninsulation = true\npolicies = {policies}\n{FIXED}\
@@ -102,22 +121,15 @@ fn two_backlogged_tenants_are_entitled_by_weight() {
     let r = run(&text);
     let alone = alone_series(&text);
     for run in &r.runs {
-        let c = capacity(run);
         // Alone, each is the device's: 1 / 108.192 µs and 1 / 231.072 µs.
         let a = run.tenants[0].alone.unwrap();
         assert!((a.iops - 1e6 / 108.192).abs() / a.iops < 0.01, "{a:?}");
         assert!(a.device_time_per_s > 0.99, "{a:?}");
-        let bins = alone[0].1.len();
-        let e: Vec<[f64; 2]> = (0..bins)
-            .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [1.0, 3.0], c))
-            .collect();
-        for (i, t) in run.tenants.iter().enumerate() {
-            let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
-            let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
-            close(t.insulation.unwrap(), r, &t.name);
-            close(t.entitled_device_share.unwrap(), share, &t.name);
-            // Every interval both ask for the whole device: 1/4 and 3/4.
-            assert!((share - [0.25, 0.75][i]).abs() < 1e-9, "{share}");
+        two_by_hand(run, &alone, [1.0, 3.0]);
+        // Every interval both ask for the whole device: 1/4 and 3/4.
+        for (t, want) in run.tenants.iter().zip([0.25, 0.75]) {
+            let share = t.entitled_device_share.unwrap();
+            assert!((share - want).abs() < 1e-9, "{share}");
         }
         let lowest = run.tenants[0]
             .insulation
@@ -161,18 +173,9 @@ fn a_light_tenant_is_entitled_to_all_it_asks_and_a_returning_one_only_while_ther
     let r = run(&text);
     let alone = alone_series(&text);
     let one = &r.runs[0];
-    let c = capacity(one);
     let demand = one.tenants[0].alone.unwrap().device_time_per_s;
     assert!((demand - 0.108192).abs() < 0.005, "{demand}");
-    let e: Vec<[f64; 2]> = (0..alone[0].1.len())
-        .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [1.0, 1.0], c))
-        .collect();
-    for (i, t) in one.tenants.iter().enumerate() {
-        let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
-        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
-        close(t.insulation.unwrap(), r, &t.name);
-        close(t.entitled_device_share.unwrap(), share, &t.name);
-    }
+    two_by_hand(one, &alone, [1.0, 1.0]);
     // Entitled to all it asks: R is what it got over what it got alone.
     let a = &one.tenants[0];
     let alone_bytes: f64 = alone[0].0.iter().sum();
@@ -193,16 +196,7 @@ fn a_light_tenant_is_entitled_to_all_it_asks_and_a_returning_one_only_while_ther
     let r = run(&text);
     let alone = alone_series(&text);
     let one = &r.runs[0];
-    let c = capacity(one);
-    let e: Vec<[f64; 2]> = (0..alone[0].1.len())
-        .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], [3.0, 1.0], c))
-        .collect();
-    for (i, t) in one.tenants.iter().enumerate() {
-        let mine: Vec<f64> = e.iter().map(|x| x[i]).collect();
-        let (r, share) = by_hand(t.bytes, &alone[i], &mine, c);
-        close(t.insulation.unwrap(), r, &t.name);
-        close(t.entitled_device_share.unwrap(), share, &t.name);
-    }
+    two_by_hand(one, &alone, [3.0, 1.0]);
     // Back for 2 of the 3.5 s measured, at 3/4: 3/4 × 2/3.5 of the device; whole-run
     // means would have entitled it to 3/4 of the whole span.
     let share = one.tenants[0].entitled_device_share.unwrap();
