@@ -81,12 +81,8 @@ fn by_hand(got: u64, alone: &(Vec<f64>, Vec<f64>), entitled: &[f64], c: f64) -> 
 }
 
 /// Checks both tenants of a two-tenant run against the hand computation: max-min of
-/// their alone demands by `weights` in each interval; returns each one's entitlements.
-fn two_by_hand(
-    one: &RunResult,
-    alone: &[(Vec<f64>, Vec<f64>)],
-    weights: [f64; 2],
-) -> Vec<[f64; 2]> {
+/// their alone demands by `weights` in each interval.
+fn two_by_hand(one: &RunResult, alone: &[(Vec<f64>, Vec<f64>)], weights: [f64; 2]) {
     let c = capacity(one);
     let e: Vec<[f64; 2]> = (0..alone[0].1.len())
         .map(|k| max_min2([alone[0].1[k], alone[1].1[k]], weights, c))
