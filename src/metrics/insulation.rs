@@ -82,15 +82,6 @@ impl Alone {
     }
 }
 
-/// The device time each tenant is entitled to, device-seconds a second: max-min by
-/// weight over `capacity` with each tenant's demand `alone[i].device_time_per_s`,
-/// clamped by reservations and limits (see the module's formulas).
-pub fn entitled_device_time(alone: &[Alone], claims: &[Claim], capacity: f64) -> Vec<f64> {
-    let demand: Vec<f64> = alone.iter().map(|a| a.device_time_per_s).collect();
-    let per_request: Vec<f64> = alone.iter().map(Alone::per_request).collect();
-    water_fill(&demand, &per_request, claims, capacity)
-}
-
 /// Max-min by weight over `capacity` with each tenant demanding `demand[i]`
 /// (device-seconds a second), reservations and limits turned into device time at
 /// `per_request[i]` device-seconds a request.
@@ -124,19 +115,6 @@ pub fn capacity(alone: &[Alone]) -> f64 {
         .iter()
         .map(|a| a.device_time_per_s)
         .fold(1.0, f64::max)
-}
-
-/// What tenant `alone` would move with `entitled` device-seconds a second, bytes a
-/// second: its throughput alone scaled by its entitlement over what it used alone.
-/// `None` when it moved nothing alone or is entitled to nothing.
-pub fn expected(alone: &Alone, entitled: f64) -> Option<f64> {
-    (alone.device_time_per_s > 0.0 && entitled > 0.0 && alone.bandwidth_bytes_per_s > 0.0)
-        .then(|| alone.bandwidth_bytes_per_s * (entitled / alone.device_time_per_s).min(1.0))
-}
-
-/// Its insulation: bytes a second it got over [`expected`].
-pub fn insulation(got_bytes_per_s: f64, alone: &Alone, entitled: f64) -> Option<f64> {
-    expected(alone, entitled).map(|e| got_bytes_per_s / e)
 }
 
 /// Whether a slice of `entitled` device-seconds a second over `secs` seconds is enough
@@ -286,6 +264,25 @@ mod tests {
         }
     }
 
+    /// Whole-run entitlements of tenants as they were alone (one steady interval).
+    fn entitled_device_time(a: &[Alone], c: &[Claim], capacity: f64) -> Vec<f64> {
+        let demand: Vec<f64> = a.iter().map(|a| a.device_time_per_s).collect();
+        let per_request: Vec<f64> = a.iter().map(Alone::per_request).collect();
+        water_fill(&demand, &per_request, c, capacity)
+    }
+
+    /// The yardstick of tenants steady for one second at their alone figures.
+    fn one_second(a: &[Alone], c: &[Claim]) -> Yardstick {
+        let series: Vec<AloneSeries> = a
+            .iter()
+            .map(|a| AloneSeries {
+                bytes: vec![a.bandwidth_bytes_per_s as u64],
+                device_ns: vec![(a.device_time_per_s * 1e9) as u64],
+            })
+            .collect();
+        Yardstick::new(a.to_vec(), &series, c, 1.0, 1.0)
+    }
+
     fn close(a: &[f64], b: &[f64]) {
         assert_eq!(a.len(), b.len());
         for (x, y) in a.iter().zip(b) {
@@ -311,14 +308,14 @@ mod tests {
         close(&e, &[0.1, 0.3, 0.6]);
         // R: the light one got 0.9 MB/s of its 1 → 0.9; the second 33 of 100 × 0.3 =
         // 30 → 1.1; the third 2.4 of 4 × 0.6 = 2.4 → 1.
-        close(
-            &[
-                insulation(0.9e6, &a[0], e[0]).unwrap(),
-                insulation(33e6, &a[1], e[1]).unwrap(),
-                insulation(2.4e6, &a[2], e[2]).unwrap(),
-            ],
-            &[0.9, 1.1, 1.0],
-        );
+        let y = one_second(&a, &c);
+        close(&y.entitled_share, &[0.1, 0.3, 0.6]);
+        let r: Vec<f64> = [0.9e6, 33e6, 2.4e6]
+            .iter()
+            .zip(&y.expected_bytes)
+            .map(|(got, e)| got / e.unwrap())
+            .collect();
+        close(&r, &[0.9, 1.1, 1.0]);
     }
 
     #[test]
@@ -383,8 +380,21 @@ mod tests {
 
     #[test]
     fn nothing_alone_or_nothing_entitled_has_no_figure() {
-        let idle = alone(0.0, 0.0, 0.0);
-        assert_eq!(insulation(5.0, &idle, 0.5), None);
-        assert_eq!(insulation(5.0, &alone(1.0, 1.0, 1.0), 0.0), None);
+        // An idle tenant moved nothing alone; beside reservations that take the whole
+        // device, a tenant without one is entitled to nothing.
+        let a = [
+            alone(0.0, 0.0, 0.0),
+            alone(4e6, 1e3, 1.0),
+            alone(4e6, 1e3, 1.0),
+        ];
+        let c = [
+            claim(1.0, None, None),
+            claim(1.0, Some(1000.0), None),
+            claim(1.0, None, None),
+        ];
+        let y = one_second(&a, &c);
+        assert_eq!(y.expected_bytes[0], None);
+        assert_eq!(y.expected_bytes[2], None);
+        assert!(y.expected_bytes[1].is_some());
     }
 }

@@ -178,11 +178,11 @@ pub struct TenantResult {
     pub alone: Option<insulation::Alone>,
     /// The part of the device's time it is entitled to: max-min by weight over what
     /// each tenant used alone, clamped by reservations and limits
-    /// ([`insulation::entitled_device_time`]).
+    /// ([`insulation::Yardstick`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entitled_device_share: Option<f64>,
     /// Its insulation R: what it got over what its entitled slice gives it alone
-    /// ([`insulation::insulation`]); 1 is whole, the house holds backlogged tenants to
+    /// ([`insulation::Yardstick`]); 1 is whole, the house holds backlogged tenants to
     /// [`insulation::INSULATED`]. Absent where its slice is too small to measure
     /// ([`insulation::measurable`]).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -74,17 +74,7 @@ pub fn yardstick(
 }
 
 /// What each tenant of `scenario` does alone on copies of `device` (preconditioned,
-/// priced by `cost`), in tenant order.
-pub fn alone(
-    scenario: &Scenario,
-    device: &dyn DeviceModel,
-    cost: CostModel,
-    options: RunOptions,
-) -> Result<Vec<Alone>, PolicyError> {
-    Ok(alone_series(scenario, device, cost, options)?.0)
-}
-
-/// [`alone`] with each tenant's bytes and device time per interval.
+/// priced by `cost`), in tenant order, with its bytes and device time per interval.
 fn alone_series(
     scenario: &Scenario,
     device: &dyn DeviceModel,
@@ -192,7 +182,9 @@ mod tests {
         );
         let device = s.device.build(s.seed);
         let cost = s.device.fitted_cost(device.as_ref());
-        let a = alone(&s, device.as_ref(), cost, RunOptions::default()).unwrap();
+        let a = alone_series(&s, device.as_ref(), cost, RunOptions::default())
+            .unwrap()
+            .0;
         assert_eq!(a.len(), 3);
         assert_eq!(a[0], a[1]);
         assert_ne!(a[0], a[2]);
