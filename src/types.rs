@@ -38,12 +38,41 @@ pub struct Slo {
     pub size: u32,
     /// Required response time in microseconds.
     pub rt_us: u64,
+    /// How many requests above `iops` the tenant may send at once and still be
+    /// compliant: its arrivals pass a token bucket this deep refilled at `iops` (as
+    /// `tc`'s and QEMU's throttles take a burst). `None`: [`Slo::DEFAULT_BURST_S`] of
+    /// the rate ([`Slo::burst_requests`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
 }
 
 impl Slo {
+    /// Seconds of its rate a tenant's burst is when its SLO does not say: one, as
+    /// QEMU's throttles default to (`bps-max-length`).
+    pub const DEFAULT_BURST_S: f64 = 1.0;
+
+    /// An SLO of `iops` requests of `size` bytes a second within `rt_us`, with the
+    /// default burst.
+    pub fn new(iops: f64, size: u32, rt_us: u64) -> Self {
+        Slo {
+            iops,
+            size,
+            rt_us,
+            burst: None,
+        }
+    }
+
     /// Required response time in nanoseconds.
     pub fn rt_nanos(&self) -> Nanos {
         self.rt_us.saturating_mul(1_000)
+    }
+
+    /// The burst in requests: as written, or [`Slo::DEFAULT_BURST_S`] of the rate; at
+    /// least one request.
+    pub fn burst_requests(&self) -> f64 {
+        self.burst
+            .unwrap_or(self.iops * Self::DEFAULT_BURST_S)
+            .max(1.0)
     }
 }
 

@@ -189,7 +189,7 @@ pub const MAX_WEIGHT: f64 = 1.0e6;
 pub struct QosFields {
     /// `weight` (default 1).
     pub weight: Option<f64>,
-    /// `slo = { iops, size, rt_us }`.
+    /// `slo = { iops, size, rt_us, burst }`.
     pub slo: Option<Slo>,
     /// `reservation_iops`.
     pub reservation_iops: Option<f64>,
@@ -215,6 +215,17 @@ impl QosFields {
             return Err(Invalid::new(
                 "slo",
                 "needs iops > 0, size > 0 and rt_us > 0",
+            ));
+        }
+        if let Some(burst) = self.slo.and_then(|s| s.burst)
+            && !(burst.is_finite() && (1.0..=1e9).contains(&burst))
+        {
+            return Err(Invalid::new(
+                "slo.burst",
+                format!(
+                    "must be in [1, 1000000000] requests (how many may come at once above iops), got {}",
+                    shown(burst)
+                ),
             ));
         }
         for (field, v) in [
@@ -392,14 +403,20 @@ mod tests {
             ),
             (
                 QosFields {
-                    slo: Some(Slo {
-                        iops: f64::INFINITY,
-                        size: 4096,
-                        rt_us: 1,
-                    }),
+                    slo: Some(Slo::new(f64::INFINITY, 4096, 1)),
                     ..QosFields::default()
                 },
                 "slo",
+            ),
+            (
+                QosFields {
+                    slo: Some(Slo {
+                        burst: Some(0.5),
+                        ..Slo::new(100.0, 4096, 1000)
+                    }),
+                    ..QosFields::default()
+                },
+                "slo.burst",
             ),
         ];
         for (q, field) in cases {

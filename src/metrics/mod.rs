@@ -1425,11 +1425,7 @@ mod tests {
     #[test]
     fn recorder_bins_counts_and_slo() {
         let mut a = TenantSpec::weighted("a", 2.0);
-        a.slo = Some(Slo {
-            iops: 100.0,
-            size: 4096,
-            rt_us: 1000,
-        });
+        a.slo = Some(Slo::new(100.0, 4096, 1000));
         let b = TenantSpec::weighted("b", 1.0);
         let specs = [a, b];
         let s = 1_000_000_000;
@@ -1498,11 +1494,7 @@ mod tests {
     fn phases_split_iops_satisfaction_rejections_and_switch_time() {
         // rt 1 ms; phases [0, 1 s) and [1 s, 2 s); measured from 0.5 s.
         let mut a = TenantSpec::weighted("a", 1.0);
-        a.slo = Some(Slo {
-            iops: 100.0,
-            size: 4096,
-            rt_us: 1000,
-        });
+        a.slo = Some(Slo::new(100.0, 4096, 1000));
         let specs = [a];
         let s = 1_000_000_000;
         let mut r = Recorder::new(&specs, s / 2, 2 * s, s).with_phases(&[s, 5 * s]);

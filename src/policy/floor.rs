@@ -135,6 +135,23 @@ impl Floor {
         self.waiting_since[tenant as usize] = still_backlogged.then_some(now);
     }
 
+    /// A request of `tenant` went to the device at `now` outside the weights and the
+    /// floor (mClock's reservations): its wait starts again, and the floor earns
+    /// nothing from it.
+    pub fn served_outside(&mut self, tenant: TenantId, now: Nanos, still_backlogged: bool) {
+        if self.max_wait.is_some() {
+            self.waiting_since[tenant as usize] = still_backlogged.then_some(now);
+        }
+    }
+
+    /// `tenant`, backlogged, may not be served before `from` (a limit holds it): its
+    /// wait counts from then.
+    pub fn postpone(&mut self, tenant: TenantId, from: Nanos) {
+        if let Some(since) = self.waiting_since[tenant as usize].as_mut() {
+            *since = (*since).max(from);
+        }
+    }
+
     /// Forgets every waiting tenant (the policy withdrew everything).
     pub fn clear(&mut self) {
         self.waiting_since.iter_mut().for_each(|w| *w = None);

@@ -1610,11 +1610,7 @@ mod tests {
         let p = Params::for_device(&cost);
         let mut tenants = specs(&[1.0, 9.0]);
         let rate = 2_000.0;
-        let slo = |rt_us| Slo {
-            iops: rate,
-            size: 4096,
-            rt_us,
-        };
+        let slo = |rt_us| Slo::new(rate, 4096, rt_us);
         tenants[0].slo = Some(slo(2_000));
         let secs = nanos_to_secs(p.period);
         let within = reads((rate * secs * 0.9) as u64);

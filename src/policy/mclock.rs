@@ -1,28 +1,59 @@
 //! `mclock`: reservation, weight and limit per tenant with the three tags of mClock
 //! (Gulati, Merchant, Varman, "mClock: Handling Throughput Variability for Hypervisor IO
-//! Scheduling", OSDI 2010).
+//! Scheduling", OSDI 2010), with the tag adjustments and per-request costs of its
+//! distributed form dmClock (same paper, §4; Ceph's `dmclock` library).
 //!
-//! Each request carries three tags, in nanoseconds of virtual time:
-//! `R = max(R' + 1/r, t)`, `L = max(L' + 1/l, t)`, `P = max(P' + 1/w, t)`, where the
-//! primes are the previous request's tags and `t` its arrival: a tenant that was idle
-//! starts again from the present and does not bank credit. Dispatch first serves, among
-//! tenants whose head has `R ≤ now`, the smallest `R` (the constraint phase: reservations
-//! are met first); otherwise, among tenants whose head has `L ≤ now`, the smallest `P`
-//! (the weight phase), and then takes `1/r` back off that tenant's reservation tags, so
-//! service by weight does not count against the reservation. Nothing eligible: wait for
-//! the earliest `R` or `L` to come due.
+//! Each request carries three tags: `R = max(R' + 1/r, t)`, `L = max(L' + 1/l, t)` in
+//! nanoseconds of real time, where the primes are the previous request's tags and `t`
+//! its arrival, and a proportional tag `P = P' + c / w` in virtual time, `c` the
+//! request's cost. Dispatch first serves, among tenants whose head has `R ≤ now`, the
+//! smallest `R` (the constraint phase: reservations are met first); otherwise, among
+//! tenants whose head has `L ≤ now`, the smallest `P` (the weight phase), and then takes
+//! `1/r` back off that tenant's reservation tags, so service by weight does not count
+//! against the reservation. Nothing eligible: wait for the earliest `R` or `L` to come
+//! due.
 //!
 //! Readings chosen:
 //! * Tags are computed when a request reaches the head of its tenant's queue, from the
 //!   previous request's tags and its own arrival time; the queues are FIFO, so this is
 //!   the paper's arrival-time tagging, and the reduction after a weight-phase dispatch
 //!   applies to the next head only (the later ones derive from it).
-//! * A tenant that becomes backlogged gets `P` no lower than the smallest `P` among the
-//!   backlogged heads (the paper's adjustment when a VM becomes active), so a newcomer
-//!   neither starves nor is starved by tenants whose `P` ran ahead of real time.
+//! * **Reading: `P` advances by the request's cost in device time, and weights are
+//!   scale-free.** The paper's `1/w` per request shares requests: beside 512 B, 4 KiB
+//!   and 1 MiB tenants, or a replayed trace, the worst tenant got 0.06–0.10 of what its
+//!   slice of the device gives it alone, where the policies sharing device time got
+//!   0.78–1.49. dmClock gives each request a cost; here it is the device time the host's
+//!   cost model stamps on it ([`crate::types::Request::cost`]), the currency every other
+//!   proportional policy shares. The step is `c × (Σw / n) / w` with `Σw / n` the mean
+//!   weight of the tenants the policy was built with (fixed after): multiplying every
+//!   weight by the same factor gives the same steps (exactly, for integer weights: both
+//!   are the correctly rounded quotient of the same number), so the same dispatches. In
+//!   the paper's tags `P = max(P' + 1/w, t)` virtual and real time meet at `t`, and the
+//!   outcome depended on the weights' scale: at 41 k IOPS a weight-2 tenant's `P` ran
+//!   seconds ahead of real time, and with weights ×10⁴ a backlogged reader stalled for
+//!   5 s where ×10⁵ did not. Reservations and limits stay in requests a second (IOPS,
+//!   as users write them).
+//! * **Reading: a tenant that becomes backlogged starts at the virtual time of all
+//!   active tenants**, queued or in the device: `P = max(P', v) + c / w`, with `v` the
+//!   start (`max(P', v)`) of the last request dispatched by weight (SFQ's virtual time,
+//!   which dmClock's idle-tag adjustment approximates with the smallest tag among the
+//!   active clients). The paper lifts a newcomer to the smallest `P` among the
+//!   requests *queued in the host*; with a busy tenant's requests all in the device, a
+//!   returning tenant kept a stale tag and won every pick, and a weight-2 reader
+//!   backlogged all the time got nothing for the 5 s of a weight-1 writer's burst. So an
+//!   idle spell earns nothing and costs nothing, and a tenant sending less than its
+//!   share is served at `v`, ahead of backlogged tenants whose tags ran past it.
+//!   dmClock's anticipation window is `anticipation_ms` (default 0, as dmClock's): a
+//!   tenant whose queue emptied less than that long ago keeps `P'`, for clients that
+//!   send their next request as the last completes.
+//! * A backlogged tenant is served at least once every `max_wait_ms` (500) by the
+//!   service floor ([`super::floor`]), which charges its `P` nothing (the floor's
+//!   reading is mClock's own: a reservation of two requests a second for every
+//!   tenant). With 1,024 tenants of weights 1–1000 exact shares left tenants unserved
+//!   for 1.0–1.2 s. A tenant held by its limit is not owed the floor: its wait counts
+//!   from when the limit lets it go.
 //! * A tenant without a reservation never enters the constraint phase; one without a
-//!   limit is never held by `L`. Costs are per request (reservations and limits are
-//!   IOPS).
+//!   limit is never held by `L`.
 //! * The paper schedules into ESX's fixed-depth device queue and adapts that depth
 //!   separately (PARDA); tags order only what the host still holds, so in a deep device
 //!   queue a weight or a reservation arrives behind everyone's requests. The dispatch
@@ -102,6 +133,7 @@
 //!   by `P` (those that may go by weight, and all of them for a newcomer's start), with
 //!   stale entries dropped as they surface: O(log n) per request at any tenant count.
 use super::depth::DispatchDepth;
+use super::floor::Floor;
 use super::token_bucket::RateTest;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
@@ -130,7 +162,14 @@ struct Tenant {
     /// 1/r, 1/l, 1/w in nanoseconds (`None`: no reservation / no limit).
     r_inc: Option<Nanos>,
     l_inc: Option<Nanos>,
-    p_inc: Nanos,
+    /// Weight of reference ÷ weight: `P` advances by cost × this (module doc).
+    p_ratio: f64,
+    /// Where the head's `P` started (`max(P', v)`): the virtual time its dispatch by
+    /// weight reaches, and what a floor dispatch leaves `P` at.
+    head_start: Nanos,
+    /// When its queue last emptied (`None` while it has requests queued, or before
+    /// its first): within `anticipation` of it the tenant keeps its `P'`.
+    idle_since: Option<Nanos>,
     /// Tags of the previous request (`None` before the first).
     last: Option<Tags>,
     /// Tags of the head of the queue.
@@ -139,6 +178,7 @@ struct Tenant {
     generation: u64,
     by_reservation: u64,
     by_weight: u64,
+    by_floor: u64,
     /// The SLO's response time (`None` without an SLO).
     rt: Option<Nanos>,
     /// 1/(r × (1 + `reservation_slack`)): `R`'s step while the tenant keeps to `r`.
@@ -147,6 +187,9 @@ struct Tenant {
     rate: Option<RateTest>,
     /// Whether its latest arrival found it within its reservation.
     within: bool,
+    /// How much of its reservation, in time, it may bank when its SLO states a burst
+    /// (`None`: `reservation_burst_ms`).
+    r_burst: Option<Nanos>,
 }
 
 impl Tenant {
@@ -171,11 +214,17 @@ pub struct MClock {
     by_l: BinaryHeap<Entry>,
     /// Heads that may go by weight (no limit, or `L` come due), by `P`.
     by_p: BinaryHeap<Entry>,
-    /// Every head, by `P` (a newcomer starts no lower than the smallest).
-    all_p: BinaryHeap<Entry>,
     depth: DispatchDepth,
-    /// `P` of the last request dispatched in the weight phase.
-    last_weight_p: Nanos,
+    /// Virtual time: the largest start of a `P` dispatched in the weight phase
+    /// (module doc).
+    virtual_time: Nanos,
+    /// The weight `P`'s steps are measured against: the sum and count of the weights
+    /// the policy was built with (`None` before the first tenant).
+    weight_ref: Option<(f64, f64)>,
+    /// `anticipation_ms`, ns.
+    anticipation: Nanos,
+    /// The service floor (module doc).
+    floor: Floor,
     /// A completion of a timed tenant later than `late` × its `rt` is late.
     late: f64,
     /// Requests in the device that went out in the constraint phase (outside the
@@ -236,14 +285,24 @@ impl MClock {
                 format!("must be in [0, 10000] ms, got {burst_ms}"),
             ));
         }
+        let anticipation_ms = params.f64_or("anticipation_ms", 0.0)?;
+        if !(0.0..=10_000.0).contains(&anticipation_ms) {
+            return Err(params.invalid(
+                "anticipation_ms",
+                format!("must be in [0, 10000] ms, got {anticipation_ms}"),
+            ));
+        }
+        let floor = Floor::from_params(params, tenants.len())?;
         let mut m = MClock::with(tenants, depth, late, slack);
         m.burst = (burst_ms * 1e6) as Nanos;
+        m.anticipation = (anticipation_ms * 1e6) as Nanos;
+        m.floor = floor;
         Ok(Box::new(m))
     }
 
     /// mClock over `tenants`, with each one's reservation, limit (IOPS) and weight, and
-    /// no dispatch depth of its own (the paper's scheduler alone, without slack or
-    /// burst).
+    /// no dispatch depth of its own (the paper's scheduler alone, without slack, burst,
+    /// anticipation or service floor).
     pub fn new(tenants: &[TenantSpec]) -> Self {
         Self::with(
             tenants,
@@ -260,14 +319,20 @@ impl MClock {
             by_r: BinaryHeap::new(),
             by_l: BinaryHeap::new(),
             by_p: BinaryHeap::new(),
-            all_p: BinaryHeap::new(),
             depth,
-            last_weight_p: 0,
+            virtual_time: 0,
+            weight_ref: None,
+            anticipation: 0,
+            floor: Floor::new(tenants.len(), None),
             late,
             by_reservation: FxHashSet::default(),
             slack,
             burst: 0,
         };
+        if !tenants.is_empty() {
+            let sum: f64 = tenants.iter().map(|t| t.weight).sum();
+            m.weight_ref = Some((sum, tenants.len() as f64));
+        }
         m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
         for (i, x) in m.tenants.iter().enumerate() {
             m.depth.set_timed(i as TenantId, x.timed());
@@ -282,17 +347,30 @@ impl MClock {
             r_inc_slack: spec
                 .reservation_iops
                 .map(|r| inverse(r * (1.0 + self.slack))),
-            rate: spec
-                .reservation_iops
-                .map(|r| RateTest::new(r, RATE_TOLERANCE, RATE_TEST_REQUESTS, RATE_TEST_HZ, now)),
+            // Within its SLO's burst a tenant keeps to its rate.
+            rate: spec.reservation_iops.map(|r| {
+                let depth = spec.slo.map_or(RATE_TEST_REQUESTS, |s| {
+                    s.burst_requests().max(RATE_TEST_REQUESTS)
+                });
+                RateTest::new(r, RATE_TOLERANCE, depth, RATE_TEST_HZ, now)
+            }),
+            // An SLO that states its burst banks that many requests of reservation.
+            r_burst: spec
+                .slo
+                .and_then(|s| s.burst)
+                .zip(spec.reservation_iops)
+                .map(|(b, r)| crate::types::secs_to_nanos(b / r)),
             within: true,
             l_inc: spec.limit_iops.map(inverse),
-            p_inc: inverse(spec.weight),
+            p_ratio: self.ratio(spec.weight),
+            head_start: 0,
+            idle_since: None,
             last: None,
             head: None,
             generation: 0,
             by_reservation: 0,
             by_weight: 0,
+            by_floor: 0,
         }
     }
 
@@ -323,27 +401,42 @@ impl MClock {
         }
     }
 
+    /// Weight of reference ÷ `weight` (module doc).
+    fn ratio(&self, weight: f64) -> f64 {
+        self.weight_ref.map_or(1.0, |(sum, n)| sum / (n * weight))
+    }
+
+    /// What a request costing `cost` adds to its tenant's `P`.
+    fn step(x: &Tenant, cost: u64) -> Nanos {
+        // A float cast saturates: a tiny weight gives a huge step, never a wrap.
+        ((cost.max(1) as f64 * x.p_ratio).round() as Nanos).max(1)
+    }
+
     /// Tags the head of tenant `t` from the previous tags and its arrival, and lists
-    /// it; a tenant that just became backlogged also starts no lower than the other
-    /// heads' smallest `P`.
+    /// it; a tenant that just became backlogged starts no lower than virtual time
+    /// unless it was idle for less than the anticipation window.
     fn tag_head(&mut self, t: usize, newly_backlogged: bool, now: Nanos) {
-        let min_p = if newly_backlogged {
-            self.peek(|m| &mut m.all_p).map(|(p, _)| p)
-        } else {
-            None
-        };
         let Some(r) = self.queues.front(t as TenantId).copied() else {
             self.tenants[t].head = None;
             return;
         };
-        let burst = self.burst;
+        let (v, anticipation) = (self.virtual_time, self.anticipation);
         let x = &mut self.tenants[t];
+        let burst = x.r_burst.unwrap_or(self.burst);
         let at = r.arrival;
         let next = |prev: Option<Nanos>, inc: Nanos| prev.map_or(at, |p| (p + inc).max(at));
-        let mut proportion = next(x.last.map(|l| l.proportion), x.p_inc);
-        if let Some(m) = min_p {
-            proportion = proportion.max(m);
-        }
+        let anticipated = x
+            .idle_since
+            .is_some_and(|idle| now.saturating_sub(idle) < anticipation);
+        let previous = x.last.map_or(0, |l| l.proportion);
+        let start = if newly_backlogged && !anticipated {
+            previous.max(v)
+        } else {
+            previous
+        };
+        x.idle_since = None;
+        x.head_start = start;
+        let proportion = start.saturating_add(Self::step(x, r.cost));
         let r_inc = if x.within { x.r_inc_slack } else { x.r_inc }.unwrap_or(0);
         let reservation = match (x.last, x.within) {
             // Within its reservation, what of it went unused in the last `burst` lets
@@ -368,7 +461,6 @@ impl MClock {
         } else {
             self.by_p.push(Reverse((tags.proportion, tid, g)));
         }
-        self.all_p.push(Reverse((tags.proportion, tid, g)));
     }
 
     /// Moves the heads whose limit came due by `now` to the weight phase's heap.
@@ -384,23 +476,43 @@ impl MClock {
         }
     }
 
-    fn take(&mut self, t: usize, by_reservation: bool, now: Nanos) -> Request {
+    /// Takes tenant `t`'s head for the device, by its reservation, by weight, or by
+    /// the service floor (which charges its `P` nothing and hands `R` back).
+    fn take(&mut self, t: usize, by: Phase, now: Nanos) -> Request {
         let request = self.queues.dispatch(t as TenantId);
+        let more = self.queues.is_backlogged(t as TenantId);
         let x = &mut self.tenants[t];
         let mut tags = x.head.take().expect("head is tagged");
         x.generation += 1;
-        if by_reservation {
-            x.by_reservation += 1;
-            self.by_reservation.insert(request.id);
-        } else {
-            x.by_weight += 1;
-            self.last_weight_p = self.last_weight_p.max(tags.proportion);
-            if let Some(inc) = x.r_inc {
-                tags.reservation = tags.reservation.saturating_sub(inc);
+        let cost = request.cost.max(1) as f64;
+        match by {
+            Phase::Reservation => {
+                x.by_reservation += 1;
+                self.by_reservation.insert(request.id);
+                self.floor.served_outside(t as TenantId, now, more);
+            }
+            Phase::Weight => {
+                x.by_weight += 1;
+                self.virtual_time = self.virtual_time.max(x.head_start);
+                if let Some(inc) = x.r_inc {
+                    tags.reservation = tags.reservation.saturating_sub(inc);
+                }
+                self.floor.served(t as TenantId, now, more, cost);
+            }
+            Phase::Floor => {
+                x.by_floor += 1;
+                tags.proportion = x.head_start;
+                if let Some(inc) = x.r_inc {
+                    tags.reservation = tags.reservation.saturating_sub(inc);
+                }
+                self.floor.took(t as TenantId, now, more, cost);
             }
         }
         x.last = Some(tags);
-        if by_reservation {
+        if !more {
+            x.idle_since = Some(now);
+        }
+        if by == Phase::Reservation {
             self.depth.dispatched_exempt(t as TenantId);
         } else {
             self.depth.dispatched(t as TenantId);
@@ -408,6 +520,17 @@ impl MClock {
         self.tag_head(t, false, now);
         request
     }
+}
+
+/// How a request left the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Its reservation tag came due.
+    Reservation,
+    /// By weight (smallest `P` among heads under their limit).
+    Weight,
+    /// By the service floor.
+    Floor,
 }
 
 impl Policy for MClock {
@@ -418,10 +541,8 @@ impl Policy for MClock {
     fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
         let t = request.tenant as usize;
         let x = &self.tenants[t];
-        // Behind: others were dispatched by weight past this tenant's next `P`.
-        let behind = x
-            .last
-            .is_some_and(|l| l.proportion + x.p_inc < self.last_weight_p);
+        // Behind: others were dispatched by weight past this tenant's last `P`.
+        let behind = x.last.is_some_and(|l| l.proportion < self.virtual_time);
         self.depth
             .arrival(request.tenant, now, x.head.is_some(), behind);
         let x = &mut self.tenants[t];
@@ -432,6 +553,7 @@ impl Policy for MClock {
         let timed = x.timed();
         self.depth.set_timed(request.tenant, timed);
         if self.queues.push(request) {
+            self.floor.backlogged(request.tenant, now);
             self.tag_head(t, true, now);
         }
         Admission::Queued
@@ -442,7 +564,7 @@ impl Policy for MClock {
         if let Some((r, t)) = self.peek(|m| &mut m.by_r)
             && r <= now
         {
-            return Dispatch::Request(self.take(t as usize, true, now));
+            return Dispatch::Request(self.take(t as usize, Phase::Reservation, now));
         }
         let reservation_due = self.peek(|m| &mut m.by_r).map(|(r, _)| r);
         // Weight phase among tenants under their limit, within the dispatch depth.
@@ -450,11 +572,27 @@ impl Policy for MClock {
             return reservation_due.map_or(Dispatch::Idle, |at| Dispatch::Wait(at.max(now + 1)));
         }
         self.promote(now);
+        while let Some(t) = self.floor.due(now) {
+            let head = self.tenants[t as usize]
+                .head
+                .expect("the floor names backlogged tenants");
+            if self.tenants[t as usize].l_inc.is_some() && head.limit > now {
+                // Held by its limit: not owed the floor until the limit lets it go.
+                self.floor.postpone(t, head.limit);
+                continue;
+            }
+            return Dispatch::Request(self.take(t as usize, Phase::Floor, now));
+        }
         if let Some((_, t)) = self.peek(|m| &mut m.by_p) {
-            return Dispatch::Request(self.take(t as usize, false, now));
+            return Dispatch::Request(self.take(t as usize, Phase::Weight, now));
         }
         let limit_due = self.peek(|m| &mut m.by_l).map(|(l, _)| l);
-        match [reservation_due, limit_due].into_iter().flatten().min() {
+        let floor_due = self.floor.next_due();
+        match [reservation_due, limit_due, floor_due]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             Some(at) => Dispatch::Wait(at.max(now + 1)),
             None => Dispatch::Idle,
         }
@@ -482,10 +620,14 @@ impl Policy for MClock {
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        if self.weight_ref.is_none() {
+            self.weight_ref = Some((spec.weight, 1.0));
+        }
         let x = self.tenant(spec, now);
         let timed = x.timed();
         self.tenants.push(x);
         self.depth.add(now);
+        self.floor.add();
         let id = self.queues.add(spec);
         self.depth.set_timed(id, timed);
         id
@@ -500,8 +642,9 @@ impl Policy for MClock {
         }
         x.r_inc = fresh.r_inc;
         x.r_inc_slack = fresh.r_inc_slack;
+        x.r_burst = fresh.r_burst;
         x.l_inc = fresh.l_inc;
-        x.p_inc = fresh.p_inc;
+        x.p_ratio = fresh.p_ratio;
         x.rt = fresh.rt;
         let timed = x.timed();
         self.depth.set_timed(tenant, timed);
@@ -520,7 +663,7 @@ impl Policy for MClock {
         self.by_r.clear();
         self.by_l.clear();
         self.by_p.clear();
-        self.all_p.clear();
+        self.floor.clear();
         self.queues.withdraw_all()
     }
 
@@ -529,11 +672,12 @@ impl Policy for MClock {
     }
 
     fn currency(&self) -> Currency {
-        Currency::Requests
+        Currency::DeviceTime
     }
 
     fn check(&self) -> Result<(), String> {
         self.queues.check()?;
+        self.floor.check(|t| self.queues.is_backlogged(t))?;
         self.depth.check(self.queues.in_flight())?;
         if self.by_reservation.len() as u64 > self.queues.in_flight() {
             return Err(format!(
@@ -562,9 +706,15 @@ impl Policy for MClock {
             let Some(h) = x.head else { continue };
             // A head's tags never go back behind the previous request's.
             if let Some(l) = x.last
-                && (h.proportion < l.proportion || h.limit < l.limit)
+                && (h.proportion <= l.proportion || h.limit < l.limit)
             {
                 return Err(format!("tenant {t}: tags went back: {l:?} then {h:?}"));
+            }
+            if h.proportion <= x.head_start {
+                return Err(format!(
+                    "tenant {t}: P {} not after its start",
+                    h.proportion
+                ));
             }
             if in_p[i] == 0 || (x.r_inc.is_some() && in_r[i] == 0) {
                 return Err(format!("tenant {t}: its head is in no heap"));
@@ -591,6 +741,12 @@ impl MClock {
                 i,
                 t.by_weight as f64,
             ));
+            g.push(Gauge::tenant(
+                "by_floor_total",
+                "Requests dispatched by the service floor",
+                i,
+                t.by_floor as f64,
+            ));
         }
         g
     }
@@ -604,10 +760,15 @@ impl MClock {
                 json!({
                     "by_reservation": x.by_reservation,
                     "by_weight": x.by_weight,
+                    "by_floor": x.by_floor,
                 })
             })
             .collect();
-        json!({ "tenants": tenants, "depth": self.depth.report() })
+        json!({
+            "tenants": tenants,
+            "depth": self.depth.report(),
+            "floor_dispatches": self.floor.dispatches(),
+        })
     }
 }
 
@@ -823,8 +984,10 @@ mod tests {
 
     #[test]
     fn tag_arithmetic_on_a_hand_computed_case() {
-        // A: reservation 1000 IOPS (1 ms), weight 1 (1 s). B: weight 4 (0.25 s),
-        // limit 500 IOPS (2 ms). Three requests each, all arriving at t = 0.
+        // A: reservation 1000 IOPS (1 ms), weight 1. B: weight 4, limit 500 IOPS (2 ms).
+        // Mean weight 2.5: a 4 KiB request (4,096 ns of device time in these tests)
+        // steps A's P by 4,096 × 2.5 = 10,240 and B's by 4,096 × 2.5 / 4 = 2,560.
+        // Three requests each, all arriving at t = 0.
         let mut p = MClock::new(&[
             spec("A", 1.0, Some(1000.0), None),
             spec("B", 4.0, None, Some(500.0)),
@@ -833,29 +996,29 @@ mod tests {
             p.put(test_request(id, 0, 4096, 0), 0);
             p.put(test_request(10 + id, 1, 4096, 0), 0);
         }
-        // First heads are tagged with the arrival time.
-        let zero = Tags {
+        // First heads: R and L at the arrival, P one step past virtual time (0).
+        let first = |proportion| Tags {
             reservation: 0,
             limit: 0,
-            proportion: 0,
+            proportion,
         };
-        assert_eq!(p.head_tags(0), Some(zero));
-        assert_eq!(p.head_tags(1), Some(zero));
-        // t = 0: A's R = 0 is due → A by reservation. A's next: R 1 ms, P 1 s.
+        assert_eq!(p.head_tags(0), Some(first(10_240)));
+        assert_eq!(p.head_tags(1), Some(first(2_560)));
+        // t = 0: A's R = 0 is due → A by reservation. A's next: R 1 ms, P 20,480.
         assert_eq!(next(&mut p, 0), Some((0, 0)));
         assert_eq!(
             p.head_tags(0),
             Some(Tags {
                 reservation: 1_000_000,
                 limit: 0,
-                proportion: 1_000_000_000
+                proportion: 20_480
             })
         );
-        // Still t = 0: no R due; weight phase: B (P 0, L 0 ≤ now). B's next: P 0.25 s,
-        // L 2 ms.
+        // Still t = 0: no R due; weight phase: B (P 2,560, L 0 ≤ now). B's next: P
+        // 5,120, L 2 ms.
         assert_eq!(next(&mut p, 0), Some((1, 10)));
         assert_eq!(p.head_tags(1).unwrap().limit, 2_000_000);
-        assert_eq!(p.head_tags(1).unwrap().proportion, 250_000_000);
+        assert_eq!(p.head_tags(1).unwrap().proportion, 5_120);
         // B is held by its limit (L 2 ms) and A's R is 1 ms away, but A has no limit:
         // A by weight (work-conserving), which hands A's R back: the next head gets
         // R = 1 ms again, not 2 ms.
@@ -865,8 +1028,12 @@ mod tests {
             Some(Tags {
                 reservation: 1_000_000,
                 limit: 0,
-                proportion: 2_000_000_000
+                proportion: 30_720
             })
+        );
+        assert_eq!(
+            p.virtual_time, 10_240,
+            "the start of A's P dispatched by weight"
         );
         assert_eq!(next(&mut p, 0), Some((0, 2)));
         // Only B is left, held by its limit until 2 ms, then every 2 ms.
@@ -878,30 +1045,192 @@ mod tests {
         assert_eq!(p.report_json()["tenants"][0]["by_reservation"], 1);
         assert_eq!(p.report_json()["tenants"][0]["by_weight"], 2);
         assert_eq!(p.report_json()["tenants"][1]["by_weight"], 3);
+        p.check().unwrap();
     }
 
     #[test]
-    fn idle_tenants_bank_no_credit_and_newcomers_join_at_the_present() {
+    fn idle_tenants_bank_no_credit_and_newcomers_join_at_virtual_time() {
         let mut p = MClock::new(&[spec("A", 1.0, None, None), spec("B", 1.0, None, None)]);
-        // A alone for a while: its P runs ahead (1 s per request).
+        // A alone for a while: its P steps 4,096 a request.
         for id in 0..5 {
             p.put(test_request(id, 0, 4096, 0), 0);
         }
         for _ in 0..3 {
             assert_eq!(next(&mut p, 0).map(|x| x.0), Some(0));
         }
-        // A's head P is 3 s. B arrives at 10 ms: it starts at A's head P, not at 10 ms,
-        // so it cannot take 300 requests in a row.
+        // Virtual time is where A's third request started (8,192); A's head starts at
+        // 12,288. B arrives at 10 ms and starts at virtual time, not at its P' (0): it
+        // cannot take the service it did not ask for.
+        assert_eq!(p.virtual_time, 8_192);
         p.put(test_request(100, 1, 4096, 10_000_000), 10_000_000);
         p.put(test_request(101, 1, 4096, 10_000_000), 10_000_000);
-        assert_eq!(p.head_tags(1).unwrap().proportion, 3_000_000_000);
+        assert_eq!(p.head_tags(1).unwrap().proportion, 12_288);
         let order: Vec<_> = (0..4).filter_map(|_| next(&mut p, 10_000_000)).collect();
-        assert_eq!(order, vec![(0, 3), (1, 100), (0, 4), (1, 101)]);
+        assert_eq!(order, vec![(1, 100), (0, 3), (1, 101), (0, 4)]);
         // After an idle spell, the reservation tag restarts at the arrival time.
         let mut q = MClock::new(&[spec("A", 1.0, Some(10.0), None)]);
         q.put(test_request(1, 0, 4096, 0), 0);
         assert_eq!(next(&mut q, 0), Some((0, 1)));
         q.put(test_request(2, 0, 4096, 5_000_000_000), 5_000_000_000);
         assert_eq!(q.head_tags(0).unwrap().reservation, 5_000_000_000);
+    }
+
+    /// The ids `p` dispatches, in order, for a workload of mixed sizes and weights:
+    /// three tenants, requests arriving every 10 µs, completions 50 µs after dispatch,
+    /// the device holding at most 8.
+    fn dispatches(weights: [f64; 3]) -> Vec<u64> {
+        let tenants: Vec<_> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| spec(&format!("t{i}"), w, None, None))
+            .collect();
+        let mut p = MClock::new(&tenants);
+        let sizes = [512u32, 4096, 1 << 20];
+        let mut in_flight: std::collections::VecDeque<(Nanos, Request)> = Default::default();
+        let mut out = Vec::new();
+        let mut id = 0;
+        for step in 0..3_000u64 {
+            let now = step * 10_000;
+            while in_flight.front().is_some_and(|(at, _)| *at <= now) {
+                let (at, r) = in_flight.pop_front().unwrap();
+                p.complete(
+                    &Completion {
+                        request: r,
+                        start: at - 50_000,
+                        finish: at,
+                    },
+                    now,
+                );
+            }
+            // Tenant 1 pauses now and then: it comes back from idle.
+            for t in 0..3u32 {
+                if t == 1 && (step / 200) % 3 == 2 {
+                    continue;
+                }
+                id += 1;
+                p.put(test_request(id, t, sizes[t as usize], now), now);
+            }
+            while in_flight.len() < 8 {
+                let Dispatch::Request(r) = p.dispatch(now) else {
+                    break;
+                };
+                out.push(r.id);
+                in_flight.push_back((now + 50_000, r));
+            }
+            p.check().unwrap();
+        }
+        out
+    }
+
+    /// The weights' scale is not a setting: weights 1:2:3 and the same ×10⁵ give the
+    /// same dispatches, request for request.
+    #[test]
+    fn weights_times_a_hundred_thousand_dispatch_the_same() {
+        let small = dispatches([1.0, 2.0, 3.0]);
+        let large = dispatches([1e5, 2e5, 3e5]);
+        assert!(small.len() > 2_000, "{}", small.len());
+        assert_eq!(small, large);
+        assert_ne!(small, dispatches([3.0, 2.0, 1.0]), "the ratio does matter");
+    }
+
+    /// `P` steps by device time: a 1 MiB tenant and a 4 KiB one of equal weight, both
+    /// backlogged, get equal device time, not equal requests.
+    #[test]
+    fn equal_weights_share_device_time_not_requests() {
+        let mut p = MClock::new(&[spec("big", 1.0, None, None), spec("small", 1.0, None, None)]);
+        for id in 0..1_000 {
+            p.put(test_request(id, 0, 1 << 20, 0), 0);
+            p.put(test_request(10_000 + id, 1, 4096, 0), 0);
+        }
+        let mut time = [0u64; 2];
+        for _ in 0..600 {
+            let Dispatch::Request(r) = p.dispatch(0) else {
+                panic!("backlogged")
+            };
+            time[r.tenant as usize] += r.cost;
+        }
+        // 2 MiB of device time for the large one against 2.3 MiB for the small one:
+        // within one large request of each other.
+        let gap = time[0].abs_diff(time[1]);
+        assert!(gap <= 1 << 20, "{time:?}");
+    }
+
+    /// A tenant whose requests are all in the device while another comes back from
+    /// idle: the returning tenant starts at virtual time and the busy one keeps its
+    /// turn (the paper's lift to the smallest *queued* tag left the returning tenant
+    /// with its stale tag, winning every pick).
+    #[test]
+    fn a_tenant_back_from_idle_does_not_starve_one_whose_requests_are_in_the_device() {
+        let mut p = MClock::new(&[
+            spec("reader", 2.0, None, None),
+            spec("writer", 1.0, None, None),
+        ]);
+        // The writer is served early, then goes idle; the reader runs alone for long.
+        p.put(test_request(1, 1, 4096, 0), 0);
+        assert_eq!(next(&mut p, 0), Some((1, 1)));
+        let mut id = 100;
+        for _ in 0..10_000 {
+            id += 1;
+            p.put(test_request(id, 0, 4096, 0), 0);
+            assert_eq!(next(&mut p, 0).map(|x| x.0), Some(0));
+        }
+        // The reader's requests are all in the device (nothing queued); the writer
+        // returns with a burst of 100, then the reader sends again.
+        for k in 0..100 {
+            p.put(test_request(50_000 + k, 1, 4096, 1), 1);
+        }
+        for k in 0..100 {
+            p.put(test_request(60_000 + k, 0, 4096, 1), 1);
+        }
+        let first: Vec<_> = (0..30)
+            .filter_map(|_| next(&mut p, 1))
+            .map(|x| x.0)
+            .collect();
+        let reader = first.iter().filter(|&&t| t == 0).count();
+        // Weights 2:1: the reader gets two of every three.
+        assert_eq!(reader, 20, "{first:?}");
+    }
+
+    /// The floor serves a backlogged tenant of weight 1 beside one of weight 10⁶ at
+    /// least every `max_wait_ms`, without charging its `P`.
+    #[test]
+    fn the_floor_bounds_a_light_tenants_wait() {
+        let tenants = [
+            spec("heavy", 1e6, None, None),
+            spec("light", 1.0, None, None),
+        ];
+        let mut params = crate::policy::test_params("mclock", toml::toml! { max_wait_ms = 10.0 });
+        let mut p = MClock::build(&mut params, &tenants).unwrap();
+        for id in 0..100_000 {
+            p.put(test_request(id, 0, 4096, 0), 0);
+        }
+        p.put(test_request(1_000_000, 1, 4096, 0), 0);
+        p.put(test_request(1_000_001, 1, 4096, 0), 0);
+        // By weight the light tenant would wait for about a million of the heavy
+        // one's requests (mean weight 500,000.5: steps of 2,048 against 2.05 × 10⁹);
+        // the floor serves it every 10 ms.
+        let mut light = Vec::new();
+        for k in 0..30_000u64 {
+            let now = k * 1_000;
+            if let Dispatch::Request(r) = p.dispatch(now) {
+                if r.tenant == 1 {
+                    light.push(now);
+                }
+                p.complete(
+                    &Completion {
+                        request: r,
+                        start: now,
+                        finish: now,
+                    },
+                    now,
+                );
+            }
+            p.check().unwrap();
+        }
+        assert_eq!(light.len(), 2, "{light:?}");
+        assert!(light[0] <= 10_001_000, "{light:?}");
+        assert!(light[1] - light[0] <= 10_001_000, "{light:?}");
+        let floor = p.observe(Detail::Full).report["floor_dispatches"].clone();
+        assert_eq!(floor, 2);
     }
 }

@@ -673,10 +673,11 @@ pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) 
 #[cfg(test)]
 pub(crate) fn test_slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
     TenantSpec {
+        // A burst of one request: the buckets' other depths decide, as before SLOs
+        // had bursts (tests of the default burst say so).
         slo: Some(crate::types::Slo {
-            iops,
-            size: 4096,
-            rt_us,
+            burst: Some(1.0),
+            ..crate::types::Slo::new(iops, 4096, rt_us)
         }),
         ..TenantSpec::weighted(name, 1.0)
     }

@@ -172,11 +172,12 @@ impl RateTest {
         RateTest { bucket }
     }
 
-    /// A request arrived at `now`.
-    pub fn arrive(&mut self, now: Nanos) {
+    /// A request arrived at `now`; whether it found a token (was within the rate and
+    /// the burst the test forgives).
+    pub fn arrive(&mut self, now: Nanos) -> bool {
         self.bucket.refill(now);
         // No token left means it arrived above the rate: nothing to take.
-        let _ = self.bucket.take();
+        self.bucket.take()
     }
 
     /// Whether the tenant is over the rate at `now`.
@@ -373,6 +374,12 @@ struct Tenant {
     /// than `max_wait × rt` and could not meet its response time.
     queue_limit: usize,
     refused: u64,
+    /// The SLO's own definition of compliance: a bucket refilled at exactly `iops`,
+    /// as deep as the SLO's burst, one token an arrival. An arrival that finds no
+    /// token is beyond rate + burst (the only kind ever refused).
+    policer: Option<RateTest>,
+    /// Arrivals beyond rate + burst.
+    excess: u64,
 }
 
 /// One switch transition, for the timeline (Fig. 8).
@@ -520,9 +527,11 @@ impl SwitchedBuckets {
             // At the agreed rate plus `refill_slack` while the tenant keeps to it (`admit`).
             let rho = self.per_tick(slo.iops, self.refill_slack);
             let by_rt = slo.iops * nanos_to_secs(slo.rt_nanos()) * self.depth_rt * MILLI as f64;
+            // A compliant burst passes at once (module doc).
             let sigma = (rho as f64 * self.depth_factor)
                 .max(by_rt)
                 .max(self.depth_requests * MILLI as f64)
+                .max(slo.burst_requests() * MILLI as f64)
                 .round() as u64;
             let mut b = Bucket::new(rho, sigma, period);
             b.tick = now / b.period;
@@ -573,12 +582,18 @@ impl SwitchedBuckets {
                 }
             }),
             refused: 0,
+            policer: spec
+                .slo
+                .map(|s| RateTest::new(s.iops, 0.0, s.burst_requests(), self.refill_hz, now)),
+            excess: 0,
         };
         if let Some(slo) = spec.slo {
             let depth = match self.rule {
                 SwitchRule::PerTenant { .. } => slo.iops * nanos_to_secs(tenant.rate_window),
                 _ => RATE_WINDOW_REQUESTS,
-            };
+            }
+            // Within its burst a tenant keeps to its rate.
+            .max(slo.burst_requests());
             tenant.conformance = Some(RateTest::new(
                 slo.iops,
                 self.rate_slack,
@@ -596,15 +611,17 @@ impl SwitchedBuckets {
     }
 
     fn set(&mut self, t: usize, on: bool, now: Nanos) {
-        let tenant = &mut self.tenants[t];
-        if tenant.on == on || tenant.bucket.is_none() {
+        if self.tenants[t].on == on || self.tenants[t].bucket.is_none() {
             return;
         }
+        // A compliant tenant keeps its burst: only one over its rate is clamped.
+        let over = on && self.over_rate(t, now);
+        let tenant = &mut self.tenants[t];
         tenant.on = on;
-        if on {
-            // Switched in, a bucket starts no fuller than the paper's depth: the tokens
-            // saved while it was bypassed are not a burst to release onto a storage
-            // that is already late (module doc).
+        if over {
+            // Switched in over its rate, a bucket starts no fuller than the paper's
+            // depth: the tokens saved while it was bypassed are not a burst to release
+            // onto a storage that is already late (module doc).
             let b = tenant.bucket.as_mut().expect("checked above");
             b.refill(now);
             let paper = ((b.rho as f64 * self.depth_factor).round() as u64).max(MILLI);
@@ -829,10 +846,17 @@ impl Policy for SwitchedBuckets {
         // Ids grow in arrival order (both drivers number requests as they arrive); a
         // request the host held back and offers again has been counted already.
         let first_offer = t.last_arrival.is_none_or(|last| request.id > last);
+        // Within rate + burst (the SLO's definition): never refused. One offered again
+        // was refused before, so it was beyond.
+        let mut compliant = false;
         if first_offer {
             t.last_arrival = Some(request.id);
             if let Some(c) = t.conformance.as_mut() {
-                c.arrive(now);
+                let _ = c.arrive(now);
+            }
+            compliant = t.policer.as_mut().is_none_or(|p| p.arrive(now));
+            if !compliant {
+                t.excess += 1;
             }
         }
         let (on, mark, hwm) = (t.on, t.predict_mark, t.hwm);
@@ -853,7 +877,7 @@ impl Policy for SwitchedBuckets {
             self.wait(request);
             self.admit(k, now);
             let t = &mut self.tenants[k];
-            if t.queue.len() > t.queue_limit {
+            if t.queue.len() > t.queue_limit && !compliant {
                 // The queue was within its limit before: the one over it is this one.
                 let r = t.queue.pop_back().expect("over the limit");
                 assert_eq!(r.id, request.id, "only the request offered is refused");
@@ -965,6 +989,7 @@ impl Policy for SwitchedBuckets {
             last_arrival: t.last_arrival,
             throttled: t.throttled,
             refused: t.refused,
+            excess: t.excess,
             on,
             ..fresh
         };
@@ -1142,6 +1167,12 @@ impl SwitchedBuckets {
                 i,
                 t.refused as f64,
             ));
+            g.push(Gauge::tenant(
+                "excess_total",
+                "Arrivals beyond the SLO's rate and burst",
+                i,
+                t.excess as f64,
+            ));
             if let Some(b) = &t.bucket {
                 g.push(Gauge::tenant(
                     "bucket_tokens",
@@ -1165,6 +1196,7 @@ impl SwitchedBuckets {
                     "on": t.on,
                     "throttled": t.throttled,
                     "refused": t.refused,
+                    "excess": t.excess,
                     "queue_limit": (t.queue_limit != usize::MAX).then_some(t.queue_limit),
                     "hwm_us": t.hwm / 1000,
                     "lwm_us": t.lwm / 1000,
@@ -1366,6 +1398,41 @@ mod tests {
         // On for one µs in every two before the log filled; unknown after.
         assert_eq!(log.on_fraction(0, 0, 2000), Some(0.5));
         assert_eq!(log.on_fraction(0, 0, full_at + 1), None);
+    }
+
+    /// TA1 with the SLO's default burst (one second of its 1,000 IOPS): bursts of a
+    /// tenant within rate + burst pass the bucket at once and are never refused; of a
+    /// burst beyond it, what is beyond is the only thing refused.
+    #[test]
+    fn a_compliant_burst_passes_at_once_and_only_what_is_beyond_rate_and_burst_is_refused() {
+        use crate::policy::test_request;
+        let tenants = [TenantSpec {
+            slo: Some(crate::types::Slo::new(1000.0, 4096, 10_000)),
+            ..TenantSpec::weighted("db", 1.0)
+        }];
+        let mut params = crate::policy::test_params("ta1", toml::Table::new());
+        let mut p = SwitchedBuckets::build("ta1", &mut params, &tenants, false, false).unwrap();
+        let mut id = 0;
+        let mut burst = |p: &mut SwitchedBuckets, n: u64, at: Nanos| {
+            let mut refused = 0;
+            for _ in 0..n {
+                id += 1;
+                if let Admission::Refused(..) = p.enqueue(test_request(id, 0, 4096, at), at) {
+                    refused += 1;
+                }
+            }
+            (refused, dispatched(p, at).len())
+        };
+        // 500 at once, 500 more half a second later: a mean of 1,000 a second in
+        // bursts; every one passes the bucket when it arrives.
+        assert_eq!(burst(&mut p, 500, 0), (0, 500));
+        assert_eq!(burst(&mut p, 500, 500_000_000), (0, 500));
+        assert_eq!(p.tenants[0].excess, 0);
+        // 2,000 at once a second in: the burst (refilled to 1,000) passes, the other
+        // 1,000 are beyond it; five wait for tokens (half of rt at the rate), the rest
+        // are refused.
+        assert_eq!(burst(&mut p, 2_000, 1_000_000_000), (995, 1_000));
+        assert_eq!((p.tenants[0].excess, p.tenants[0].refused), (1_000, 995));
     }
 
     /// The requests `p` dispatches at `now`, in order.

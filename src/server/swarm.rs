@@ -538,11 +538,7 @@ impl World {
         let tenants = sc.config.tenants.len();
         let specs: Vec<TenantSpec> = (0..tenants)
             .map(|t| TenantSpec {
-                slo: Some(Slo {
-                    iops: 20_000.0,
-                    size: 4096,
-                    rt_us: 50_000,
-                }),
+                slo: Some(Slo::new(20_000.0, 4096, 50_000)),
                 ..TenantSpec::weighted(format!("t{t}"), (t + 1) as f64)
             })
             .collect();
@@ -769,11 +765,7 @@ impl World {
         for &(at, tenant, weight) in &self.sc.reloads {
             if at <= self.now && at > self.last_reload {
                 let spec = TenantSpec {
-                    slo: Some(Slo {
-                        iops: 20_000.0,
-                        size: 4096,
-                        rt_us: 50_000,
-                    }),
+                    slo: Some(Slo::new(20_000.0, 4096, 50_000)),
                     ..TenantSpec::weighted(format!("t{tenant}"), weight)
                 };
                 self.core.update(tenant as u32, &spec, self.now);

@@ -60,9 +60,15 @@ pub struct WorkloadTable {
     pub iodepth: Option<u32>,
     /// Open loop: mean arrival rate, requests per second.
     pub rate_iops: Option<f64>,
-    /// How open-loop arrivals are spaced: `poisson` (default) or `linear` (evenly, as
-    /// fio's `rate_process`).
-    pub rate_process: Option<RateProcess>,
+    /// How open-loop arrivals are spaced: `poisson` (default), `linear` (evenly, as
+    /// fio's `rate_process`), `pareto` (heavy-tailed gaps: bunches and silences) or
+    /// `onoff` (Poisson in on periods of `on_ms`, nothing for `off_ms`; the mean stays
+    /// `rate_iops`).
+    pub rate_process: Option<ProcessName>,
+    /// With `rate_process = "onoff"`: how long each on period lasts (ms, default 100).
+    pub on_ms: Option<f64>,
+    /// With `rate_process = "onoff"`: how long each off period lasts (ms, default 400).
+    pub off_ms: Option<f64>,
     /// Phase length in seconds (phases only; the last phase may omit it to run to the end).
     pub duration_s: Option<f64>,
     /// No I/O in this phase.
@@ -168,16 +174,45 @@ impl SizeDist {
     }
 }
 
-/// Spacing of open-loop arrivals (fio's `rate_process`).
+/// A spacing of open-loop arrivals as a workload table names it (`rate_process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
+pub enum ProcessName {
+    /// [`RateProcess::Poisson`].
+    #[default]
+    Poisson,
+    /// [`RateProcess::Linear`].
+    Linear,
+    /// [`RateProcess::Pareto`].
+    Pareto,
+    /// [`RateProcess::OnOff`], with `on_ms` and `off_ms`.
+    OnOff,
+}
+
+/// Spacing of open-loop arrivals (fio's `rate_process`, and two bursty ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RateProcess {
     /// Exponential gaps: a Poisson process.
     #[default]
     Poisson,
     /// Equal gaps of 1 / rate: a source that conforms to a token bucket of its rate.
     Linear,
+    /// Pareto gaps of shape [`PARETO_SHAPE`] and mean 1 / rate: infinite variance, so
+    /// arrivals come in bunches (up to three times the rate) between long silences, as
+    /// self-similar storage traffic does.
+    Pareto,
+    /// On periods of Poisson arrivals at rate × (on + off) / on, then nothing for the
+    /// off period: a mean of the rate, in bursts.
+    OnOff {
+        /// Length of an on period, ns.
+        on: Nanos,
+        /// Length of an off period, ns.
+        off: Nanos,
+    },
 }
+
+/// The shape of [`RateProcess::Pareto`]'s gaps: 1.5 (finite mean, infinite variance).
+pub const PARETO_SHAPE: f64 = 1.5;
 
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -256,7 +291,9 @@ struct Knobs {
     align: u64,
     iodepth: Option<u32>,
     rate_iops: Option<f64>,
-    rate_process: RateProcess,
+    rate_process: ProcessName,
+    on_ms: Option<f64>,
+    off_ms: Option<f64>,
     idle: bool,
 }
 
@@ -330,7 +367,48 @@ impl Knobs {
         if let Some(p) = t.rate_process {
             self.rate_process = p;
         }
+        if let Some(v) = t.on_ms {
+            self.on_ms = Some(v);
+        }
+        if let Some(v) = t.off_ms {
+            self.off_ms = Some(v);
+        }
         self.idle = t.idle.unwrap_or(false);
+    }
+
+    /// The arrival process the knobs name, with its periods checked.
+    fn process(&self) -> Result<RateProcess, Invalid> {
+        if self.rate_process != ProcessName::OnOff {
+            for (key, v) in [("on_ms", self.on_ms), ("off_ms", self.off_ms)] {
+                if v.is_some() {
+                    return Err(Invalid::new(
+                        key,
+                        "applies with rate_process = \"onoff\" only",
+                    ));
+                }
+            }
+        }
+        Ok(match self.rate_process {
+            ProcessName::Poisson => RateProcess::Poisson,
+            ProcessName::Linear => RateProcess::Linear,
+            ProcessName::Pareto => RateProcess::Pareto,
+            ProcessName::OnOff => {
+                let period = |key: &str, v: Option<f64>, default: f64| {
+                    let ms = v.unwrap_or(default);
+                    if !(ms.is_finite() && ms >= 0.001 && ms <= 3_600_000.0) {
+                        return Err(Invalid::new(
+                            key,
+                            format!("must be in [0.001, 3600000] ms, got {ms}"),
+                        ));
+                    }
+                    Ok(secs_to_nanos(ms / 1e3).max(1))
+                };
+                RateProcess::OnOff {
+                    on: period("on_ms", self.on_ms, 100.0)?,
+                    off: period("off_ms", self.off_ms, 400.0)?,
+                }
+            }
+        })
     }
 
     fn resolve(&self, start: Nanos, end: Option<Nanos>) -> Result<Phase, Invalid> {
@@ -404,7 +482,7 @@ impl Knobs {
                 }
                 (_, Some(r)) => Arrivals::Open {
                     rate_iops: r,
-                    process: self.rate_process,
+                    process: self.process()?,
                 },
                 (Some(0), None) => {
                     return Err(Invalid::new(
@@ -485,7 +563,9 @@ impl WorkloadConfig {
             align: 4096,
             iodepth: None,
             rate_iops: None,
-            rate_process: RateProcess::Poisson,
+            rate_process: ProcessName::Poisson,
+            on_ms: None,
+            off_ms: None,
             idle: false,
         };
         let mut label = String::new();
@@ -582,7 +662,22 @@ fn describe(p: &Phase) -> String {
             rate_iops,
             process: RateProcess::Poisson,
         } => format!("{rate_iops} IOPS"),
-        Arrivals::Open { rate_iops, .. } => format!("{rate_iops} IOPS linear"),
+        Arrivals::Open {
+            rate_iops,
+            process: RateProcess::Linear,
+        } => format!("{rate_iops} IOPS linear"),
+        Arrivals::Open {
+            rate_iops,
+            process: RateProcess::Pareto,
+        } => format!("{rate_iops} IOPS pareto"),
+        Arrivals::Open {
+            rate_iops,
+            process: RateProcess::OnOff { on, off },
+        } => format!(
+            "{rate_iops} IOPS on/off {}/{} ms",
+            on as f64 / 1e6,
+            off as f64 / 1e6
+        ),
         Arrivals::Trace => "at the trace's times".into(),
         Arrivals::Idle => "idle".into(),
     };
@@ -596,6 +691,9 @@ pub struct Generator {
     region_start: u64,
     region_len: u64,
     cursor: u64,
+    /// [`RateProcess::OnOff`]: how far into the current on period the last arrival
+    /// was, ns.
+    on_pos: Nanos,
 }
 
 impl Generator {
@@ -609,6 +707,7 @@ impl Generator {
             region_start,
             region_len,
             cursor: 0,
+            on_pos: 0,
         }
     }
 
@@ -656,12 +755,37 @@ impl Generator {
         (op, self.region_start + offset, len64 as u32)
     }
 
-    /// Time to the next open-loop arrival: exponential with the given rate, or exactly
-    /// 1 / rate for a linear process.
+    /// Time to the next open-loop arrival at a mean of `rate_iops` spaced as `process`
+    /// says: exponential, exactly 1 / rate, Pareto, or exponential at the on periods'
+    /// rate with the off periods crossed added.
     pub fn interarrival(&mut self, rate_iops: f64, process: RateProcess) -> Nanos {
-        if process == RateProcess::Linear {
-            return secs_to_nanos(1.0 / rate_iops).max(1);
+        match process {
+            RateProcess::Linear => secs_to_nanos(1.0 / rate_iops).max(1),
+            RateProcess::Poisson => self.exponential(rate_iops),
+            RateProcess::Pareto => {
+                // 1 - u is in (0, 1]: the power is finite. Mean x_m × α / (α − 1).
+                let u: f64 = self.rng.random::<f64>();
+                let x_m = (PARETO_SHAPE - 1.0) / PARETO_SHAPE / rate_iops;
+                secs_to_nanos(x_m * (1.0 - u).powf(-1.0 / PARETO_SHAPE)).max(1)
+            }
+            RateProcess::OnOff { on, off } => {
+                let peak = rate_iops * (on + off) as f64 / on as f64;
+                let gap = self.exponential(peak);
+                let mut pos = self.on_pos.saturating_add(gap);
+                let mut real = gap;
+                if pos >= on {
+                    let crossed = pos / on;
+                    pos %= on;
+                    real = real.saturating_add(crossed.saturating_mul(off));
+                }
+                self.on_pos = pos;
+                real
+            }
         }
+    }
+
+    /// An exponential gap at `rate_iops`.
+    fn exponential(&mut self, rate_iops: f64) -> Nanos {
         let u: f64 = self.rng.random::<f64>();
         // 1 - u is in (0, 1]: ln is finite.
         secs_to_nanos(-(1.0 - u).ln() / rate_iops).max(1)
@@ -676,6 +800,59 @@ mod tests {
         toml::from_str::<WorkloadTable>(toml_text)
             .map(|t| WorkloadConfig::Table(Box::new(t)))
             .unwrap()
+    }
+
+    /// The bursty processes keep the mean rate: on/off arrivals fall in the on periods
+    /// only, Pareto gaps bunch (many far shorter than the mean) and have long tails.
+    #[test]
+    fn bursty_processes_keep_the_mean_and_come_in_bursts() {
+        let w = table("pattern = 'randread'\nrate_iops = 1000\nrate_process = 'onoff'\non_ms = 50\noff_ms = 150")
+            .resolve()
+            .unwrap();
+        let process = match w.phases[0].arrivals {
+            Arrivals::Open { process, .. } => process,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            process,
+            RateProcess::OnOff {
+                on: 50_000_000,
+                off: 150_000_000
+            }
+        );
+        let mut g = Generator::new(7, 0, 0, 1 << 30);
+        let mut at: Nanos = 0;
+        let n = 20_000;
+        for _ in 0..n {
+            at += g.interarrival(1000.0, process);
+            assert!(at % 200_000_000 < 50_000_000, "an arrival off: {at}");
+        }
+        let mean = at as f64 / n as f64;
+        assert!((mean - 1e6).abs() < 0.05e6, "mean gap {mean} ns");
+        let mut g = Generator::new(7, 0, 0, 1 << 30);
+        let gaps: Vec<Nanos> = (0..n)
+            .map(|_| g.interarrival(1000.0, RateProcess::Pareto))
+            .collect();
+        let mean = gaps.iter().sum::<Nanos>() as f64 / n as f64;
+        assert!((mean - 1e6).abs() < 0.15e6, "mean gap {mean} ns");
+        // The shortest is a third of the mean; half of them are under 0.53 of it.
+        assert!(gaps.iter().all(|&g| g >= 333_333));
+        let short = gaps.iter().filter(|&&g| g < 530_000).count();
+        assert!(short > n * 45 / 100, "{short}");
+        assert!(gaps.iter().any(|&g| g > 50_000_000), "a tail");
+        for (text, says) in [
+            (
+                "pattern = 'randread'\nrate_iops = 10\non_ms = 5",
+                "on_ms: applies with",
+            ),
+            (
+                "pattern = 'randread'\nrate_iops = 10\nrate_process = 'onoff'\noff_ms = 0",
+                "off_ms: must be in",
+            ),
+        ] {
+            let e = table(text).resolve().unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 
     /// Two settings of which one would silently win, and numbers past their range, are

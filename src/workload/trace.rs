@@ -21,6 +21,8 @@ fn drawn_keys(t: &WorkloadTable) -> Option<&'static str> {
         (t.align.is_some(), "align"),
         (t.rate_iops.is_some(), "rate_iops"),
         (t.rate_process.is_some(), "rate_process"),
+        (t.on_ms.is_some(), "on_ms"),
+        (t.off_ms.is_some(), "off_ms"),
         (t.duration_s.is_some(), "duration_s"),
         (t.idle.is_some(), "idle"),
         (t.phases.is_some(), "phases"),
