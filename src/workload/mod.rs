@@ -395,7 +395,7 @@ impl Knobs {
             ProcessName::OnOff => {
                 let period = |key: &str, v: Option<f64>, default: f64| {
                     let ms = v.unwrap_or(default);
-                    if !(ms.is_finite() && ms >= 0.001 && ms <= 3_600_000.0) {
+                    if !(0.001..=3_600_000.0).contains(&ms) {
                         return Err(Invalid::new(
                             key,
                             format!("must be in [0.001, 3600000] ms, got {ms}"),
