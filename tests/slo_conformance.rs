@@ -48,22 +48,299 @@ fn the_slo_matrix_is_the_documented_one() {
         "the SLO conformance matrix",
         "cargo run --release -- conformance --slo --table",
     );
-    // What the policies keep today stays kept (a regression shows here first, by name).
-    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 78);
+    // What the policies keep today stays kept (a regression shows here first, by name),
+    // and what they miss is named: a fix fails here too, until it leaves the list (and
+    // docs/conformance.md says what changed).
+    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 185);
     for o in outcomes.iter().filter(|o| o.feasible()) {
-        let case = format!("{:?}", o.case);
-        // TA1, TA2, TA3 and mClock (its depth adaptive by default beside SLOs, with
-        // reservations outside it, lateness judged in the device on tenants that keep to
-        // their reservation, and slack for reservations kept to) keep every compliant
-        // tenant within rt wherever the SLOs are feasible, flooders without an SLO
-        // included (held as best effort by the token buckets only while an SLO tenant
-        // is breached or near its rt: with no SLO tenant they get ≥ 90 % of what `none`
-        // gives them).
+        let mix = o.case.mix.name();
         for policy in ["ta1", "ta2", "ta3", "mclock"] {
-            assert!(passes(o, policy), "{case}: {policy}");
+            let key = (
+                o.case.device.name(),
+                mix.as_str(),
+                o.case.spacing.name(),
+                policy,
+            );
+            let known = KNOWN_MISSES.contains(&key);
+            assert_eq!(passes(o, policy), !known, "{key:?}: known miss = {known}");
         }
     }
 }
+
+/// The feasible cases TA1–TA3 and mClock still miss (docs/conformance.md, "SLO
+/// conformance", says why): a sequential and a random best-effort reader beside an SLO
+/// reader on the disk and the array, where nothing shapes the disk's time yet (each
+/// best-effort tenant far below 0.8 of its slice alone); bursts beside weighted
+/// flooders; and throughput or switching figures of TA2 and TA3.
+const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
+    ("nvme-aged", "1 SLO + 1 flooder, equal rt", "Poisson", "ta2"),
+    ("nvme-aged", "1 SLO + 1 flooder, equal rt", "Poisson", "ta3"),
+    ("nvme-aged", "1 SLO + 1 flooder, equal rt", "on/off", "ta3"),
+    (
+        "nvme-aged",
+        "2 SLO + 1 violator + 1 flooder, mixed rt",
+        "on/off",
+        "ta2",
+    ),
+    (
+        "nvme-aged",
+        "2 SLO + 1 violator + 1 flooder, mixed rt",
+        "on/off",
+        "ta3",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 2 flooders weighted 1:4 + 1 limited, equal rt",
+        "on/off",
+        "ta1",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 2 flooders weighted 1:4 ×10^5 + 1 limited, equal rt",
+        "on/off",
+        "ta1",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 1 coming and going, equal rt",
+        "on/off",
+        "ta2",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta2",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta3",
+    ),
+    (
+        "nvme-aged",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "on/off",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 + 1 limited, equal rt",
+        "on/off",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 + 1 limited, equal rt",
+        "on/off",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 + 1 limited, equal rt",
+        "on/off",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 ×10^5 + 1 limited, equal rt",
+        "on/off",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 ×10^5 + 1 limited, equal rt",
+        "on/off",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 2 flooders weighted 1:4 ×10^5 + 1 limited, equal rt",
+        "on/off",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "mclock",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "mclock",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "on/off",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "on/off",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "on/off",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "on/off",
+        "mclock",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta1",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta2",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta3",
+    ),
+    (
+        "hdd",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "mclock",
+    ),
+    (
+        "raid0",
+        "4 SLO + 2 violators + 2 flooders, equal rt",
+        "even",
+        "ta1",
+    ),
+    (
+        "raid0",
+        "4 SLO + 2 violators + 2 flooders, equal rt",
+        "even",
+        "ta2",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta1",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta2",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "ta3",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "even",
+        "mclock",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta1",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta2",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "ta3",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Poisson",
+        "mclock",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta1",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta2",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "ta3",
+    ),
+    (
+        "raid0",
+        "1 SLO + 1 flooder + 1 sequential, equal rt",
+        "Pareto",
+        "mclock",
+    ),
+];
 
 /// The aged NVMe drive without its write buffer, and the SLO policies judged beside
 /// `none`. With the buffer, reads go ahead of the flooder's queued programs and wait

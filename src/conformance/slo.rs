@@ -2,10 +2,12 @@
 //! Kim and Eom, "I/O scheduling with response-time SLOs by token buckets", `specs/`
 //! token-bucket paper, §3–§4) and mClock's reservations judged on the tenant they exist
 //! to protect — a *compliant* tenant, one that sends no more than its SLO's IOPS —
-//! in mixes no paper ran: evenly spaced and Poisson arrivals, equal and mixed response
-//! time targets, 1–8 SLO tenants beside 0–4 flooders (some with SLOs they exceed, some
-//! without any), on an aged and a clean NVMe SSD, a single 10k RPM disk and the paper's
-//! RAID 0 array.
+//! in mixes no paper ran: evenly spaced, Poisson and bursty arrivals (on/off, Pareto:
+//! at 0.8 of the SLO's rate, within its default burst), equal and mixed response time
+//! targets, 1–8 SLO tenants beside 0–4 flooders (some with SLOs they exceed, some
+//! without any, some weighted 1:4 and ×10⁵, one that comes and goes, a sequential
+//! reader beside a random one), on an aged and a clean NVMe SSD, a single 10k RPM disk
+//! and the paper's RAID 0 array.
 //!
 //! Each case is run twice from the same preconditioned device:
 //! * the **feasibility run**: every tenant with an SLO offers exactly its SLO (with the
@@ -28,6 +30,9 @@
 //! beside weighted best-effort tenants and a limited one, and best-effort tenants with
 //! no SLO tenant at all — where every policy must give the best-effort tenants at least
 //! 0.9× what `none` gives them (nobody is in breach: holding them protects no one).
+//! Beside a sequential and a random best-effort reader the run also judges insulation:
+//! on the disk and the array each best-effort tenant must keep R ≥ 0.8 of its slice of
+//! the device alone (on flash R is shown, not held).
 
 use super::{Figure, Verdict};
 use crate::metrics::{RunResult, ScenarioResult};
@@ -56,6 +61,9 @@ const WITHIN: f64 = 0.99;
 const FEASIBLE: f64 = 0.995;
 /// What best-effort tenants must get beside no SLO tenant, × `none`.
 const BEST_EFFORT: f64 = 0.9;
+/// The insulation each best-effort tenant of mixed kinds must keep beside an SLO
+/// tenant (the issue on bursts and SLOs, "Targets").
+const BEST_EFFORT_R: f64 = 0.8;
 /// TA2 and TA3 must carry at least TA1's total, less this much (the runs differ by a
 /// tenth of a percent where every policy is at the device's limit).
 const TOTAL_VS_TA1: f64 = 0.99;
@@ -173,16 +181,41 @@ pub enum Spacing {
     Even,
     /// Exponential gaps.
     Poisson,
+    /// Bursts: Poisson in 100 ms on periods at five times the mean, nothing for the
+    /// 400 ms between, at [`BURSTY_MEAN`] of the SLO's rate.
+    OnOff,
+    /// Pareto gaps (shape 1.5: bunches and silences) at [`BURSTY_MEAN`] of the rate.
+    Pareto,
 }
 
-impl Spacing {
-    /// Both.
-    pub const ALL: [Spacing; 2] = [Spacing::Even, Spacing::Poisson];
+/// A bursty compliant tenant's mean rate, as a fraction of its SLO's: under the rate,
+/// its bursts within the SLO's default burst (one second of the rate).
+pub const BURSTY_MEAN: f64 = 0.8;
 
+impl Spacing {
+    /// Every spacing, in table order.
+    pub const ALL: [Spacing; 4] = [
+        Spacing::Even,
+        Spacing::Poisson,
+        Spacing::OnOff,
+        Spacing::Pareto,
+    ];
+
+    /// The workload keys of the process.
     fn process(self) -> &'static str {
         match self {
-            Spacing::Even => "linear",
-            Spacing::Poisson => "poisson",
+            Spacing::Even => "rate_process = \"linear\"",
+            Spacing::Poisson => "rate_process = \"poisson\"",
+            Spacing::OnOff => "rate_process = \"onoff\", on_ms = 100, off_ms = 400",
+            Spacing::Pareto => "rate_process = \"pareto\"",
+        }
+    }
+
+    /// What a compliant tenant sends, as a fraction of its SLO's rate.
+    fn load(self) -> f64 {
+        match self {
+            Spacing::Even | Spacing::Poisson => 1.0,
+            Spacing::OnOff | Spacing::Pareto => BURSTY_MEAN,
         }
     }
 
@@ -191,6 +224,8 @@ impl Spacing {
         match self {
             Spacing::Even => "even",
             Spacing::Poisson => "Poisson",
+            Spacing::OnOff => "on/off",
+            Spacing::Pareto => "Pareto",
         }
     }
 }
@@ -209,11 +244,18 @@ pub struct Mix {
     pub flooders: usize,
     /// Flooders without an SLO held to a limit (mClock's `limit_iops`).
     pub limited: usize,
+    /// Flooders without an SLO that come and go (a second on, a second off).
+    pub intermittent: usize,
+    /// Best-effort readers of 1 MiB sequential requests (beside the flooders: best
+    /// effort of mixed kinds).
+    pub sequential: usize,
+    /// The flooders' weights are multiplied by 10 to this power.
+    pub weight_scale: u32,
 }
 
 impl Mix {
     /// Every mix, in table order.
-    pub const ALL: [Mix; 10] = [
+    pub const ALL: [Mix; 13] = [
         Mix::new(1, false, 0, 0),
         Mix::new(1, false, 1, 0),
         Mix::new(1, false, 0, 1),
@@ -227,6 +269,19 @@ impl Mix {
             ..Mix::new(1, false, 0, 2)
         },
         Mix::new(0, false, 0, 2),
+        Mix {
+            limited: 1,
+            weight_scale: 5,
+            ..Mix::new(1, false, 0, 2)
+        },
+        Mix {
+            intermittent: 1,
+            ..Mix::new(1, false, 0, 0)
+        },
+        Mix {
+            sequential: 1,
+            ..Mix::new(1, false, 0, 1)
+        },
     ];
 
     const fn new(compliant: usize, mixed_rt: bool, violators: usize, flooders: usize) -> Mix {
@@ -236,16 +291,25 @@ impl Mix {
             violators,
             flooders,
             limited: 0,
+            intermittent: 0,
+            sequential: 0,
+            weight_scale: 0,
         }
+    }
+
+    /// Tenants without an SLO.
+    fn best_effort(self) -> usize {
+        self.flooders + self.limited + self.intermittent + self.sequential
     }
 
     /// Weight of flooder `i`.
     fn flooder_weight(self, i: usize) -> f64 {
-        if self.limited > 0 && i % 2 == 1 {
+        let w = if self.limited > 0 && i % 2 == 1 {
             4.0
         } else {
             1.0
-        }
+        };
+        w * 10f64.powi(self.weight_scale as i32)
     }
 
     /// Its name in tables, e.g. "2 SLO + 1 violator + 1 flooder, mixed rt".
@@ -261,10 +325,10 @@ impl Mix {
             );
         }
         if self.flooders > 0 {
-            let weighted = if self.limited > 0 {
-                " weighted 1:4"
-            } else {
-                ""
+            let weighted = match (self.limited > 0, self.weight_scale) {
+                (false, _) => String::new(),
+                (true, 0) => " weighted 1:4".to_string(),
+                (true, e) => format!(" weighted 1:4 ×10^{e}"),
             };
             let _ = write!(
                 s,
@@ -275,6 +339,12 @@ impl Mix {
         }
         if self.limited > 0 {
             let _ = write!(s, " + {} limited", self.limited);
+        }
+        if self.intermittent > 0 {
+            let _ = write!(s, " + {} coming and going", self.intermittent);
+        }
+        if self.sequential > 0 {
+            let _ = write!(s, " + {} sequential", self.sequential);
         }
         s.push_str(if self.mixed_rt {
             ", mixed rt"
@@ -340,6 +410,9 @@ pub fn scenario(case: Case, seed: u64, feasibility: bool) -> Scenario {
         )
     };
     let rate = fit.slo_iops / mix.compliant as f64;
+    let load = case.spacing.load();
+    // Every tenant's weight is scaled alike (1 by default).
+    let scale = 10f64.powi(mix.weight_scale as i32);
     for i in 0..mix.compliant {
         let rt = if mix.mixed_rt && i % 2 == 1 {
             fit.loose_rt_us
@@ -348,10 +421,11 @@ pub fn scenario(case: Case, seed: u64, feasibility: bool) -> Scenario {
         };
         let _ = writeln!(
             s,
-            "[[tenant]]\nname = \"slo{i}\"\n{}slo = {{ iops = {rate}, size = 4096, rt_us = {rt} }}\n\
+            "[[tenant]]\nname = \"slo{i}\"\nweight = {scale}\n{}slo = {{ iops = {rate}, size = 4096, rt_us = {rt} }}\n\
              reservation_iops = {rate}\nworkload = {{ pattern = \"randread\", size = \"4k\", \
-             rate_iops = {rate}, rate_process = \"{process}\" }}",
-            region(i)
+             rate_iops = {}, {process} }}",
+            region(i),
+            rate * load
         );
     }
     let violator_rt = if mix.mixed_rt {
@@ -364,15 +438,16 @@ pub fn scenario(case: Case, seed: u64, feasibility: bool) -> Scenario {
         let workload = if feasibility {
             // At exactly its SLO, in the flooder's pattern.
             format!(
-                "{{ {}, rate_iops = {}, rate_process = \"{process}\" }}",
-                fit.flooder, fit.violator_iops
+                "{{ {}, rate_iops = {}, {process} }}",
+                fit.flooder,
+                fit.violator_iops * load
             )
         } else {
             flood.clone()
         };
         let _ = writeln!(
             s,
-            "[[tenant]]\nname = \"violator{i}\"\n{}slo = {{ iops = {}, size = 4096, rt_us = {violator_rt} }}\n\
+            "[[tenant]]\nname = \"violator{i}\"\nweight = {scale}\n{}slo = {{ iops = {}, size = 4096, rt_us = {violator_rt} }}\n\
              reservation_iops = {}\nworkload = {workload}",
             region(mix.compliant + i),
             fit.violator_iops,
@@ -388,13 +463,40 @@ pub fn scenario(case: Case, seed: u64, feasibility: bool) -> Scenario {
                 region(mix.compliant + mix.violators + i)
             );
         }
+        let mut next = mix.compliant + mix.violators + mix.flooders;
         for i in 0..mix.limited {
             let _ = writeln!(
                 s,
-                "[[tenant]]\nname = \"limited{i}\"\nlimit_iops = {}\n{}workload = {flood}",
+                "[[tenant]]\nname = \"limited{i}\"\nweight = {scale}\nlimit_iops = {}\n{}workload = {flood}",
                 fit.violator_iops,
-                region(mix.compliant + mix.violators + mix.flooders + i)
+                region(next)
             );
+            next += 1;
+        }
+        // A second on, a second off, to the end of the run.
+        let cycles = (fit.duration_s / 2.0).ceil() as usize;
+        let phases = vec!["{ duration_s = 1 }, { duration_s = 1, idle = true }"; cycles].join(", ");
+        for i in 0..mix.intermittent {
+            let _ = writeln!(
+                s,
+                "[[tenant]]\nname = \"intermittent{i}\"\nweight = {scale}\n{}workload = {{ {}, iodepth = {}, phases = [{phases}] }}",
+                region(next),
+                fit.flooder,
+                fit.flooder_iodepth
+            );
+            next += 1;
+        }
+        for i in 0..mix.sequential {
+            let _ = writeln!(
+                s,
+                "[[tenant]]\nname = \"sequential{i}\"\nweight = {scale}\n{}workload = {{ pattern = \"read\", size = \"1m\", iodepth = 4 }}",
+                region(next)
+            );
+            next += 1;
+        }
+        if mix.sequential > 0 {
+            // Mixed best effort is judged by insulation (each alone under `none`).
+            s = s.replacen("policies = [", "insulation = true\npolicies = [", 1);
         }
     }
     Scenario::parse(&s, "slo conformance scenario", "slo conformance")
@@ -501,6 +603,19 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
             if case.mix.compliant > 0 {
                 figures.push(Figure::new("within rt", within, target(WITHIN), true));
                 figures.push(Figure::new("p99 (× rt)", p99, None, false));
+                if case.spacing.load() < 1.0 {
+                    // Bursty but within rate + burst: none of theirs is ever refused.
+                    let refused: u64 = r.tenants[..case.mix.compliant]
+                        .iter()
+                        .map(|t| t.refused)
+                        .sum();
+                    figures.push(Figure::new(
+                        "refused (/s)",
+                        refused as f64 / duration_s,
+                        target(0.0),
+                        false,
+                    ));
+                }
                 // Never below the baseline, where the baseline is below the target: a
                 // policy keeping 99.8 % beside a `none` at 100 % has lost nothing.
                 figures.push(Figure::new(
@@ -510,7 +625,7 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
                     true,
                 ));
             }
-            if case.mix.flooders + case.mix.limited > 0 {
+            if case.mix.best_effort() > 0 {
                 let held = case.mix.compliant == 0 && case.mix.violators == 0;
                 figures.push(Figure::new(
                     "best effort (× none)",
@@ -522,6 +637,22 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
                     held.then_some(BEST_EFFORT),
                     true,
                 ));
+            }
+            if case.mix.sequential > 0 {
+                let seek_bound = matches!(case.device, SloDevice::Hdd | SloDevice::Raid0);
+                // Each best-effort tenant against its slice of the device alone.
+                let worst = r.tenants[slo_tenants..]
+                    .iter()
+                    .filter_map(|t| t.insulation)
+                    .fold(f64::INFINITY, f64::min);
+                if worst.is_finite() {
+                    figures.push(Figure::new(
+                        "best effort R",
+                        worst,
+                        target(BEST_EFFORT_R).filter(|_| seek_bound),
+                        true,
+                    ));
+                }
             }
             if (r.policy == "ta2" || r.policy == "ta3") && case.mix.compliant > 0 {
                 figures.extend(switched_figures(
