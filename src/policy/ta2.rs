@@ -167,17 +167,20 @@ mod tests {
             10_000_000,
         ); // 1 ms: off
         assert_eq!(p.report_json()["tenants"][0]["on"], false);
-        // A new request goes straight to storage; 3 and 4 keep draining through the
-        // bucket (3 at the 10 ms tick, 4 at 11 ms) instead of flooding storage.
+        // A new request goes straight to storage, spending the 10 ms tick's token as
+        // it passes; 3 and 4 keep draining through the bucket (3 at 11 ms, 4 at 12 ms)
+        // instead of flooding storage.
         p.put(test_request(5, 0, 4096, 10_000_000), 10_000_000);
         let order: Vec<_> = std::iter::from_fn(|| match p.dispatch(10_000_000) {
             Dispatch::Request(r) => Some(r.id),
             _ => None,
         })
         .collect();
-        assert_eq!(order, vec![5, 3]);
+        assert_eq!(order, vec![5]);
         assert_eq!(p.dispatch(10_000_000), Dispatch::Wait(11_000_000));
-        assert!(matches!(p.dispatch(11_000_000), Dispatch::Request(r) if r.id == 4));
+        assert!(matches!(p.dispatch(11_000_000), Dispatch::Request(r) if r.id == 3));
+        assert_eq!(p.dispatch(11_000_000), Dispatch::Wait(12_000_000));
+        assert!(matches!(p.dispatch(12_000_000), Dispatch::Request(r) if r.id == 4));
     }
 
     #[test]
