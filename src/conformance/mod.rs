@@ -677,6 +677,23 @@ pub fn judge(property: Property, device: Device, result: &ScenarioResult) -> Vec
                 ));
             }
             figures.extend(property_figures(property, device, r, &t));
+            if same_mix {
+                // A tenant under its share waits no longer than under no control: a
+                // fair scheduler's first property (the issue on bursts and SLOs).
+                let light = |run: &RunResult| run.tenants[0].latency_us;
+                figures.push(Figure::new(
+                    "light latency (× none)",
+                    ratio(light(r).mean, light(none).mean),
+                    t.total.map(|_| 1.0),
+                    false,
+                ));
+                figures.push(Figure::new(
+                    "light p99 (× none)",
+                    ratio(light(r).p99, light(none).p99),
+                    None,
+                    false,
+                ));
+            }
             figures.push(Figure::new(
                 "longest wait (s)",
                 r.longest_wait_s,

@@ -455,52 +455,67 @@ pub fn scenario(case: Case, seed: u64, feasibility: bool) -> Scenario {
         );
     }
     if !feasibility {
-        for i in 0..mix.flooders {
-            let _ = writeln!(
-                s,
-                "[[tenant]]\nname = \"flooder{i}\"\nweight = {}\n{}workload = {flood}",
-                mix.flooder_weight(i),
-                region(mix.compliant + mix.violators + i)
-            );
-        }
-        let mut next = mix.compliant + mix.violators + mix.flooders;
-        for i in 0..mix.limited {
-            let _ = writeln!(
-                s,
-                "[[tenant]]\nname = \"limited{i}\"\nweight = {scale}\nlimit_iops = {}\n{}workload = {flood}",
-                fit.violator_iops,
-                region(next)
-            );
-            next += 1;
-        }
-        // A second on, a second off, to the end of the run.
-        let cycles = (fit.duration_s / 2.0).ceil() as usize;
-        let phases = vec!["{ duration_s = 1 }, { duration_s = 1, idle = true }"; cycles].join(", ");
-        for i in 0..mix.intermittent {
-            let _ = writeln!(
-                s,
-                "[[tenant]]\nname = \"intermittent{i}\"\nweight = {scale}\n{}workload = {{ {}, iodepth = {}, phases = [{phases}] }}",
-                region(next),
-                fit.flooder,
-                fit.flooder_iodepth
-            );
-            next += 1;
-        }
-        for i in 0..mix.sequential {
-            let _ = writeln!(
-                s,
-                "[[tenant]]\nname = \"sequential{i}\"\nweight = {scale}\n{}workload = {{ pattern = \"read\", size = \"1m\", iodepth = 4 }}",
-                region(next)
-            );
-            next += 1;
-        }
-        if mix.sequential > 0 {
-            // Mixed best effort is judged by insulation (each alone under `none`).
-            s = s.replacen("policies = [", "insulation = true\npolicies = [", 1);
-        }
+        best_effort_tenants(&mut s, &fit, mix, scale);
     }
     Scenario::parse(&s, "slo conformance scenario", "slo conformance")
         .expect("SLO conformance scenarios are valid")
+}
+
+/// Appends the tenants without an SLO of `mix` to scenario text `s`: flooders, limited
+/// tenants, ones that come and go, sequential readers (and with those, the alone runs
+/// insulation is judged by).
+fn best_effort_tenants(s: &mut String, fit: &Fit, mix: Mix, scale: f64) {
+    let region = |i: usize| {
+        format!(
+            "offset = {}\nsize = \"{}\"\n",
+            i as u64 * fit.region.1,
+            fit.region.0
+        )
+    };
+    let flood = format!("{{ {}, iodepth = {} }}", fit.flooder, fit.flooder_iodepth);
+    for i in 0..mix.flooders {
+        let _ = writeln!(
+            s,
+            "[[tenant]]\nname = \"flooder{i}\"\nweight = {}\n{}workload = {flood}",
+            mix.flooder_weight(i),
+            region(mix.compliant + mix.violators + i)
+        );
+    }
+    let mut next = mix.compliant + mix.violators + mix.flooders;
+    for i in 0..mix.limited {
+        let _ = writeln!(
+            s,
+            "[[tenant]]\nname = \"limited{i}\"\nweight = {scale}\nlimit_iops = {}\n{}workload = {flood}",
+            fit.violator_iops,
+            region(next)
+        );
+        next += 1;
+    }
+    // A second on, a second off, to the end of the run.
+    let cycles = (fit.duration_s / 2.0).ceil() as usize;
+    let phases = vec!["{ duration_s = 1 }, { duration_s = 1, idle = true }"; cycles].join(", ");
+    for i in 0..mix.intermittent {
+        let _ = writeln!(
+            s,
+            "[[tenant]]\nname = \"intermittent{i}\"\nweight = {scale}\n{}workload = {{ {}, iodepth = {}, phases = [{phases}] }}",
+            region(next),
+            fit.flooder,
+            fit.flooder_iodepth
+        );
+        next += 1;
+    }
+    for i in 0..mix.sequential {
+        let _ = writeln!(
+            s,
+            "[[tenant]]\nname = \"sequential{i}\"\nweight = {scale}\n{}workload = {{ pattern = \"read\", size = \"1m\", iodepth = 4 }}",
+            region(next)
+        );
+        next += 1;
+    }
+    if mix.sequential > 0 {
+        // Mixed best effort is judged by insulation (each alone under `none`).
+        *s = s.replacen("policies = [", "insulation = true\npolicies = [", 1);
+    }
 }
 
 /// How one case came out: whether its SLOs were jointly feasible, each policy's verdict.
@@ -577,18 +592,10 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
         .iter()
         .find(|r| r.policy == FEASIBILITY)
         .map_or(1.0, |r| compliant(r, &rts).0);
-    let slo_tenants = case.mix.compliant + case.mix.violators;
-    // What the tenants without an SLO got, bytes per second.
-    let best_effort = |r: &RunResult| -> f64 {
-        r.tenants[slo_tenants..]
-            .iter()
-            .map(|t| t.bandwidth_bytes_per_s)
-            .sum()
-    };
     let feasible = feasibility >= FEASIBLE;
     let none = run("none");
     let (none_within, _) = compliant(none, &rts);
-    let none_best_effort = best_effort(none);
+    let none_best_effort = best_effort_bytes(case, none);
     let ta1 = run("ta1");
     let (ta1_within, _) = compliant(ta1, &rts);
     let switches = (case.mix.compliant + case.mix.violators) as f64;
@@ -625,35 +632,7 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
                     true,
                 ));
             }
-            if case.mix.best_effort() > 0 {
-                let held = case.mix.compliant == 0 && case.mix.violators == 0;
-                figures.push(Figure::new(
-                    "best effort (× none)",
-                    if none_best_effort > 0.0 {
-                        best_effort(r) / none_best_effort
-                    } else {
-                        1.0
-                    },
-                    held.then_some(BEST_EFFORT),
-                    true,
-                ));
-            }
-            if case.mix.sequential > 0 {
-                let seek_bound = matches!(case.device, SloDevice::Hdd | SloDevice::Raid0);
-                // Each best-effort tenant against its slice of the device alone.
-                let worst = r.tenants[slo_tenants..]
-                    .iter()
-                    .filter_map(|t| t.insulation)
-                    .fold(f64::INFINITY, f64::min);
-                if worst.is_finite() {
-                    figures.push(Figure::new(
-                        "best effort R",
-                        worst,
-                        target(BEST_EFFORT_R).filter(|_| seek_bound),
-                        true,
-                    ));
-                }
-            }
+            figures.extend(best_effort_figures(case, r, none_best_effort, feasible));
             if (r.policy == "ta2" || r.policy == "ta3") && case.mix.compliant > 0 {
                 figures.extend(switched_figures(
                     r,
@@ -675,6 +654,58 @@ pub fn judge(case: Case, result: &ScenarioResult, duration_s: f64) -> Outcome {
         feasibility,
         verdicts,
     }
+}
+
+/// What the tenants without an SLO (after the first `slo_tenants`) got, bytes per
+/// second.
+fn best_effort_bytes(case: Case, r: &RunResult) -> f64 {
+    r.tenants[case.mix.compliant + case.mix.violators..]
+        .iter()
+        .map(|t| t.bandwidth_bytes_per_s)
+        .sum()
+}
+
+/// The figures on the tenants without an SLO: what they got against `none` (held when
+/// no tenant has an SLO) and, beside a sequential reader, each one's insulation (held
+/// on the disk and the array where the case is `feasible`).
+fn best_effort_figures(
+    case: Case,
+    r: &RunResult,
+    none_best_effort: f64,
+    feasible: bool,
+) -> Vec<Figure> {
+    let mut figures = Vec::new();
+    let slo_tenants = case.mix.compliant + case.mix.violators;
+    if case.mix.best_effort() > 0 {
+        let held = slo_tenants == 0;
+        figures.push(Figure::new(
+            "best effort (× none)",
+            if none_best_effort > 0.0 {
+                best_effort_bytes(case, r) / none_best_effort
+            } else {
+                1.0
+            },
+            held.then_some(BEST_EFFORT),
+            true,
+        ));
+    }
+    if case.mix.sequential > 0 {
+        let seek_bound = matches!(case.device, SloDevice::Hdd | SloDevice::Raid0);
+        // Each best-effort tenant against its slice of the device alone.
+        let worst = r.tenants[slo_tenants..]
+            .iter()
+            .filter_map(|t| t.insulation)
+            .fold(f64::INFINITY, f64::min);
+        if worst.is_finite() {
+            figures.push(Figure::new(
+                "best effort R",
+                worst,
+                (feasible && seek_bound).then_some(BEST_EFFORT_R),
+                true,
+            ));
+        }
+    }
+    figures
 }
 
 /// What TA2 and TA3 are held to beyond TA1's figures: never below TA1 within `rt`

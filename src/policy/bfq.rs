@@ -47,6 +47,17 @@
 //! counts as *behind* when its finish tag is below virtual time while its requests sit
 //! in the device.
 //!
+//! **Reading: a tenant back from idle preempts** (Linux BFQ's preemption of the queue
+//! in service by a newly busy queue that B-WF2Q+ would serve first, and its low-latency
+//! aim: a tenant under its share is served ahead of backlogged ones). When a tenant
+//! becomes backlogged with a virtual start (`max(F_i, V)`) before the point the tenant
+//! in service has reached (`start + served / w`), that turn ends at once, charged what
+//! it was served, and the next selection serves the newcomer. Without it a light
+//! tenant's request waited for the whole budget of a backlogged one: its mean latency
+//! was 6.4–10.4× `none`'s on the clean NVMe drive and the write-back SSDs, 1.1× on the
+//! array (the conformance suite's work-conservation properties, `light latency (×
+//! none)`).
+//!
 //! A backlogged tenant is served at least once every `max_wait_ms` (500) by the service
 //! floor ([`super::floor`]), which charges it nothing. Selection keeps the backlogged
 //! tenants in a heap by finish tag: O(log n) per turn.
@@ -140,6 +151,8 @@ pub struct Bfq {
     new_queue: u64,
     /// Turns charged by time (budget timeouts of slow tenants).
     charged_by_time: u64,
+    /// Turns ended because a tenant back from idle came first.
+    preemptions: u64,
     floor: Floor,
     depth: DispatchDepth,
 }
@@ -172,6 +185,7 @@ impl Bfq {
             keep_queue: 0,
             new_queue: 0,
             charged_by_time: 0,
+            preemptions: 0,
             floor: Floor::new(tenants.len(), None),
             depth: DispatchDepth::fixed(tenants.len(), 0),
         }
@@ -382,6 +396,18 @@ impl Policy for Bfq {
             self.backlogged_weight += self.queues.weight(t);
             self.floor.backlogged(t, now);
             self.relist(t);
+            // A tenant back from idle whose virtual start is before where the tenant in
+            // service has got to takes the device now (module doc).
+            if let Some(s) = self.service
+                && s.tenant != t
+            {
+                let w = self.queues.weight(s.tenant);
+                let start = self.state[t as usize].finish.max(self.vtime);
+                if start < s.start + s.served / w {
+                    self.preemptions += 1;
+                    self.expire(now, false);
+                }
+            }
         }
         if let Some(s) = &mut self.service
             && s.tenant == t
@@ -568,6 +594,11 @@ impl Bfq {
                 "Turns that ended by the budget timeout and were charged for the time held",
                 self.charged_by_time as f64,
             ),
+            Gauge::policy(
+                "preemptions_total",
+                "Turns ended because a tenant back from idle came first",
+                self.preemptions as f64,
+            ),
         ];
         g.extend(self.depth.gauges());
         g
@@ -580,6 +611,7 @@ impl Bfq {
             "keep_queue": self.keep_queue,
             "new_queue": self.new_queue,
             "charged_by_time": self.charged_by_time,
+            "preemptions": self.preemptions,
             "floor_dispatches": self.floor.dispatches(),
             "depth": self.depth.report(),
         })
@@ -626,6 +658,29 @@ mod tests {
         assert_eq!(ids(&mut p, 0, 6), vec![0, 1, 2, 3, 100, 101]);
         assert_eq!(ids(&mut p, 0, 6), vec![4, 5, 6, 7, 102, 103]);
         assert_eq!(p.decisions(), (8, 4));
+    }
+
+    /// A tenant back from idle, its virtual start (0) before where the tenant in
+    /// service has got to (0 + 4,096 / 2), ends that turn and is served next; one
+    /// whose start is not before waits for the turn's end.
+    #[test]
+    fn a_tenant_back_from_idle_preempts_a_turn_it_comes_before() {
+        let mut p = bfq();
+        for i in 0..12 {
+            p.put(req(i, 0), 0);
+        }
+        assert_eq!(ids(&mut p, 0, 1), vec![0]);
+        p.put(req(100, 1), 0);
+        assert_eq!(ids(&mut p, 0, 1), vec![100]);
+        assert_eq!(p.report_json()["preemptions"], 1);
+        // b's queue is empty: it idles for b (8 ms), then a's turn comes back. b's
+        // finish is now 4,096, past a's point (4,096 / 2 + …): no preemption.
+        assert_eq!(p.dispatch(MS), Dispatch::Wait(9 * MS));
+        assert_eq!(ids(&mut p, 9 * MS, 1), vec![1]);
+        p.put(req(101, 1), 9 * MS);
+        assert_eq!(ids(&mut p, 9 * MS, 1), vec![2]);
+        assert_eq!(p.report_json()["preemptions"], 1);
+        p.check().unwrap();
     }
 
     #[test]
