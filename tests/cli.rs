@@ -587,7 +587,7 @@ fn advise_names_the_policy_the_conformance_figures_would_for_the_demo() {
     }
     assert!(
         text.contains(
-            "weights: vm1 R 0.77 under 0.9 of its slice, per interval 29.0 % off (not its aim)"
+            "weights: vm1 R 0.77 under 0.9 of its slice, per interval 29.1 % off (not its aim)"
         ),
         "{text}"
     );
