@@ -52,6 +52,29 @@ fn the_slo_matrix_is_the_documented_one() {
     // and what they miss is named: a fix fails here too, until it leaves the list (and
     // docs/conformance.md says what changed).
     assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 185);
+    // Weights are scale-free: the mix with every weight ×10⁵ gives every policy the
+    // same figures as at ×1, case for case (mClock's tags step by cost × mean weight ÷
+    // weight; the token buckets ignore weights).
+    let scaled: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.case.mix.weight_scale > 0)
+        .collect();
+    assert_eq!(scaled.len(), 4 * 4, "a scaled mix per device and spacing");
+    for o in scaled {
+        let plain = outcomes
+            .iter()
+            .find(|p| {
+                p.case.device == o.case.device
+                    && p.case.spacing == o.case.spacing
+                    && p.case.mix
+                        == ioshare::conformance::slo::Mix {
+                            weight_scale: 0,
+                            ..o.case.mix
+                        }
+            })
+            .expect("the mix at ×1");
+        assert_eq!(plain.verdicts, o.verdicts, "{:?}", o.case);
+    }
     for o in outcomes.iter().filter(|o| o.feasible()) {
         let mix = o.case.mix.name();
         for policy in ["ta1", "ta2", "ta3", "mclock"] {
