@@ -60,8 +60,8 @@
 //!   depth is [`super::depth::DispatchDepth`]: `depth = 0` (the engine's device queue
 //!   only, the paper's scheduler alone; the default when no tenant has an SLO), an
 //!   integer for a fixed one, or `"auto"` (the default when some tenant has one), with
-//!   a tenant counted as *behind* when its next `P` is below the `P` of the last
-//!   weight-phase dispatch (others went past it), and a completion of a *timed* tenant
+//!   a tenant counted as *behind* when its last `P` is below virtual time (others were
+//!   dispatched by weight past it), and a completion of a *timed* tenant
 //!   (one with an SLO that keeps to its reservation) later than `late` × its `rt`
 //!   counted as late: both shorten the device queue, and while a timed tenant is
 //!   active the depth grows only after its completions came in time (the depth's
@@ -165,7 +165,7 @@ pub struct Tags {
 
 #[derive(Debug, Clone)]
 struct Tenant {
-    /// 1/r, 1/l, 1/w in nanoseconds (`None`: no reservation / no limit).
+    /// 1/r and 1/l in nanoseconds (`None`: no reservation / no limit).
     r_inc: Option<Nanos>,
     l_inc: Option<Nanos>,
     /// Weight of reference ÷ weight: `P` advances by cost × this (module doc).
