@@ -502,19 +502,17 @@ impl MClock {
             Phase::Weight => {
                 x.by_weight += 1;
                 self.virtual_time = self.virtual_time.max(x.head_start);
-                if let Some(inc) = x.r_inc {
-                    tags.reservation = tags.reservation.saturating_sub(inc);
-                }
                 self.floor.served(t as TenantId, now, more, cost);
             }
             Phase::Floor => {
                 x.by_floor += 1;
                 tags.proportion = x.head_start;
-                if let Some(inc) = x.r_inc {
-                    tags.reservation = tags.reservation.saturating_sub(inc);
-                }
                 self.floor.took(t as TenantId, now, more, cost);
             }
+        }
+        // Service outside the reservation does not count against it.
+        if let (Some(inc), false) = (x.r_inc, by == Phase::Reservation) {
+            tags.reservation = tags.reservation.saturating_sub(inc);
         }
         x.last = Some(tags);
         if !more {
