@@ -10,7 +10,7 @@
 //! cylinder, no track skew. The platter angle is a function of absolute time, so a
 //! request's rotational wait is exact and deterministic.
 
-use super::{DeviceModel, Finished, Submitted};
+use super::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -139,6 +139,11 @@ pub struct HddDevice {
     pending: VecDeque<(Request, Nanos)>,
     serving: Option<Finished>,
     done: Vec<Finished>,
+    /// Time spent positioning and transferring since creation or the last
+    /// [`DeviceModel::reset_stats`], ns (counted when a command starts).
+    busy_ns: u64,
+    /// Busy time counts from here on ([`DeviceModel::measure_from`]).
+    measure_from: Nanos,
 }
 
 impl HddDevice {
@@ -164,6 +169,8 @@ impl HddDevice {
             pending: VecDeque::new(),
             serving: None,
             done: Vec::new(),
+            busy_ns: 0,
+            measure_from: 0,
         }
     }
 
@@ -244,6 +251,7 @@ impl HddDevice {
             return;
         };
         let (request, submitted) = self.pending.remove(idx).expect("index in window");
+        self.busy_ns += finish.saturating_sub(t.max(self.measure_from));
         self.serving = Some(Finished {
             request,
             submitted,
@@ -271,6 +279,22 @@ impl DeviceModel for HddDevice {
     fn advance(&mut self, now: Nanos, done: &mut Vec<Finished>) {
         self.progress(now);
         done.append(&mut self.done);
+    }
+
+    fn stats(&self) -> DeviceStats {
+        DeviceStats {
+            write_amplification: 1.0,
+            busy_ns: Some(self.busy_ns),
+            ..DeviceStats::default()
+        }
+    }
+
+    fn reset_stats(&mut self) {
+        self.busy_ns = 0;
+    }
+
+    fn measure_from(&mut self, from: Nanos) {
+        self.measure_from = from;
     }
 
     fn capacity_bytes(&self) -> u64 {

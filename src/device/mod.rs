@@ -24,6 +24,12 @@ pub struct DeviceStats {
     pub pages_moved: u64,
     /// (host pages + relocated pages) / host pages; 1.0 when nothing was written.
     pub write_amplification: f64,
+    /// Time a head spent positioning and transferring since the measured span began
+    /// ([`DeviceModel::measure_from`]), ns, summed over the heads and divided by their
+    /// number (a disk, an array's members); `None` for a device whose
+    /// busy time is not one head's (flash serves on many dies at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy_ns: Option<u64>,
 }
 
 /// What a model says when it accepts a request.
@@ -82,6 +88,9 @@ pub trait DeviceModel: Send {
     }
     /// Forgets counters (after preconditioning, before a measured run).
     fn reset_stats(&mut self) {}
+    /// Counts busy time ([`DeviceStats::busy_ns`]) only from `from` on (the end of a
+    /// run's warm-up).
+    fn measure_from(&mut self, _from: Nanos) {}
     /// Logical capacity in bytes.
     fn capacity_bytes(&self) -> u64;
     /// An independent copy in the same state, for the next policy of a comparison.

@@ -9,7 +9,7 @@
 //! least busy host link carries each part.
 
 use super::hdd::{self, HddDevice, HddParams};
-use super::{DeviceModel, Finished, Submitted};
+use super::{DeviceModel, DeviceStats, Finished, Submitted};
 use crate::types::{NANOS_PER_SEC, Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -329,6 +329,27 @@ impl DeviceModel for Raid0Device {
         self.progress(now);
         self.done.sort_by_key(|d| (d.finish, d.request.id));
         done.append(&mut self.done);
+    }
+
+    fn stats(&self) -> DeviceStats {
+        let busy: u64 = self.members.iter().filter_map(|m| m.stats().busy_ns).sum();
+        DeviceStats {
+            write_amplification: 1.0,
+            busy_ns: Some(busy / self.members.len().max(1) as u64),
+            ..DeviceStats::default()
+        }
+    }
+
+    fn reset_stats(&mut self) {
+        for m in &mut self.members {
+            m.reset_stats();
+        }
+    }
+
+    fn measure_from(&mut self, from: Nanos) {
+        for m in &mut self.members {
+            m.measure_from(from);
+        }
     }
 
     fn capacity_bytes(&self) -> u64 {

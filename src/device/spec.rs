@@ -79,6 +79,17 @@ pub enum DeviceSpec {
 }
 
 impl DeviceSpec {
+    /// Heads that move independently: 1 for a disk, its members for an array, `None`
+    /// for a device without seeks (what turns on the device are sized by,
+    /// [`crate::policy::PolicyParams::actuators`]).
+    pub fn actuators(&self) -> Option<u32> {
+        match self {
+            DeviceSpec::Hdd { .. } => Some(1),
+            DeviceSpec::Raid0 { params, .. } => Some(params.members),
+            _ => None,
+        }
+    }
+
     /// Logical capacity in bytes (without building the device).
     pub fn capacity_bytes(&self) -> u64 {
         let gib = match self {

@@ -610,6 +610,7 @@ impl DeviceModel for SsdDevice {
             gc_runs: c.gc_runs,
             pages_moved: c.pages_moved,
             write_amplification: write_amplification(c.host_pages_written, c.pages_moved),
+            busy_ns: None,
         }
     }
 

@@ -26,9 +26,18 @@
 //!   alone — there is none among the workloads here).
 //! * The device's capacity is one device-second a second — the cost model is fitted so
 //!   that each kind of request alone at full load is exactly that
-//!   ([`crate::device::spec::DeviceSpec::fitted_cost`]) — or the most any tenant used
-//!   alone when that is more. A policy that wastes the device is then judged by what
-//!   its tenants lose, not excused by a smaller capacity.
+//!   ([`crate::device::spec::DeviceSpec::fitted_cost`]). A tenant that used more than
+//!   that alone (short seeks in a small region of a disk, a write buffer absorbing its
+//!   writes: what the model prices at its average) used the whole device: its device
+//!   time is scaled by its own figure alone ([`scale`]), so it demands one
+//!   device-second a second and its reservation is priced at the same scale. Taking
+//!   the most any tenant used alone as the capacity instead (the reading before)
+//!   entitled the others to slices the device does not have: a 4 KiB writer in a 128
+//!   MiB region of the `hdd` model used 3.49 device-seconds a second alone, and a 1 MiB
+//!   reader beside it was entitled to all it did alone, the writer to two thirds of
+//!   it — 1.67 disks of real time, which no order of requests gives. A policy that
+//!   wastes the device is still judged by what its tenants lose, not excused by a
+//!   smaller capacity.
 //! * Every tenant that used the device alone enters the water-filling, backlogged or
 //!   not: a light tenant's demand is small, and it is entitled to all of it.
 //! * Figures are whole-run means. A tenant with idle phases demands the mean of its
@@ -69,6 +78,10 @@ pub struct Alone {
     /// otherwise (or when not even a tenth of it does).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feasible_iops: Option<f64>,
+    /// The fraction of the time the device's heads were busy with it (a disk, an
+    /// array: [`crate::device::DeviceStats::busy_ns`]); absent on flash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub occupancy: Option<f64>,
 }
 
 impl Alone {
@@ -109,12 +122,16 @@ pub fn water_fill(
     super::entitled::fill(&all, &|i| claims[i].weight, &floor, &ceil, capacity)
 }
 
-/// The capacity shared: one device-second a second, or the most any tenant used alone.
-pub fn capacity(alone: &[Alone]) -> f64 {
-    alone
-        .iter()
-        .map(|a| a.device_time_per_s)
-        .fold(1.0, f64::max)
+/// What a tenant's device time is divided by to be a part of the device. On a device
+/// whose heads' busy time is measured (a disk, an array), its device time alone over
+/// the part of the time the heads were busy with it: its demand is then that part, the
+/// device's own measure. Elsewhere its device time alone when that is more than one
+/// device-second a second (it had the whole device), else 1.
+pub fn scale(alone: &Alone) -> f64 {
+    match alone.occupancy {
+        Some(o) if o > 0.0 && alone.device_time_per_s > 0.0 => alone.device_time_per_s / o,
+        _ => alone.device_time_per_s.max(1.0),
+    }
 }
 
 /// Whether a slice of `entitled` device-seconds a second over `secs` seconds is enough
@@ -153,8 +170,8 @@ pub struct Yardstick {
 
 impl Yardstick {
     /// Entitlements interval by interval: in each interval of `interval_s` seconds,
-    /// max-min by weight over the capacity ([`capacity`]) with each tenant demanding
-    /// the device time it used alone in that interval; the bytes it would move with
+    /// max-min by weight over one device-second a second with each tenant demanding
+    /// the device time it used alone in that interval (over its [`scale`]); the bytes it would move with
     /// it are its bytes alone in the interval scaled by entitled ÷ used (never above
     /// 1). Summed over the span of `secs` seconds: a tenant that idles for a phase is
     /// entitled to nothing while it idles (alone it idled too), and the others to its
@@ -168,8 +185,12 @@ impl Yardstick {
     ) -> Yardstick {
         assert_eq!(alone.len(), series.len(), "one series per tenant");
         let n = alone.len();
-        let capacity = capacity(&alone);
-        let per_request: Vec<f64> = alone.iter().map(Alone::per_request).collect();
+        let scales: Vec<f64> = alone.iter().map(scale).collect();
+        let per_request: Vec<f64> = alone
+            .iter()
+            .zip(&scales)
+            .map(|(a, s)| a.per_request() / s)
+            .collect();
         let bins = series.iter().map(|s| s.device_ns.len()).max().unwrap_or(0);
         let mut entitled = vec![0.0; n];
         let mut expected = vec![0.0; n];
@@ -180,10 +201,10 @@ impl Yardstick {
             if len <= 0.0 {
                 break;
             }
-            for (d, s) in demand.iter_mut().zip(series) {
-                *d = s.device_ns.get(k).copied().unwrap_or(0) as f64 / 1e9 / len;
+            for ((d, s), scale) in demand.iter_mut().zip(series).zip(&scales) {
+                *d = s.device_ns.get(k).copied().unwrap_or(0) as f64 / 1e9 / len / scale;
             }
-            let e = water_fill(&demand, &per_request, claims, capacity);
+            let e = water_fill(&demand, &per_request, claims, 1.0);
             for i in 0..n {
                 entitled[i] += e[i] * len;
                 let bytes = series[i].bytes.get(k).copied().unwrap_or(0) as f64;
@@ -195,7 +216,7 @@ impl Yardstick {
         Yardstick {
             entitled_share: entitled
                 .iter()
-                .map(|e| e / secs.max(f64::MIN_POSITIVE) / capacity)
+                .map(|e| e / secs.max(f64::MIN_POSITIVE))
                 .collect(),
             expected_bytes: (0..n)
                 .map(|i| {
@@ -253,6 +274,7 @@ mod tests {
             p99_us: 0.0,
             reservation_missed: None,
             feasible_iops: None,
+            occupancy: None,
         }
     }
 
@@ -304,7 +326,7 @@ mod tests {
             claim(1.0, None, None),
             claim(2.0, None, None),
         ];
-        let e = entitled_device_time(&a, &c, capacity(&a));
+        let e = entitled_device_time(&a, &c, 1.0);
         close(&e, &[0.1, 0.3, 0.6]);
         // R: the light one got 0.9 MB/s of its 1 → 0.9; the second 33 of 100 × 0.3 =
         // 30 → 1.1; the third 2.4 of 4 × 0.6 = 2.4 → 1.
@@ -360,10 +382,67 @@ mod tests {
     }
 
     #[test]
-    fn a_tenant_alone_above_one_device_second_sets_the_capacity() {
-        let a = [alone(1.0, 1.0, 1.2), alone(1.0, 1.0, 0.5)];
-        assert_eq!(capacity(&a), 1.2);
-        assert_eq!(capacity(&[alone(1.0, 1.0, 0.2)]), 1.0);
+    fn a_tenant_alone_above_one_device_second_had_the_whole_device() {
+        assert_eq!(scale(&alone(1.0, 1.0, 3.5)), 3.5);
+        assert_eq!(scale(&alone(1.0, 1.0, 0.2)), 1.0);
+        // The disk's case: a writer in a small region (3.49 device-s/s alone, 825
+        // IOPS), a 1 MiB reader (0.91, 57 MB/s), a 60 IOPS reader with a reservation
+        // of its rate (0.25). The writer demands the whole device, the reservation
+        // takes its 0.25, the two backlogged tenants split the rest: 0.375 each, the
+        // writer 37.5 % of what it did alone, the reader 41 %. (With the writer's
+        // figure as the capacity the reader was entitled to all of its 57 MB/s and the
+        // writer to two thirds of its 825 IOPS, more than one disk.)
+        let a = [
+            alone(245_760.0, 60.0, 0.25),
+            alone(3_379_200.0, 825.0, 3.49),
+            alone(57e6, 54.4, 0.91),
+        ];
+        let c = [
+            claim(1.0, Some(60.0), None),
+            claim(1.0, None, None),
+            claim(1.0, None, None),
+        ];
+        let y = one_second(&a, &c);
+        close(&y.entitled_share, &[0.25, 0.375, 0.375]);
+        let want = [245_760.0, 3_379_200.0 * 0.375, 57e6 * 0.375 / 0.91];
+        let ratio: Vec<f64> = y
+            .expected_bytes
+            .iter()
+            .zip(want)
+            .map(|(e, w)| e.unwrap() / w)
+            .collect();
+        close(&ratio, &[1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn on_a_disk_a_tenant_demands_the_part_of_the_heads_time_it_used_alone() {
+        // The same three on the disk, with the heads' busy time alone: the writer and
+        // the stream kept them busy all the time, the reader at 60 IOPS 21.6 % of it
+        // (3.6 ms a read, where the model prices 4.2). The reservation takes 0.216 of
+        // the disk, the two backlogged tenants 0.392 each of what they did alone.
+        let mut a = [
+            alone(245_760.0, 60.0, 0.254),
+            alone(3_379_200.0, 825.0, 3.49),
+            alone(57e6, 54.4, 0.91),
+        ];
+        for (x, o) in a.iter_mut().zip([0.216, 1.0, 1.0]) {
+            x.occupancy = Some(o);
+        }
+        assert_eq!(scale(&a[2]), 0.91);
+        let c = [
+            claim(1.0, Some(60.0), None),
+            claim(1.0, None, None),
+            claim(1.0, None, None),
+        ];
+        let y = one_second(&a, &c);
+        close(&y.entitled_share, &[0.216, 0.392, 0.392]);
+        let ratio: Vec<f64> = y
+            .expected_bytes
+            .iter()
+            .zip(&a)
+            .map(|(e, x)| e.unwrap() / x.bandwidth_bytes_per_s)
+            .collect();
+        close(&ratio, &[1.0, 0.392, 0.392]);
     }
 
     #[test]

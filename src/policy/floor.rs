@@ -77,6 +77,11 @@ impl Floor {
         self.in_heap.push(false);
     }
 
+    /// The longest wait it allows, ns (`None`: the floor is off).
+    pub fn max_wait(&self) -> Option<Nanos> {
+        self.max_wait
+    }
+
     /// A floor of one dispatch every `max_wait` (`None`: off) for `tenants` tenants.
     pub fn new(tenants: usize, max_wait: Option<Nanos>) -> Self {
         Floor {

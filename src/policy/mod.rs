@@ -14,6 +14,7 @@ pub mod governor;
 mod mclock;
 mod mots;
 mod none;
+mod quantum;
 mod queues;
 mod sfq;
 mod ta1;
@@ -338,6 +339,8 @@ pub struct PolicyParams {
     used: BTreeSet<String>,
     /// What requests cost the device the policy will schedule, when it is known.
     device: Option<cost::CostModel>,
+    /// Its heads that move independently, when known (1: a disk).
+    actuators: Option<u32>,
 }
 
 impl PolicyParams {
@@ -348,6 +351,7 @@ impl PolicyParams {
             table,
             used: BTreeSet::new(),
             device: None,
+            actuators: None,
         }
     }
 
@@ -360,6 +364,18 @@ impl PolicyParams {
     /// The device's cost model, when known.
     pub fn device(&self) -> Option<&cost::CostModel> {
         self.device.as_ref()
+    }
+
+    /// The device's heads that move independently (1: one disk; an array's members),
+    /// when known.
+    pub fn with_actuators(mut self, actuators: Option<u32>) -> Self {
+        self.actuators = actuators;
+        self
+    }
+
+    /// The device's independent heads, when known.
+    pub fn actuators(&self) -> Option<u32> {
+        self.actuators
     }
 
     /// Text, or `default` when absent.
@@ -689,16 +705,18 @@ pub fn build(
     params: Params,
     tenants: &[TenantSpec],
 ) -> Result<Box<dyn Policy>, PolicyError> {
-    build_on(name, params, tenants, None)
+    build_on(name, params, tenants, None, None)
 }
 
-/// [`build`] for a device whose cost model is known: defaults that depend on the device
-/// (the adaptive depth's floor on a disk) follow it.
+/// [`build`] for a device whose cost model (and, for disks, number of independent
+/// heads) is known: defaults that depend on the device (the adaptive depth's floor on a
+/// disk, turns on one disk) follow it.
 pub fn build_on(
     name: &str,
     params: Params,
     tenants: &[TenantSpec],
     device: Option<&cost::CostModel>,
+    actuators: Option<u32>,
 ) -> Result<Box<dyn Policy>, PolicyError> {
     let info = registry()
         .iter()
@@ -707,7 +725,9 @@ pub fn build_on(
             name: name.to_string(),
             known: names().join(", "),
         })?;
-    let mut params = PolicyParams::new(name, params).with_device(device.copied());
+    let mut params = PolicyParams::new(name, params)
+        .with_device(device.copied())
+        .with_actuators(actuators);
     let policy = (info.build)(&mut params, tenants)?;
     params.finish()?;
     Ok(policy)

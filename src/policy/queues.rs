@@ -25,6 +25,14 @@ pub struct TenantQueues {
     slots: Vec<Slot>,
     queued: usize,
     in_flight: u64,
+    /// Tenants with a request waiting or on the device.
+    active: usize,
+}
+
+impl Slot {
+    fn active(&self) -> bool {
+        !self.queue.is_empty() || self.in_flight > 0
+    }
 }
 
 impl TenantQueues {
@@ -41,6 +49,7 @@ impl TenantQueues {
                 .collect(),
             queued: 0,
             in_flight: 0,
+            active: 0,
         }
     }
 
@@ -71,6 +80,9 @@ impl TenantQueues {
     pub fn push(&mut self, request: Request) -> bool {
         let slot = &mut self.slots[request.tenant as usize];
         let was_empty = slot.queue.is_empty();
+        if was_empty && slot.in_flight == 0 {
+            self.active += 1;
+        }
         slot.queue.push_back(request);
         self.queued += 1;
         was_empty
@@ -79,9 +91,11 @@ impl TenantQueues {
     /// Puts a request back at the head of its tenant's queue (taken with
     /// [`TenantQueues::pop`] and not sent after all).
     pub fn push_front(&mut self, request: Request) {
-        self.slots[request.tenant as usize]
-            .queue
-            .push_front(request);
+        let slot = &mut self.slots[request.tenant as usize];
+        if !slot.active() {
+            self.active += 1;
+        }
+        slot.queue.push_front(request);
         self.queued += 1;
     }
 
@@ -95,7 +109,11 @@ impl TenantQueues {
     /// a queue of its own); see [`TenantQueues::dispatch`] for one going to the device.
     #[inline]
     pub fn pop(&mut self, tenant: TenantId) -> Option<Request> {
-        let r = self.slots[tenant as usize].queue.pop_front()?;
+        let slot = &mut self.slots[tenant as usize];
+        let r = slot.queue.pop_front()?;
+        if !slot.active() {
+            self.active -= 1;
+        }
         self.queued -= 1;
         Some(r)
     }
@@ -117,7 +135,11 @@ impl TenantQueues {
     /// A request of `tenant` taken with [`TenantQueues::pop`] went to the device.
     #[inline]
     pub fn sent(&mut self, tenant: TenantId) {
-        self.slots[tenant as usize].in_flight += 1;
+        let slot = &mut self.slots[tenant as usize];
+        if !slot.active() {
+            self.active += 1;
+        }
+        slot.in_flight += 1;
         self.in_flight += 1;
     }
 
@@ -132,6 +154,9 @@ impl TenantQueues {
             .in_flight
             .checked_sub(1)
             .unwrap_or_else(|| panic!("tenant {tenant}: a completion with nothing in flight"));
+        if !slot.active() {
+            self.active -= 1;
+        }
         self.in_flight -= 1;
     }
 
@@ -158,6 +183,12 @@ impl TenantQueues {
     pub fn is_active(&self, tenant: TenantId) -> bool {
         let s = &self.slots[tenant as usize];
         !s.queue.is_empty() || s.in_flight > 0
+    }
+
+    /// Tenants with a request waiting or on the device.
+    #[inline]
+    pub fn active(&self) -> usize {
+        self.active
     }
 
     /// Requests waiting, over all tenants.
@@ -201,6 +232,7 @@ impl TenantQueues {
             .flat_map(|s| s.queue.drain(..))
             .collect();
         self.queued -= all.len();
+        self.active = self.slots.iter().filter(|s| s.active()).count();
         all
     }
 
@@ -212,6 +244,13 @@ impl TenantQueues {
             return Err(format!(
                 "queues hold {queued} requests, the total says {}",
                 self.queued
+            ));
+        }
+        let active = self.slots.iter().filter(|s| s.active()).count();
+        if active != self.active {
+            return Err(format!(
+                "{active} tenants active, the count says {}",
+                self.active
             ));
         }
         let in_flight: u64 = self.slots.iter().map(|s| u64::from(s.in_flight)).sum();
@@ -274,6 +313,28 @@ mod tests {
     }
 
     #[test]
+    fn active_counts_tenants_with_anything_queued_or_in_flight() {
+        let mut q = two();
+        assert_eq!(q.active(), 0);
+        q.push(test_request(1, 0, 4096, 0));
+        q.push(test_request(2, 0, 4096, 0));
+        assert_eq!(q.active(), 1);
+        let _ = q.dispatch(0);
+        let _ = q.dispatch(0);
+        // Both on the device: still active.
+        assert_eq!(q.active(), 1);
+        q.push(test_request(3, 1, 4096, 0));
+        assert_eq!(q.active(), 2);
+        q.complete(0);
+        assert_eq!(q.active(), 2);
+        q.complete(0);
+        assert_eq!(q.active(), 1);
+        assert_eq!(q.withdraw_all().len(), 1);
+        assert_eq!(q.active(), 0);
+        q.check().unwrap();
+    }
+
+    #[test]
     #[should_panic(expected = "a completion with nothing in flight")]
     fn a_completion_never_sent_is_a_bug() {
         let mut q = two();
@@ -287,6 +348,7 @@ mod tests {
         q.push(test_request(1, 0, 4096, 0));
         q.slots[1].queue.push_back(test_request(2, 0, 4096, 0));
         q.queued += 1;
+        q.active += 1;
         assert!(q.check().unwrap_err().contains("tenant 1's queue"));
     }
 }

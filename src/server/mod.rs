@@ -409,6 +409,7 @@ fn engine_policy(
         config.policy.params.clone(),
         specs,
         Some(cost),
+        None,
     )?)
 }
 

@@ -106,6 +106,10 @@ fn alone_series(
             p99_us: r.latency_us.p99,
             reservation_missed: r.reservation_missed,
             feasible_iops: None,
+            occupancy: run
+                .device
+                .busy_ns
+                .map(|b| (nanos_to_secs(b) / secs).min(1.0)),
         };
         if a.slo_satisfaction.is_some_and(|m| m < SLO_MET) {
             a.feasible_iops = feasible_rate(&s, device, cost, options)?;

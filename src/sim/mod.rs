@@ -386,7 +386,13 @@ pub fn run_policy_priced(
     options: RunOptions,
 ) -> Result<RunResult, PolicyError> {
     let specs = scenario.specs();
-    let policy = policy::build_on(&choice.name, choice.params.clone(), &specs, Some(&cost))?;
+    let policy = policy::build_on(
+        &choice.name,
+        choice.params.clone(),
+        &specs,
+        Some(&cost),
+        scenario.device.actuators(),
+    )?;
     let recorder = Recorder::new(
         &specs,
         scenario.warmup,
@@ -453,6 +459,7 @@ pub fn run_observed<O: Observer>(
         choice.params.clone(),
         &scenario.specs(),
         Some(&cost),
+        scenario.device.actuators(),
     )?;
     Ok(if options.check || cfg!(debug_assertions) {
         let checker = Checker::new(observer);
@@ -517,6 +524,7 @@ fn drive<O: Observer>(
         finished: Vec::new(),
     };
     run.device.model_mut().reset_stats();
+    run.device.model_mut().measure_from(scenario.warmup);
     for tenant in 0..scenario.tenants.len() as TenantId {
         run.push(0, EventKind::Phase { tenant, phase: 0 });
     }
