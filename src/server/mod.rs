@@ -409,7 +409,10 @@ fn engine_policy(
         config.policy.params.clone(),
         specs,
         Some(cost),
-        None,
+        config
+            .cost_device
+            .as_ref()
+            .and_then(crate::device::spec::DeviceSpec::actuators),
     )?)
 }
 
