@@ -610,7 +610,7 @@ pub fn registry() -> &'static [PolicyInfo] {
         },
         PolicyInfo {
             name: "mclock",
-            summary: "mClock: reservation, weight and limit tags; reservations first, weights share the rest",
+            summary: "mClock: reservation, weight and limit tags; reservations first, weights share the rest (in turns of the disk's time on one disk)",
             aims: Aims {
                 weights: true,
                 reservations: true,
