@@ -7,8 +7,8 @@
 //!
 //! Interleaved request by request, a 1 MiB stream and a writer in a small region of
 //! the `hdd` model each paid a seek at every turn: beside a 60 IOPS reader with an SLO,
-//! the writer got 0.41–0.48 of its slice of the disk alone under every policy, whatever
-//! the shares said (docs/conformance.md, "SLO conformance").
+//! the writer got 0.41–0.48 of its slice of the disk alone under `none`, `sfq` and
+//! `mclock`, whatever the shares said (docs/conformance.md, "SLO conformance").
 //!
 //! A turn: the first dispatch by weight while no turn is on starts one for that tenant;
 //! while it lasts only that tenant is dispatched by weight; it closes when its
