@@ -579,15 +579,13 @@ impl MClock {
                 self.virtual_time = self.virtual_time.max(x.head_start);
                 self.floor.served(t as TenantId, now, more, cost);
             }
-            Phase::Turn => {
-                // The turn's start set virtual time; its time is charged at its end.
+            Phase::Turn | Phase::Deadline => {
+                // In a turn: the turn's start set virtual time and its time is charged
+                // at its end. Outside it: charged its price, and the turn waits for it.
                 x.by_weight += 1;
-                self.floor.served(t as TenantId, now, more, cost);
-            }
-            Phase::Deadline => {
-                // Outside the turn, charged its price; the turn waits for it.
-                x.by_weight += 1;
-                self.timed_out.insert(request.id);
+                if by == Phase::Deadline {
+                    self.timed_out.insert(request.id);
+                }
                 self.floor.served(t as TenantId, now, more, cost);
             }
             Phase::Floor => {
