@@ -51,7 +51,7 @@ fn the_slo_matrix_is_the_documented_one() {
     // What the policies keep today stays kept (a regression shows here first, by name),
     // and what they miss is named: a fix fails here too, until it leaves the list (and
     // docs/conformance.md says what changed).
-    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 185);
+    assert!(outcomes.iter().filter(|o| o.feasible()).count() >= 201);
     // Weights are scale-free: the mix with every weight ×10⁵ gives every policy the
     // same figures as at ×1, case for case (mClock's tags step by cost × mean weight ÷
     // weight; the token buckets ignore weights).
@@ -96,7 +96,9 @@ fn the_slo_matrix_is_the_documented_one() {
 /// near the reader's `rt` and never shape the disk's time: each best-effort tenant at
 /// 0.1–0.4 of its slice alone; mClock's turns keep it at 0.8 or more on the disk), and
 /// under mClock on the array in Pareto bursts (no turns on an array yet); bursts
-/// beside weighted flooders; and throughput or switching figures of TA2 and TA3.
+/// beside weighted flooders; 1,024 SLO tenants in on/off bursts under mClock on the
+/// aged NVMe drive (98.8 % of their requests within rt); and throughput or switching
+/// figures of TA2 and TA3.
 const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
     ("nvme-aged", "1 SLO + 1 flooder, equal rt", "on/off", "ta2"),
     (
@@ -122,6 +124,12 @@ const KNOWN_MISSES: &[(&str, &str, &str, &str)] = &[
         "1 SLO + 2 flooders weighted 1:4 ×10^5 + 1 limited, equal rt",
         "on/off",
         "ta3",
+    ),
+    (
+        "nvme-aged",
+        "1024 SLO + 2 flooders, equal rt",
+        "on/off",
+        "mclock",
     ),
     (
         "hdd",

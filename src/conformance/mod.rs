@@ -521,11 +521,14 @@ impl Figure {
         }
     }
 
-    /// `name value (op target)`, with ✗ when missed: seconds, transitions per second and
-    /// multiples (names ending `(s)`, `(/s)`, `(× …)`) as numbers, the rest as percent.
+    /// `name value (op target)`, with ✗ when missed: seconds, milliseconds, transitions
+    /// per second and multiples (names ending `(s)`, `(ms)`, `(/s)`, `(× …)`) as
+    /// numbers, the rest as percent.
     pub fn render(&self) -> String {
-        let number =
-            self.name.ends_with("(s)") || self.name.ends_with("(/s)") || self.name.contains("(×");
+        let number = self.name.ends_with("(s)")
+            || self.name.ends_with("(ms)")
+            || self.name.ends_with("(/s)")
+            || self.name.contains("(×");
         let value = if self.value.is_infinite() {
             "never".to_string()
         } else if self.name.contains("(×") {
@@ -599,7 +602,7 @@ fn targets(policy: &str) -> Targets {
 /// the service floor promises when it is the bound ([`crate::policy::floor`]: an
 /// [`FLOOR_EVERY`]th of the device's work rate serving one request of every tenant, at
 /// their mean cost, both taken from `none`'s run).
-fn wait_bound(none: &RunResult) -> f64 {
+pub(crate) fn wait_bound(none: &RunResult) -> f64 {
     let round: f64 = none
         .tenants
         .iter()
