@@ -477,6 +477,7 @@ fn the_queue_limit_holds_exactly_its_bound() {
         duration_s = 0.05
         queue_depth = 1
         queue_limit = 10
+        policies = ["none"]
         [device]
         model = "fixed"
         latency_us = 100000.0

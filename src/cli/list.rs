@@ -6,7 +6,12 @@ use super::*;
 pub(crate) fn run() -> Result<()> {
     println!("policies:");
     for p in policy::registry() {
-        println!("  {:<10} {}", p.name, p.summary);
+        let default = if p.name == policy::DEFAULT_POLICY {
+            " (the default)"
+        } else {
+            ""
+        };
+        println!("  {:<10} {}{default}", p.name, p.summary);
     }
     println!("ssd presets:");
     for p in ssd::presets() {

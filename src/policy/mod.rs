@@ -545,6 +545,14 @@ pub struct PolicyInfo {
     pub build: PolicyBuilder,
 }
 
+/// The policy a server or scenario gets when it names none: of the registered policies
+/// the one that keeps every kind of promise a configuration writes — weights (shares of
+/// device time), reservations and limits (mClock's tags), response times (a tenant's
+/// SLO beside its reservation: the adaptive dispatch depth) — with the shaping its
+/// device needs (turns on one disk). Measured against the others in
+/// docs/conformance.md; `none` (no control) only when named.
+pub const DEFAULT_POLICY: &str = "mclock";
+
 /// Every policy ioshare knows, in the order reports list them.
 pub fn registry() -> &'static [PolicyInfo] {
     &[
@@ -562,13 +570,13 @@ pub fn registry() -> &'static [PolicyInfo] {
         },
         PolicyInfo {
             name: "mots",
-            summary: "CFQ slices corrected every second by the MoTS feedback controller (MCFQ)",
+            summary: "the MoTS feedback controller correcting a base scheduler's weights every second (SFQ by default; CFQ slices by bytes: the paper's MCFQ)",
             aims: Aims::WEIGHTS,
             build: Mots::build,
         },
         PolicyInfo {
             name: "bfq",
-            summary: "budget fair queueing: one tenant at a time, budgets by weight, idles on an empty queue (Linux BFQ style)",
+            summary: "budget fair queueing: one tenant at a time, budgets of device time by weight, no idling by default (Linux BFQ style)",
             aims: Aims::WEIGHTS,
             build: Bfq::build,
         },
@@ -580,13 +588,13 @@ pub fn registry() -> &'static [PolicyInfo] {
         },
         PolicyInfo {
             name: "sfq",
-            summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by bytes",
+            summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by device time",
             aims: Aims::WEIGHTS,
             build: Sfq::build,
         },
         PolicyInfo {
             name: "ta1",
-            summary: "a token bucket per SLO tenant (iops / τ per tick, 1.5 ρ deep), always on",
+            summary: "a token bucket per SLO tenant (iops / τ per tick, as deep as the SLO's burst), always on",
             aims: Aims::SLO,
             build: ta1::build,
         },

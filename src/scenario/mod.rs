@@ -497,13 +497,14 @@ fn tenant_setup(
     })
 }
 
-/// The policies to compare (default: `none`), each built once to check it.
+/// The policies to compare (default: [`crate::policy::DEFAULT_POLICY`]), each built
+/// once to check it.
 fn policies(
     entries: Option<Vec<PolicyEntry>>,
     specs: &[TenantSpec],
 ) -> Result<Vec<PolicyChoice>, Invalid> {
     let list = match entries {
-        None => return Ok(vec![PolicyChoice::named("none")]),
+        None => return Ok(vec![PolicyChoice::named(crate::policy::DEFAULT_POLICY)]),
         Some(list) if list.is_empty() => return Err(Invalid::new("policies", "is empty")),
         Some(list) => list,
     };
@@ -559,7 +560,10 @@ mod tests {
         assert_eq!(s.tenants[1].offset, 512 << 20);
         assert_eq!(s.tenants[1].size, 512 << 20);
         assert_eq!(s.tenants[1].spec.weight, 1.0);
-        assert_eq!(s.policies, vec![PolicyChoice::named("none")]);
+        assert_eq!(
+            s.policies,
+            vec![PolicyChoice::named(crate::policy::DEFAULT_POLICY)]
+        );
         assert_eq!(s.device.capacity_bytes(), 1 << 30);
     }
 

@@ -250,8 +250,10 @@ pub struct ServerConfig {
     /// What becomes of a request the policy refuses: held back (`"hold"`, the default:
     /// the client sees slow I/O) or answered with an error (`"error"`).
     pub refuse: Refuse,
-    /// The scheduler.
+    /// The scheduler: `server.policy`, or [`crate::policy::DEFAULT_POLICY`].
     pub policy: PolicyChoice,
+    /// Whether `server.policy` named it (the log says when the default was taken).
+    pub policy_named: bool,
     /// Seconds between the per-tenant lines on stderr (0: quiet); also the report's interval.
     pub interval_s: f64,
     /// Address of the Prometheus `/metrics` HTTP endpoint, if any.
@@ -338,6 +340,19 @@ pub struct ImageDirs {
 pub const MAX_TENANTS: usize = 1024;
 
 impl ServerConfig {
+    /// The policy as the log names it: its label, and when the configuration named
+    /// none, that it is the default and how to have none.
+    pub fn policy_described(&self) -> String {
+        if self.policy_named {
+            self.policy.label.clone()
+        } else {
+            format!(
+                "{} (the default; `policy = \"none\"` under [server] for no control)",
+                self.policy.label
+            )
+        }
+    }
+
     /// Connections one Unix-socket client process may have open at once.
     pub fn local_peer_limit(&self) -> u32 {
         self.max_connections_per_peer
@@ -433,6 +448,7 @@ impl ServerConfig {
             queue_limit: server.queue_limit,
             refuse: server.refuse,
             policy: server.policy,
+            policy_named: policy_given,
             interval_s: server.interval_s,
             metrics: server.metrics,
             drain_timeout: server.drain_timeout,
@@ -931,7 +947,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
     let (drain_timeout, backend_stall, backend_timeout) = waits(&s)?;
     let policy = match s.policy {
         Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
-        None => PolicyChoice::named("none"),
+        None => PolicyChoice::named(crate::policy::DEFAULT_POLICY),
     };
     let unix = match (s.unix, &s.tcp) {
         (Some(u), _) => Some(at(u)),
@@ -1666,7 +1682,23 @@ mod tests {
         assert_eq!((c.queue_depth, c.queue_limit), (32, 256));
         assert_eq!(c.threads, default_threads());
         assert!((1..=DEFAULT_THREADS_CAP).contains(&c.threads));
-        assert_eq!(c.policy.name, "none");
+        assert_eq!(c.policy.name, crate::policy::DEFAULT_POLICY);
+        assert!(!c.policy_named);
+        assert!(
+            c.policy_described().starts_with("mclock (the default; "),
+            "{}",
+            c.policy_described()
+        );
+        // `none` only when named.
+        let named = parse(
+            "[server]\npolicy = 'none'\n[[tenant]]\nname='a'\nfile='a'\nsize='1m'\nweight=4\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (named.policy.name.as_str(), named.policy_named),
+            ("none", true)
+        );
+        assert_eq!(named.policy_described(), "none");
         assert_eq!(c.cache, Cache::Writeback);
         assert_eq!(c.tenants[0].storage, Storage::Own("/srv/vm1.img".into()));
         assert_eq!(c.tenants[0].size, 1 << 30);

@@ -336,7 +336,7 @@ pub fn serve(
         "serving {} export(s) on {} with policy {} (queue depth {}, {} engine thread(s)); SIGTERM drains and exits",
         config.tenants.len(),
         listeners.describe(&config),
-        config.policy.label,
+        config.policy_described(),
         config.queue_depth,
         config.threads
     );
