@@ -26,6 +26,7 @@ pub mod host;
 pub mod io;
 pub mod iolog;
 pub mod journal;
+pub mod limits;
 pub mod metrics;
 pub mod nbd;
 pub mod output;

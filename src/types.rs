@@ -144,7 +144,7 @@ pub struct Request {
     /// When the request arrived at the engine.
     pub arrival: Nanos,
     /// What it costs the device, ns of device time by the device's cost model
-    /// ([`crate::policy::cost`]): stamped by the host when it admits the request (the
+    /// ([`crate::device::cost`]): stamped by the host when it admits the request (the
     /// frontends leave it 0), so the policy charging it and the recorder counting it
     /// read the same number.
     pub cost: Nanos,

@@ -6,7 +6,7 @@
 use ioshare::cluster::model::ClusterParams;
 use ioshare::cluster::sim::{ClusterResult, ClusterScenario, Exchange, Leave, Mode, Volume, run};
 use ioshare::device::fixed::FixedParams;
-use ioshare::policy::governor::Limits;
+use ioshare::limits::governor::Limits;
 use ioshare::types::{Nanos, TenantSpec};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;

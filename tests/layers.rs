@@ -3,8 +3,9 @@
 //!
 //! * core — the sans-I/O parts: `types`, `units`, `buffer` (and `slab`, the memory its small
 //!   buffers are carved from), `config`, `scenario`, `host`,
-//!   `policy`, `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`, `trace`,
-//!   `cluster` (several fronts on one cluster, simulated);
+//!   `policy`, `limits` (limits others enforce: the governor, the throttle, the fronts'
+//!   exchange), `device`, `sim`, `workload`, `metrics`, `nbd`, `journal`, `iolog`,
+//!   `trace`, `cluster` (several fronts on one cluster, simulated);
 //! * io — `io` (a request's file I/O), `target` (real devices on io_uring), `output` and
 //!   `owned_file` (files the project writes for itself);
 //! * server — the live NBD server;
@@ -24,8 +25,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "core",
         &[
-            "types", "units", "buffer", "slab", "config", "scenario", "host", "policy", "device",
-            "sim", "workload", "metrics", "nbd", "journal", "iolog", "trace", "cluster",
+            "types", "units", "buffer", "slab", "config", "scenario", "host", "policy", "limits",
+            "device", "sim", "workload", "metrics", "nbd", "journal", "iolog", "trace", "cluster",
         ],
     ),
     ("io", &["io", "target", "output", "owned_file"]),

@@ -11,7 +11,7 @@
 //!   error: latency + size / transfer rate), and the seek (random − sequential at 4 KiB);
 //! * **queue depth [`DEEP`]**, random reads and writes of [`DEEP_SIZES`]: 1 / IOPS per
 //!   size is the media cost, fitted the same way (per request + per byte) — the linear
-//!   [`crate::policy::cost::CostModel`]; the writes run after a warm-up as long as the
+//!   [`crate::device::cost::CostModel`]; the writes run after a warm-up as long as the
 //!   cache burst, so they are the sustained rate;
 //! * **a write burst**: 1 MiB sequential writes at queue depth [`DEEP`] from idle,
 //!   bandwidth per interval: the bytes acknowledged above the sustained rate before it

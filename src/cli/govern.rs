@@ -62,7 +62,7 @@ pub fn run(a: Args) -> Result<()> {
         config.params.period / 1_000_000,
         config.state.display()
     );
-    if !config.calibrated && config.params.allocator != ioshare::policy::governor::Allocator::Off {
+    if !config.calibrated && config.params.allocator != ioshare::limits::governor::Allocator::Off {
         eprintln!(
             "ioshare: govern: nothing says what this device's requests cost: they are priced by the default SSD model (Linux blk-iocost's defaults); `ioshare calibrate DEVICE --out FILE` fits one for govern.cost_device"
         );

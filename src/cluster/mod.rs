@@ -2,7 +2,7 @@
 //! shared Ceph-like cluster, and each tenant's weight, reservation and limit hold
 //! across all fronts together ("Beyond one host").
 //!
-//! * [`share`] — the sans-I/O core every front runs: the reports the fronts exchange
+//! * [`crate::limits::share`] — the sans-I/O core every front runs: the reports the fronts exchange
 //!   each period, a replica of the governor on their sum, and the split of each
 //!   tenant's global limits across the fronts by demand.
 //! * [`model`] — the simulated cluster: OSDs (each a device model), replication,
@@ -12,5 +12,4 @@
 //!   closed-loop workloads spread over fronts; the properties are its tests.
 
 pub mod model;
-pub mod share;
 pub mod sim;

@@ -24,8 +24,8 @@
 //! device-second a second is the cluster's nominal capacity), a write `replication`
 //! times that.
 
+use crate::device::cost::{CostModel, OpCost};
 use crate::device::fixed::{FixedDevice, FixedParams};
-use crate::policy::cost::{CostModel, OpCost};
 use crate::types::{Nanos, Op, Request};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;

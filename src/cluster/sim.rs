@@ -15,12 +15,12 @@
 //! never goes below zero, every host's and gate's counts add up (each window).
 
 use super::model::{ClusterError, ClusterModel, ClusterParams};
-use super::share::{FrontShare, Report, ShareParams};
+use crate::device::cost::CostModel;
 use crate::host::{Host, Limits as HostLimits, Observer, Refuse, Status};
+use crate::limits::governor::{DeviceUsage, Governor, Limits, Usage};
+use crate::limits::share::{FrontShare, Report, ShareParams};
+use crate::limits::throttle::{Limited, Throttle, count, count_device};
 use crate::policy::Fifo;
-use crate::policy::cost::CostModel;
-use crate::policy::governor::{DeviceUsage, Governor, Limits, Usage};
-use crate::policy::throttle::{Limited, Throttle, count, count_device};
 use crate::policy::{Admission, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use crate::workload::{Arrivals, Generator, Pattern, Phase, SizeDist};

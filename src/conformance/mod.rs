@@ -18,10 +18,10 @@
 
 pub mod slo;
 
+use crate::device::cost::Currency;
 use crate::metrics::entitled::Claim;
 use crate::metrics::insulation::INSULATED;
 use crate::metrics::{RunResult, ScenarioResult, max_min_error, measurable, share_error};
-use crate::policy::cost::Currency;
 use crate::policy::floor::FLOOR_EVERY;
 use crate::scenario::Scenario;
 use crate::sim::{RunOptions, run_scenarios_with};

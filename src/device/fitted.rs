@@ -29,7 +29,7 @@
 //! it was measured in.
 
 use super::{DeviceModel, Submitted};
-use crate::policy::cost::{CostModel, OpCost, Sequence};
+use crate::device::cost::{CostModel, OpCost, Sequence};
 use crate::types::{Nanos, Op, Request};
 use serde::{Deserialize, Serialize};
 

@@ -2,6 +2,7 @@
 //! when the device finishes it. Models keep their own resource timelines (dies,
 //! channels, links, heads), so the simulator needs no events inside the device.
 
+pub mod cost;
 pub mod driver;
 pub mod fitted;
 pub mod fixed;

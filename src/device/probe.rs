@@ -1,6 +1,6 @@
 //! The cost model of a simulated device, fitted to the device itself: each request type
 //! is run alone at full load (a closed loop of [`DEPTH`]) on a copy of the built device,
-//! and the linear model of [`crate::policy::cost`] is solved from what one request then
+//! and the linear model of [`crate::device::cost`] is solved from what one request then
 //! takes — the same fit `ioshare calibrate` makes of a real device from its probes.
 //!
 //! **Why not the preset's parameters.** [`super::spec::DeviceSpec::cost_model`] adds up
@@ -31,7 +31,7 @@
 
 use super::DeviceModel;
 use super::{Finished, Submitted};
-use crate::policy::cost::{CostModel, OpCost};
+use crate::device::cost::{CostModel, OpCost};
 use crate::types::{Nanos, Op, Request};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;

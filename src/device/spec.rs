@@ -10,7 +10,7 @@ use super::hdd::{self, HddDevice, HddParams};
 use super::raid0::{self, Raid0Device, Raid0Params};
 use super::ssd::{self, DEFAULT_AGING_PASSES, Precondition, SsdDevice, SsdParams};
 use crate::config::Invalid;
-use crate::policy::cost::{CostModel, OpCost};
+use crate::device::cost::{CostModel, OpCost};
 use crate::units::format_bytes;
 use serde::Deserialize;
 
@@ -159,7 +159,7 @@ impl DeviceSpec {
     }
 
     /// What requests cost this device, estimated from its parameters alone
-    /// ([`crate::policy::cost`]): the sum of the resources a request uses, before any
+    /// ([`crate::device::cost`]): the sum of the resources a request uses, before any
     /// device is built (`backend.cost_device` naming a preset, estimates). A loaded
     /// device overlaps those resources; where the device is built, what it is charged
     /// by is [`DeviceSpec::fitted_cost`].

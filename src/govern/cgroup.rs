@@ -4,7 +4,7 @@
 //! counters (`/proc/diskstats`). The parsing is pure (text in, figures out) and tested
 //! on the kernel's formats; [`Cgroup`] does the reading and writing.
 
-use crate::policy::governor::{DeviceUsage, Limits, Usage};
+use crate::limits::governor::{DeviceUsage, Limits, Usage};
 use std::path::{Path, PathBuf};
 
 /// A block device as the kernel numbers it.

@@ -1,6 +1,6 @@
 //! `ioshare govern CONFIG`: ioshare's policy for containers without a network disk.
 //! Tenants are cgroups on one block device; every period the governor
-//! ([`crate::policy::governor`], the same one the simulator's `govern` policy runs) is
+//! ([`crate::limits::governor`], the same one the simulator's `govern` policy runs) is
 //! given what each cgroup did (the kernel's counters) and what the device did
 //! (`/proc/diskstats`), and its limits are written into the cgroups' throttle files —
 //! the kernel enforces them. Nothing sits in the I/O path.
@@ -13,8 +13,8 @@
 pub mod cgroup;
 
 use crate::config::{Invalid, QosFields};
-use crate::policy::cost::CostModel;
-use crate::policy::governor::{Allocator, DeviceUsage, Governor, Limits, Params, Usage};
+use crate::device::cost::CostModel;
+use crate::limits::governor::{Allocator, DeviceUsage, Governor, Limits, Params, Usage};
 use crate::types::{Slo, TenantSpec};
 use cgroup::{Cgroup, CgroupError, Dev};
 use serde::{Deserialize, Serialize};

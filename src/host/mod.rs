@@ -5,7 +5,7 @@
 //!
 //! It owns
 //! * **pricing**: every request admitted is stamped with what it costs the device
-//!   ([`Request::cost`], from the device's cost model, [`crate::policy::cost::Pricer`]),
+//!   ([`Request::cost`], from the device's cost model, [`crate::device::cost::Pricer`]),
 //!   once, in arrival order: the policy charges it and the observers count it;
 //! * **admission**: a request is offered with [`Host::admit`]; the host refuses it when
 //!   its tenant already has `queue_limit` requests waiting ([`Refusal::QueueFull`]), the
@@ -35,7 +35,7 @@
 
 pub mod stall;
 
-use crate::policy::cost::{CostModel, Pricer};
+use crate::device::cost::{CostModel, Pricer};
 use crate::policy::{Admission, Detail, Dispatch, Observation, Policy, Refusal};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 pub use stall::Stall;
@@ -524,7 +524,7 @@ impl<O: Observer> Host<O> {
     pub fn set_limits(
         &mut self,
         tenant: TenantId,
-        limits: &crate::policy::governor::Limits,
+        limits: &crate::limits::governor::Limits,
         now: Nanos,
     ) -> bool {
         self.policy.set_limits(tenant, limits, now)
@@ -595,7 +595,7 @@ impl<O: Observer> Host<O> {
     }
 
     /// What the policy shares by weight.
-    pub fn currency(&self) -> crate::policy::cost::Currency {
+    pub fn currency(&self) -> crate::device::cost::Currency {
         self.policy.currency()
     }
 

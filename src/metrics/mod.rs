@@ -6,8 +6,8 @@
 //! backlogged.
 
 use crate::device::DeviceStats;
+use crate::device::cost::Currency;
 use crate::host::{Observer, Status};
-use crate::policy::cost::Currency;
 use crate::policy::{Observation, Refusal, SwitchLog};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, nanos_to_secs};
 use hdrhistogram::Histogram;

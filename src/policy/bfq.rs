@@ -10,7 +10,7 @@
 //! the start of the tenant last selected).
 //!
 //! **Reading: budgets are device time** (`cost = "device"`, the default): each request
-//! is charged its cost in the device's model ([`super::cost`]), and a tenant's budget is
+//! is charged its cost in the device's model ([`crate::device::cost`]), and a tenant's budget is
 //! its weight's share of a *round* (`round_ms`, 25 ms of device time: `round × w /
 //! Σw` over the backlogged tenants), so every backlogged tenant has its turn within
 //! about a round whatever their number — a second's share is then its weight's, also
@@ -68,13 +68,13 @@
 //! `window_ms`; `0`: none of its own), `max_wait_ms` (500; 0: no floor).
 //! Weight changes apply from the tenant's next budget.
 
-use super::cost::Currency;
 use super::depth::DispatchDepth;
 use super::floor::Floor;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
     TenantQueues,
 };
+use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;

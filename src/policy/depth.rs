@@ -205,7 +205,7 @@ impl DispatchDepth {
 
     /// Reads `depth` (`"auto"` or absent: `auto_by_default` decides; a non-negative
     /// integer: fixed, `0` = none), `min_depth` (default 16; 4 on a device bound by
-    /// seeks, [`crate::policy::cost::CostModel::seeks`]) and `window_ms` (default 10),
+    /// seeks, [`crate::device::cost::CostModel::seeks`]) and `window_ms` (default 10),
     /// the last two only with `"auto"`.
     pub fn from_params(
         params: &mut PolicyParams,

@@ -9,7 +9,7 @@
 //!   request may dispatch — no idling. The last request may overdraw; the debt is paid
 //!   from the next allocation. Inactive tenants get nothing and keep nothing.
 //! * **Reading: a credit is device time** (`cost = "device"`, the default): a request
-//!   costs what the device spends on it by its cost model ([`super::cost`], stamped by
+//!   costs what the device spends on it by its cost model ([`crate::device::cost`], stamped by
 //!   the host), and the forecast is of the device's *work rate* — device time dispatched
 //!   per second — not of bytes acknowledged. The paper's credit is a byte (`cost =
 //!   "bytes"`, its literal reading) or a request (`"requests"`, or `cost_per_io =
@@ -161,13 +161,13 @@
 //! floor). Weight changes apply from the next allocation. `stats()` records predicted
 //! vs consumed credits per prediction period (the paper's Fig. 5).
 
-use super::cost::Currency;
 use super::depth::DispatchDepth;
 use super::floor::Floor;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
     TenantQueues,
 };
+use crate::device::cost::Currency;
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
 };

@@ -167,7 +167,7 @@ use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
     TenantQueues,
 };
-use crate::policy::cost::Currency;
+use crate::device::cost::Currency;
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use rustc_hash::FxHashSet;
 use serde_json::json;

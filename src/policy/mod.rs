@@ -4,13 +4,13 @@
 //! dispatch next. It never reads a clock, spawns a thread or does I/O, so the same object
 //! runs in the simulator (virtual time) and in the live server (wall time).
 
+use crate::device::cost;
+use crate::limits::{governor, throttle};
 mod bfq;
 mod cfq;
-pub mod cost;
 pub(crate) mod depth;
 mod feedbac;
 pub mod floor;
-pub mod governor;
 mod mclock;
 mod mots;
 mod none;
@@ -20,12 +20,12 @@ mod sfq;
 mod ta1;
 mod ta2;
 mod ta3;
-pub mod throttle;
 pub(crate) mod token_bucket;
 
 pub use bfq::Bfq;
 pub use cfq::Cfq;
 pub use feedbac::FeedBac;
+pub(crate) use feedbac::Holt;
 pub use mclock::MClock;
 pub use mots::Mots;
 pub use none::Fifo;

@@ -72,9 +72,9 @@
 //! `slice_idle_ms`, `max_round_ms` (500), and `bounded_idle` (false).
 
 use super::cfq::Cfq;
-use super::cost::Currency;
 use super::sfq::Sfq;
 use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
+use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::VecDeque;
 

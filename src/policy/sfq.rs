@@ -10,7 +10,7 @@
 //! and cannot claim service for the time it did not use.
 //!
 //! **Reading: the cost is device time** (`cost = "device"`, the default): each request
-//! costs what the device spends on it by its cost model ([`super::cost`], stamped by the
+//! costs what the device spends on it by its cost model ([`crate::device::cost`], stamped by the
 //! host), so a 1 MiB sequential read and a 4 KiB random one on a disk, or a 512 B write
 //! and a 4 MiB one on an SSD, are compared by what they take from everyone else. The
 //! paper's cost is the request's size: `cost = "bytes"` (with at least `min_cost` bytes,
@@ -44,13 +44,13 @@
 //! `max_wait_ms` (500; 0: no floor). Weight changes apply to requests tagged after the
 //! change.
 
-use super::cost::Currency;
 use super::depth::DispatchDepth;
 use super::floor::Floor;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
     TenantQueues,
 };
+use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -152,11 +152,11 @@
 //!   again (a heap by that time), best-effort ones when one of theirs completes or the
 //!   breach ends: O(log n) per request at any tenant count.
 
-use super::cost::Currency;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams, Refusal,
     SwitchLog,
 };
+use crate::device::cost::Currency;
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, Slo, TenantId, TenantSpec, nanos_to_secs,
 };

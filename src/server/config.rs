@@ -362,17 +362,17 @@ impl ServerConfig {
     /// What the host prices requests by: the model fitted to the emulated device
     /// (`model`, built from it) when that is the cost device, `backend.cost_device`'s
     /// model otherwise, else the default SSD model
-    /// ([`crate::policy::cost::CostModel::generic_ssd`]).
+    /// ([`crate::device::cost::CostModel::generic_ssd`]).
     pub fn cost_model(
         &self,
         model: Option<&dyn crate::device::DeviceModel>,
-    ) -> crate::policy::cost::CostModel {
+    ) -> crate::device::cost::CostModel {
         match (&self.cost_device, &self.emulated, model) {
             (Some(spec), Some((emulated, _)), Some(model)) if spec == emulated => {
                 spec.fitted_cost(model)
             }
             (Some(spec), _, _) => spec.cost_model(),
-            (None, _, _) => crate::policy::cost::CostModel::generic_ssd(),
+            (None, _, _) => crate::device::cost::CostModel::generic_ssd(),
         }
     }
 

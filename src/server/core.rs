@@ -415,7 +415,7 @@ impl EngineCore {
         cfg: CoreConfig,
         targets: Vec<Option<Store>>,
         policy: Box<dyn Policy>,
-        cost: crate::policy::cost::CostModel,
+        cost: crate::device::cost::CostModel,
         model: Option<Box<dyn DeviceModel>>,
         stats: Arc<LiveStats>,
         recorder: Option<Recorder>,
@@ -522,7 +522,7 @@ impl EngineCore {
     pub fn set_limits(
         &mut self,
         tenant: TenantId,
-        limits: &crate::policy::governor::Limits,
+        limits: &crate::limits::governor::Limits,
         now: Nanos,
     ) {
         assert!(
@@ -1148,7 +1148,7 @@ impl EngineCore {
     /// one hole, and an rbd image's allocation is not asked for: answered at once. On
     /// a file it is a request like any other: admitted by the host, dispatched by the
     /// policy and charged its device time (a lookup in the file system's extent map:
-    /// [`crate::policy::cost::CostModel::cost`]), its walk done off the engine's
+    /// [`crate::device::cost::CostModel::cost`]), its walk done off the engine's
     /// threads ([`Intent::BlockStatus`]) and bounded ([`crate::io::extents::MAX_WALK`]
     /// extents), under the backend timeout. So a flood of block status is its tenant's
     /// load, not everyone's stall.
@@ -1644,7 +1644,7 @@ mod tests {
             cfg,
             vec![Some(Store::File(target))],
             policy,
-            crate::policy::cost::CostModel::generic_ssd(),
+            crate::device::cost::CostModel::generic_ssd(),
             None,
             stats,
             None,

@@ -33,8 +33,8 @@ use super::core::{CoreConfig, CoreTenant, EngineCore, Intent, PUBLISH_EVERY};
 use super::stats::LiveStats;
 use crate::device::{DeviceModel, DeviceStats};
 use crate::io::ring::Ring;
+use crate::limits::governor::Limits;
 use crate::metrics::Recorder;
-use crate::policy::governor::Limits;
 use crate::policy::{Observation, Policy};
 use crate::types::{Nanos, TenantId, TenantSpec};
 use io_uring::{opcode, types};
@@ -224,7 +224,7 @@ pub fn run(
     config: &ServerConfig,
     files: Files,
     policy: Box<dyn Policy>,
-    cost: crate::policy::cost::CostModel,
+    cost: crate::device::cost::CostModel,
     model: Option<Box<dyn DeviceModel>>,
     inbox: Inbox,
     stats: Arc<LiveStats>,

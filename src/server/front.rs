@@ -1,7 +1,7 @@
 //! A front of a shared cluster, live (`[cluster]` in `serve`'s configuration): several
 //! `ioshare serve` processes, one per host, whose tenants' volumes share one store
 //! (a Ceph cluster through the rbd backend), keep one set of weights, reservations and
-//! limits per *tenant*, across fronts. The decisions are [`crate::cluster::share`]'s
+//! limits per *tenant*, across fronts. The decisions are [`crate::limits::share`]'s
 //! (a replica of the governor on every front, each tenant's global limits split across
 //! the fronts by demand; its docs say why and how); this file is their live driver:
 //! every period it reads the tenants' counters (the server's `LiveStats`: what passed this front
@@ -25,9 +25,9 @@
 use super::config::ServerConfig;
 use super::engine::EngineHandle;
 use super::stats::LiveStats;
-use crate::cluster::share::{FrontId, FrontShare, ShareParams};
 use crate::config::{Invalid, QosFields};
-use crate::policy::governor::{DeviceUsage, Limits, Usage};
+use crate::limits::governor::{DeviceUsage, Limits, Usage};
+use crate::limits::share::{FrontId, FrontShare, ShareParams};
 use crate::types::{Nanos, Slo, TenantId, TenantSpec, secs_to_nanos};
 use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};

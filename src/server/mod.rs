@@ -396,12 +396,12 @@ fn check_run_files(
 fn engine_policy(
     config: &ServerConfig,
     specs: &[crate::types::TenantSpec],
-    cost: &crate::policy::cost::CostModel,
+    cost: &crate::device::cost::CostModel,
 ) -> Result<Box<dyn crate::policy::Policy>, ServeError> {
     if config.cluster.is_some() {
-        return Ok(Box::new(crate::policy::throttle::Limited::new(
+        return Ok(Box::new(crate::limits::throttle::Limited::new(
             specs.len(),
-            crate::policy::throttle::default_slice(cost),
+            crate::limits::throttle::default_slice(cost),
         )));
     }
     Ok(crate::policy::build_on(
@@ -564,7 +564,7 @@ fn check_policy(config: &ServerConfig) -> Result<(), ServeError> {
     // `none` charges nothing: no model to speak of.
     if config.cost_device.is_none()
         && policy.name() != "none"
-        && policy.currency() == crate::policy::cost::Currency::DeviceTime
+        && policy.currency() == crate::device::cost::Currency::DeviceTime
     {
         tracing::info!(
             "policy '{}' shares device time, and nothing says what this backend's requests cost: it charges them by the default SSD model (Linux blk-iocost's defaults; `ioshare calibrate --out` fits one for this device, for backend.cost_device)",

@@ -569,7 +569,7 @@ impl World {
             sc.config.clone(),
             targets,
             policy,
-            crate::policy::cost::CostModel::generic_ssd(),
+            crate::device::cost::CostModel::generic_ssd(),
             sc.model.map(Model::build),
             stats.clone(),
             None,

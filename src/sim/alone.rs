@@ -21,11 +21,11 @@
 use super::{RunOptions, run_policy_priced};
 use crate::config::PolicyChoice;
 use crate::device::DeviceModel;
+use crate::device::cost::CostModel;
 use crate::metrics::SLO_MET;
 use crate::metrics::entitled::Claim;
 use crate::metrics::insulation::{Alone, AloneSeries, Yardstick};
 use crate::policy::PolicyError;
-use crate::policy::cost::CostModel;
 use crate::scenario::{Scenario, TenantSetup};
 use crate::types::nanos_to_secs;
 use crate::workload::Arrivals;

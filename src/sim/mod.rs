@@ -6,11 +6,11 @@ pub mod alone;
 pub(crate) mod checker;
 
 use crate::config::PolicyChoice;
+use crate::device::cost::CostModel;
 use crate::device::driver::Driver;
 use crate::device::{DeviceModel, Finished, Submitted};
 use crate::host::{Host, Limits, Observer, Status};
 use crate::metrics::{Recorder, RunResult, ScenarioResult};
-use crate::policy::cost::CostModel;
 use crate::policy::{self, Admission, Observation, Policy, PolicyError};
 use crate::scenario::Scenario;
 use crate::trace::replay::{Replay, ReplayStats};

@@ -9,7 +9,7 @@
 //! for High Performance Non-volatile Memory in Cloud Computing Environment";
 //! `specs/feedbac.md`) turned from credits a scheduler spends into limits a throttle
 //! enforces:
-//! * **The currency is device time**, by the device's cost model ([`super::cost`]): a
+//! * **The currency is device time**, by the device's cost model ([`crate::device::cost`]): a
 //!   request costs what it takes from the device. The kernel's counters say requests
 //!   and bytes, not offsets, so every request is priced as random, at its direction's
 //!   mean size this period.
@@ -116,8 +116,8 @@
 //! weight's share of the nominal capacity (one device-second a second), never changed
 //! (`io.max` at the weights' split). `allocator = "off"` sets no limits.
 
-use super::cost::CostModel;
-use super::feedbac::Holt;
+use crate::device::cost::CostModel;
+use crate::policy::Holt;
 use crate::types::{Nanos, Op, Slo, TenantSpec, nanos_to_secs};
 use std::collections::VecDeque;
 

@@ -2,7 +2,7 @@
 //! every tenant's global limits. Sans-I/O: it is handed reports (its own and its
 //! peers'), bytes off the wire and the time, and answers each local tenant's limits;
 //! it reads no clock, starts no thread and does no I/O (the simulator,
-//! [`super::sim`], carries the reports between fronts; a live driver will carry them
+//! [`crate::cluster::sim`], carries the reports between fronts; a live driver will carry them
 //! over UDP between `ioshare serve` processes).
 //!
 //! The design is a periodic allocator in the style of Pisces (D. Shue, M. J. Freedman,
@@ -61,8 +61,8 @@
 //! nothing. Everything that grows is bounded: peers by [`MAX_FRONTS`], tenants by the
 //! configuration.
 
-use crate::policy::cost::CostModel;
-use crate::policy::governor::{DeviceUsage, Governor, Limits, Params, Usage};
+use crate::device::cost::CostModel;
+use crate::limits::governor::{DeviceUsage, Governor, Limits, Params, Usage};
 use crate::types::{Nanos, TenantId, TenantSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -18,9 +18,11 @@
 //! and direction as they pass the throttle (`io.stat`, `blkio.throttle.io_serviced`),
 //! and the device's completions with their times in the device (`/proc/diskstats`).
 
-use super::cost::CostModel;
 use super::governor::{Allocator, DeviceUsage, Governor, Limits, Params, Usage};
-use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
+use crate::device::cost::CostModel;
+use crate::policy::{
+    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
+};
 use crate::types::{Completion, Nanos, Op, Request, TenantId, TenantSpec, nanos_to_secs};
 use std::collections::{BTreeSet, VecDeque};
 
