@@ -161,6 +161,7 @@
 //!   stale entries dropped as they surface: O(log n) per request at any tenant count.
 use super::depth::DispatchDepth;
 use super::floor::Floor;
+use super::phase::{self, DEFAULT_PHASE_HOLD_MS, Phases, Pick};
 use super::quantum::{Charge, DEFAULT_QUANTUM_IDLE_MS, DEFAULT_QUANTUM_MS, Quanta, Turn};
 use super::token_bucket::RateTest;
 use super::{
@@ -243,8 +244,9 @@ pub struct MClock {
     /// With turns on: heads of tenants with an SLO, by when half their `rt` has passed
     /// since arrival (module doc).
     by_deadline: BinaryHeap<Entry>,
-    /// Heads that may go by weight (no limit, or `L` come due), by `P`.
-    by_p: BinaryHeap<Entry>,
+    /// Heads that may go by weight (no limit, or `L` come due), by `P`, per kind of
+    /// their request ([`phase::kind`]: reads, writes).
+    by_p: [BinaryHeap<Entry>; 2],
     depth: DispatchDepth,
     /// Virtual time: the largest start of a `P` dispatched in the weight phase
     /// (module doc).
@@ -268,6 +270,8 @@ pub struct MClock {
     burst: Nanos,
     /// Turns on a seek-bound device (`quantum_ms`; module doc).
     quanta: Option<Quanta>,
+    /// Read and write phases on flash (`phase_window_ms`; [`super::phase`]).
+    phases: Option<Phases>,
     /// `P` where the current turn started.
     turn_start: Nanos,
     /// Requests in the device that went out by the reservation of a timed tenant: a
@@ -355,8 +359,23 @@ impl MClock {
                 format!("must be in [0, 1000] ms, got {quantum_idle_ms}"),
             ));
         }
+        // Read and write phases only when asked for ([`super::phase`]: measured, they
+        // do not pay as a default).
+        let window_ms = params.f64_or("phase_window_ms", 0.0)?;
+        let hold_ms = params.f64_or("phase_hold_ms", DEFAULT_PHASE_HOLD_MS)?;
+        for (name, v) in [("phase_window_ms", window_ms), ("phase_hold_ms", hold_ms)] {
+            if !(0.0..=10_000.0).contains(&v) {
+                return Err(params.invalid(name, format!("must be in [0, 10000] ms, got {v}")));
+            }
+        }
         let mut m = MClock::with(tenants, depth, late, slack);
         m.floor = floor;
+        if window_ms > 0.0 {
+            m.phases = Some(Phases::new(
+                (window_ms * 1e6) as Nanos,
+                (hold_ms * 1e6) as Nanos,
+            ));
+        }
         if quantum_ms > 0.0 {
             m.quanta = Some(Quanta::new(
                 (quantum_ms * 1e6) as Nanos,
@@ -388,7 +407,7 @@ impl MClock {
             by_r: BinaryHeap::new(),
             by_l: BinaryHeap::new(),
             by_deadline: BinaryHeap::new(),
-            by_p: BinaryHeap::new(),
+            by_p: [BinaryHeap::new(), BinaryHeap::new()],
             depth,
             virtual_time: 0,
             weight_ref: None,
@@ -399,6 +418,7 @@ impl MClock {
             slack,
             burst: 0,
             quanta: None,
+            phases: None,
             turn_start: 0,
             timed_out: FxHashSet::default(),
         };
@@ -539,7 +559,7 @@ impl MClock {
         if x.l_inc.is_some() && tags.limit > now {
             self.by_l.push(Reverse((tags.limit, tid, g)));
         } else {
-            self.by_p.push(Reverse((tags.proportion, tid, g)));
+            self.by_p[phase::kind(r.op)].push(Reverse((tags.proportion, tid, g)));
         }
     }
 
@@ -552,7 +572,8 @@ impl MClock {
             self.by_l.pop();
             let x = &self.tenants[t as usize];
             let head = x.head.expect("a live entry has a head");
-            self.by_p.push(Reverse((head.proportion, t, x.generation)));
+            let kind = phase::kind(self.queues.front(t).expect("a head is queued").op);
+            self.by_p[kind].push(Reverse((head.proportion, t, x.generation)));
         }
     }
 
@@ -560,6 +581,9 @@ impl MClock {
     /// the service floor (which charges its `P` nothing and hands `R` back).
     fn take(&mut self, t: usize, by: Phase, now: Nanos) -> Request {
         let request = self.queues.dispatch(t as TenantId);
+        if let Some(p) = self.phases.as_mut() {
+            p.dispatched(phase::kind(request.op));
+        }
         let more = self.queues.is_backlogged(t as TenantId);
         let x = &mut self.tenants[t];
         let mut tags = x.head.take().expect("head is tagged");
@@ -688,6 +712,30 @@ impl MClock {
     }
 }
 
+impl MClock {
+    /// The tenant whose head goes by weight now: the smallest `P` among the heads that
+    /// may go (of the phase's kind, with phases); `Some(None)` while a phase's requests
+    /// drain from the device, `None` without a head.
+    fn weight_head(&mut self, now: Nanos) -> Option<Result<TenantId, Option<Nanos>>> {
+        let smallest = [self.peek(|m| &mut m.by_p[0]), self.peek(|m| &mut m.by_p[1])];
+        let kind = match self.phases.as_mut() {
+            Some(p) => match p.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)))? {
+                Pick::Kind(k) => k,
+                Pick::Drain(until) => return Some(Err(until)),
+            },
+            // One order over both kinds: tags, then tenants, as one heap.
+            None => match smallest {
+                [Some(r), Some(w)] => usize::from(w < r),
+                [Some(_), None] => 0,
+                [None, Some(_)] => 1,
+                [None, None] => return None,
+            },
+        };
+        let (_, t) = smallest[kind].expect("the kind picked has a head");
+        Some(Ok(t))
+    }
+}
+
 /// Waits for the earliest of `times`, or idles without one.
 fn wait_or_idle<const N: usize>(times: [Option<Nanos>; N], now: Nanos) -> Dispatch {
     match times.into_iter().flatten().min() {
@@ -733,7 +781,11 @@ impl Policy for MClock {
         self.depth.set_timed(request.tenant, timed);
         if self.queues.push(request) {
             self.floor.backlogged(request.tenant, now);
-            self.tag_head(t, true, now);
+            // With phases a tenant's requests wait out the other kind's phase in the
+            // device and in the host: one with requests in the device is not back from
+            // idle, and keeps its `P` (virtual time ran ahead with the other phase).
+            let idle = self.phases.is_none() || self.queues.in_flight_of(request.tenant) == 0;
+            self.tag_head(t, idle, now);
         }
         Admission::Queued
     }
@@ -765,7 +817,16 @@ impl Policy for MClock {
         if let Some(d) = self.by_turn(now, reservation_due) {
             return d;
         }
-        if let Some((_, t)) = self.peek(|m| &mut m.by_p) {
+        let head = self.weight_head(now);
+        if let Some(Err(until)) = head {
+            // A phase drains (its completions wake the policy) or waits for its kind's
+            // next request. A floor dispatch due now but over the floor's budget waits
+            // for dispatches by weight, as in a turn.
+            let limit_due = self.peek(|m| &mut m.by_l).map(|(l, _)| l);
+            let floor_ahead = self.floor.next_due().filter(|&at| at > now);
+            return wait_or_idle([until, reservation_due, limit_due, floor_ahead], now);
+        }
+        if let Some(Ok(t)) = head {
             let start = self.tenants[t as usize].head_start;
             let request = self.take(t as usize, Phase::Weight, now);
             if let Some(q) = self.quanta.as_mut() {
@@ -798,6 +859,9 @@ impl Policy for MClock {
             x.rt.filter(|_| x.timed())
                 .map(|rt| took > (rt as f64 * self.late) as Nanos);
         self.timed_out.remove(&completion.request.id);
+        if let Some(p) = self.phases.as_mut() {
+            p.completed(phase::kind(completion.request.op));
+        }
         if self.by_reservation.remove(&completion.request.id) {
             self.depth.completed_exempt(t, now, held);
         } else {
@@ -859,7 +923,7 @@ impl Policy for MClock {
         self.by_r.clear();
         self.by_l.clear();
         self.by_deadline.clear();
-        self.by_p.clear();
+        self.by_p.iter_mut().for_each(BinaryHeap::clear);
         self.floor.clear();
         if let Some(q) = self.quanta.as_mut() {
             q.clear();
@@ -882,6 +946,15 @@ impl Policy for MClock {
         if let Some(q) = &self.quanta {
             q.check(self.queues.in_flight())?;
         }
+        if let Some(p) = &self.phases {
+            let [reads, writes] = p.in_device();
+            if reads + writes != self.queues.in_flight() {
+                return Err(format!(
+                    "phases count {reads} reads and {writes} writes in the device, {} in flight",
+                    self.queues.in_flight()
+                ));
+            }
+        }
         if self.by_reservation.len() as u64 > self.queues.in_flight() {
             return Err(format!(
                 "{} out by reservation, {} in flight",
@@ -891,7 +964,7 @@ impl Policy for MClock {
         }
         let mut in_p = vec![0u8; self.tenants.len()];
         let mut in_r = vec![0u8; self.tenants.len()];
-        for e in self.by_p.iter().chain(&self.by_l) {
+        for e in self.by_p.iter().flatten().chain(&self.by_l) {
             if self.live(e) {
                 in_p[e.0.1 as usize] += 1;
             }
@@ -972,6 +1045,7 @@ impl MClock {
             "depth": self.depth.report(),
             "floor_dispatches": self.floor.dispatches(),
             "turns": self.quanta.as_ref().map(Quanta::turns),
+            "phases": self.phases.as_ref().map(Phases::switches),
         })
     }
 }
@@ -1441,6 +1515,60 @@ mod tests {
     /// With turns, one tenant at a time is dispatched by weight, for a quantum of
     /// real time, and each turn is charged the time it held the device: a tenant whose
     /// requests take twice as long gets half as many, the same time.
+    /// With `phase_window_ms`, a reader and a writer of equal weight go in phases: the
+    /// reads until their tags pass the writes' by the window, then nothing until the
+    /// reads drain, then the writes; each kind's tags stay within a window of the
+    /// other's, so both get their half.
+    #[test]
+    fn phases_send_one_kind_at_a_time_and_keep_the_tags_together() {
+        let tenants = [
+            spec("reader", 1.0, None, None),
+            spec("writer", 1.0, None, None),
+        ];
+        // A window of 3 µs of virtual time: three 1 µs requests ahead of the other kind.
+        let mut params =
+            crate::policy::test_params("mclock", toml::toml! { phase_window_ms = 0.003 });
+        let mut p = MClock::build(&mut params, &tenants).unwrap();
+        for id in 0..16 {
+            let mut r = test_request(id, (id % 2) as TenantId, 1000, 0);
+            if r.tenant == 1 {
+                r.op = crate::types::Op::Write;
+            }
+            p.put(r, 0);
+        }
+        let mut runs: Vec<(TenantId, usize)> = Vec::new();
+        let mut now = 0;
+        loop {
+            // Everything the policy lets out now, then their completions.
+            let mut out = Vec::new();
+            while let Dispatch::Request(r) = p.dispatch(now) {
+                out.push(r);
+                p.check().unwrap();
+            }
+            if out.is_empty() {
+                break;
+            }
+            for r in &out {
+                assert_eq!(r.tenant, out[0].tenant, "one kind on the device at a time");
+            }
+            runs.push((out[0].tenant, out.len()));
+            now += 1_000_000;
+            for r in out {
+                let c = Completion {
+                    request: r,
+                    start: now - 1_000_000,
+                    finish: now,
+                };
+                p.complete(&c, now);
+            }
+        }
+        // Reads at P 1..4 µs go while within 3 µs of the writer's head (1 µs); the
+        // writes then run to P 8 µs (within 3 µs of the reads' next, 5 µs); the other
+        // four reads go last.
+        assert_eq!(runs, vec![(0, 4), (1, 8), (0, 4)]);
+        assert_eq!(p.observe(Detail::Full).report["phases"], 2);
+    }
+
     #[test]
     fn turns_serve_one_tenant_at_a_time_and_charge_the_time_it_held() {
         let tenants = [spec("fast", 1.0, None, None), spec("slow", 1.0, None, None)];

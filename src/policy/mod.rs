@@ -14,6 +14,7 @@ pub mod floor;
 mod mclock;
 mod mots;
 mod none;
+mod phase;
 mod quantum;
 mod queues;
 mod sfq;
