@@ -99,6 +99,13 @@
 //!   array were often late (the reservation queue is critically loaded and shrinking
 //!   the depth takes the surplus the weight phase served it with) until the reading
 //!   below.
+//! * **Reading: an SLO without a reservation reserves its `iops`.** `{iops, size, rt}`
+//!   promises `iops` requests within `rt`; mClock keeps a response time only for the
+//!   requests its reservation lets out, so a tenant with an SLO and no
+//!   `reservation_iops` is reserved its SLO's `iops` (as every scenario here writes
+//!   them in pairs). Without it, the `db` tenant of `scenarios/three-vms-disk.toml` met
+//!   its `rt` for 82.4 % of requests (99.7 % with the reservation written): mClock is
+//!   the default policy, which keeps every promise a configuration writes.
 //! * **Reading: a reservation kept to is served with `reservation_slack` (default 25
 //!   %) to spare.** While a tenant's arrivals keep to its reservation (TA3's rate test:
 //!   a bucket refilled at `r` + 5 %, 100 requests deep, one token an arrival; see
@@ -434,14 +441,13 @@ impl MClock {
     }
 
     fn tenant(&self, spec: &TenantSpec, now: Nanos) -> Tenant {
+        let reservation = reservation(spec);
         Tenant {
             rt: spec.slo.map(|slo| slo.rt_nanos()),
-            r_inc: spec.reservation_iops.map(inverse),
-            r_inc_slack: spec
-                .reservation_iops
-                .map(|r| inverse(r * (1.0 + self.slack))),
+            r_inc: reservation.map(inverse),
+            r_inc_slack: reservation.map(|r| inverse(r * (1.0 + self.slack))),
             // Within its SLO's burst a tenant keeps to its rate.
-            rate: spec.reservation_iops.map(|r| {
+            rate: reservation.map(|r| {
                 let depth = spec.slo.map_or(RATE_TEST_REQUESTS, |s| {
                     s.burst_requests().max(RATE_TEST_REQUESTS)
                 });
@@ -453,7 +459,7 @@ impl MClock {
             // A tenant with an SLO banks its burst of reservation.
             r_burst: spec
                 .slo
-                .zip(spec.reservation_iops)
+                .zip(reservation)
                 .map(|(s, r)| crate::types::secs_to_nanos(s.burst_requests() / r)),
             within: true,
             l_inc: spec.limit_iops.map(inverse),
@@ -734,6 +740,12 @@ impl MClock {
         let (_, t) = smallest[kind].expect("the kind picked has a head");
         Some(Ok(t))
     }
+}
+
+/// The IOPS `spec` reserves: its `reservation_iops`, or without one its SLO's `iops`
+/// (module doc).
+fn reservation(spec: &TenantSpec) -> Option<f64> {
+    spec.reservation_iops.or(spec.slo.map(|s| s.iops))
 }
 
 /// Waits for the earliest of `times`, or idles without one.
@@ -1114,7 +1126,9 @@ mod tests {
             assert_eq!(out, 41, "no limit of its own yet");
             depth_after(p.as_mut(), r, finish_ms * 1_000_000)
         };
-        assert_eq!(run(7), Some(41.0 - 5.0), "7 ms is late for a 10 ms rt");
+        // The writer's 40 went by weight (the reader's, reserved by its SLO, past the
+        // depth): the depth shrinks from 40 by an eighth.
+        assert_eq!(run(7), Some(40.0 - 5.0), "7 ms is late for a 10 ms rt");
         assert_eq!(run(6), Some(0.0), "6 ms is in time");
     }
 
@@ -1515,6 +1529,29 @@ mod tests {
     /// With turns, one tenant at a time is dispatched by weight, for a quantum of
     /// real time, and each turn is charged the time it held the device: a tenant whose
     /// requests take twice as long gets half as many, the same time.
+    /// A tenant with an SLO and no reservation is reserved its SLO's IOPS: its request
+    /// goes by reservation ahead of a tenant that is first by weight.
+    #[test]
+    fn an_slo_without_a_reservation_reserves_its_iops() {
+        let tenants = [
+            spec("bulk", 1.0, None, None),
+            crate::policy::test_slo_tenant("db", 100.0, 50_000),
+        ];
+        let mut params = crate::policy::test_params("mclock", toml::Table::new());
+        let mut p = MClock::build(&mut params, &tenants).unwrap();
+        for id in 0..10 {
+            p.put(test_request(id, 0, 4096, 0), 0);
+        }
+        p.put(test_request(10, 1, 4096, 0), 0);
+        match p.dispatch(0) {
+            Dispatch::Request(r) => assert_eq!(r.id, 10, "the reserved request first"),
+            other => panic!("expected a request, got {other:?}"),
+        }
+        let report = p.observe(Detail::Full).report;
+        assert_eq!(report["tenants"][1]["by_reservation"], 1);
+        assert_eq!(report["tenants"][0]["by_reservation"], 0);
+    }
+
     /// With `phase_window_ms`, a reader and a writer of equal weight go in phases: the
     /// reads until their tags pass the writes' by the window, then nothing until the
     /// reads drain, then the writes; each kind's tags stay within a window of the
