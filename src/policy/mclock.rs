@@ -720,14 +720,27 @@ impl MClock {
 
 impl MClock {
     /// The tenant whose head goes by weight now: the smallest `P` among the heads that
-    /// may go (of the phase's kind, with phases); `Some(None)` while a phase's requests
-    /// drain from the device, `None` without a head.
-    fn weight_head(&mut self, now: Nanos) -> Option<Result<TenantId, Option<Nanos>>> {
+    /// may go (with phases: of the phase's kind, unless the first by weight has nothing
+    /// in the device); `Err(t)` while a phase waits until `t` for its kind's next
+    /// request, `None` without a head.
+    fn weight_head(&mut self, now: Nanos) -> Option<Result<TenantId, Nanos>> {
         let smallest = [self.peek(|m| &mut m.by_p[0]), self.peek(|m| &mut m.by_p[1])];
+        // The first by weight with nothing in the device goes whatever the phase: a
+        // light tenant does not wait out the other kind's phase.
+        let first = match smallest {
+            [Some(r), Some(w)] => Some(r.min(w)),
+            [a, b] => a.or(b),
+        };
+        if self.phases.is_some()
+            && let Some((_, t)) = first
+            && self.queues.in_flight_of(t) == 0
+        {
+            return Some(Ok(t));
+        }
         let kind = match self.phases.as_mut() {
             Some(p) => match p.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)))? {
                 Pick::Kind(k) => k,
-                Pick::Drain(until) => return Some(Err(until)),
+                Pick::Wait(until) => return Some(Err(until)),
             },
             // One order over both kinds: tags, then tenants, as one heap.
             None => match smallest {
@@ -831,12 +844,11 @@ impl Policy for MClock {
         }
         let head = self.weight_head(now);
         if let Some(Err(until)) = head {
-            // A phase drains (its completions wake the policy) or waits for its kind's
-            // next request. A floor dispatch due now but over the floor's budget waits
-            // for dispatches by weight, as in a turn.
+            // A phase waits for its kind's next request. A floor dispatch due now but
+            // over the floor's budget waits for dispatches by weight, as in a turn.
             let limit_due = self.peek(|m| &mut m.by_l).map(|(l, _)| l);
             let floor_ahead = self.floor.next_due().filter(|&at| at > now);
-            return wait_or_idle([until, reservation_due, limit_due, floor_ahead], now);
+            return wait_or_idle([Some(until), reservation_due, limit_due, floor_ahead], now);
         }
         if let Some(Ok(t)) = head {
             let start = self.tenants[t as usize].head_start;
@@ -1552,19 +1564,24 @@ mod tests {
         assert_eq!(report["tenants"][0]["by_reservation"], 0);
     }
 
-    /// With `phase_window_ms`, a reader and a writer of equal weight go in phases: the
-    /// reads until their tags pass the writes' by the window, then nothing until the
-    /// reads drain, then the writes; each kind's tags stay within a window of the
-    /// other's, so both get their half.
+    /// With `phase_window_ms`, a reader and a writer of equal weight go in phases: each
+    /// tenant's first request at once (nothing of its in the device), then the reads
+    /// until their tags pass the writes' by the window, then the writes, which wait a
+    /// while for their next when all are in the device; each kind's tags stay within a
+    /// window of the other's.
     #[test]
     fn phases_send_one_kind_at_a_time_and_keep_the_tags_together() {
         let tenants = [
             spec("reader", 1.0, None, None),
             spec("writer", 1.0, None, None),
         ];
-        // A window of 3 µs of virtual time: three 1 µs requests ahead of the other kind.
-        let mut params =
-            crate::policy::test_params("mclock", toml::toml! { phase_window_ms = 0.003 });
+        // A window of 3 µs of virtual time: three 1 µs requests ahead of the other kind;
+        // a phase waits 1 ms for its kind's next request.
+        let mut params = crate::policy::test_params(
+            "mclock",
+            toml::toml! { phase_window_ms = 0.003
+            phase_hold_ms = 1.0 },
+        );
         let mut p = MClock::build(&mut params, &tenants).unwrap();
         for id in 0..16 {
             let mut r = test_request(id, (id % 2) as TenantId, 1000, 0);
@@ -1573,36 +1590,27 @@ mod tests {
             }
             p.put(r, 0);
         }
-        let mut runs: Vec<(TenantId, usize)> = Vec::new();
-        let mut now = 0;
-        loop {
-            // Everything the policy lets out now, then their completions.
-            let mut out = Vec::new();
-            while let Dispatch::Request(r) = p.dispatch(now) {
-                out.push(r);
+        let burst = |p: &mut Box<dyn Policy>, now: Nanos| {
+            let mut tenants = Vec::new();
+            let next = loop {
+                match p.dispatch(now) {
+                    Dispatch::Request(r) => tenants.push(r.tenant),
+                    other => break other,
+                }
                 p.check().unwrap();
-            }
-            if out.is_empty() {
-                break;
-            }
-            for r in &out {
-                assert_eq!(r.tenant, out[0].tenant, "one kind on the device at a time");
-            }
-            runs.push((out[0].tenant, out.len()));
-            now += 1_000_000;
-            for r in out {
-                let c = Completion {
-                    request: r,
-                    start: now - 1_000_000,
-                    finish: now,
-                };
-                p.complete(&c, now);
-            }
-        }
-        // Reads at P 1..4 µs go while within 3 µs of the writer's head (1 µs); the
-        // writes then run to P 8 µs (within 3 µs of the reads' next, 5 µs); the other
-        // four reads go last.
-        assert_eq!(runs, vec![(0, 4), (1, 8), (0, 4)]);
+            };
+            (tenants, next)
+        };
+        // P of the reads 1..8 µs, of the writes 1..8 µs: the first of each at once, the
+        // reads to 5 µs (within 3 µs of the writer's next, 2 µs), the writes to the
+        // last (all within 3 µs of the reads' next, 6 µs), then a wait of 1 ms.
+        let (first, next) = burst(&mut p, 0);
+        assert_eq!(first, [0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(next, Dispatch::Wait(1_000_000));
+        // No write came: the reads' phase, for the other three.
+        let (second, next) = burst(&mut p, 1_000_000);
+        assert_eq!(second, [0, 0, 0]);
+        assert_eq!(next, Dispatch::Idle);
         assert_eq!(p.observe(Detail::Full).report["phases"], 2);
     }
 

@@ -11,25 +11,21 @@
 //!
 //! A phase: the weight phase dispatches only heads of the phase's kind while the
 //! smallest weight tag (`P`) among them is within `window` of the smallest among the
-//! other kind's heads; past it (or with none of its kind queued for `hold`, or at once
-//! when none is in the device either) the phase ends, and nothing goes by weight until
-//! the device holds no request of the ending kind — the next phase starts on a device
-//! holding only its own kind. A tenant with requests in the device keeps its `P` when
-//! its next arrives (mClock: it is not back from idle; virtual time ran ahead with the
-//! other kind's phase, and starting it there lost a writer its share: 3.5–6.5 % of the
-//! device for a third).
+//! other kind's heads; past it, or with none of its kind queued for `hold` (at once
+//! when none of its kind is in the device either), the other kind's phase starts. A
+//! tenant first by weight with nothing in the device goes whatever the phase (the
+//! policy asks before it asks the phase), and one with requests in the device keeps its
+//! `P` when its next arrives (mClock: it is not back from idle; virtual time ran ahead
+//! with the other kind's phase, and starting it there lost a writer its share: 3.5–6.5
+//! % of the device for a third).
 //!
 //! **Off by default (`phase_window_ms = 0`): measured, phases do not pay as a default.**
 //! Two 4 KiB random readers and a writer, each at iodepth 32 on the aged drives
-//! (`scenarios/read-write-mix.toml` deepened), run at 0.97 (SATA) and 0.98 (NVMe) s/s
-//! with a 10 ms window against 0.89 and 0.78 without phases, shares within 0.1–0.7 %; at
-//! iodepth 16 (the scenario as it is) 0.87 on NVMe (0.78) but 0.68–0.79 on SATA (0.89),
-//! whatever the hold (0–5 ms) or the drain: a writer bound by its own depth cannot fill
-//! the device in its phase. Over the conformance matrix's 45 flash cells `mclock` with
-//! phases passed 2–5 against 15 without: a light reader waits out the writers' phase
-//! (its latency 1.9–5.0× `none`'s), and depth-bound tenants leave the device half
-//! empty (device work 0.14–0.6× `none` in the deep-queue and mixed-size cells), though
-//! the shares there came within 0.8–3.3 % where without phases they were 77–127 % off.
+//! (`scenarios/read-write-mix.toml` deepened), run at 1.01 (SATA) and 0.96 (NVMe) s/s
+//! with a 20 ms window against 0.89 and 0.78 without phases, shares within 0.5–1.0 %; at
+//! iodepth 16 (the scenario as it is) 0.84 and 0.87 (0.89 and 0.78 without): a writer
+//! bound by its own depth cannot fill the device in its phase. Over the conformance
+//! matrix's 45 flash cells `mclock` with phases passed 13 against 15 without.
 //! Numbers: docs/readings.md, `phase.rs`.
 //!
 //! Readings chosen:
@@ -39,6 +35,12 @@
 //!   window keeps every tenant's `P` within a window of the others', so the shares per
 //!   interval stay those of the weights and the phases are as long as the window lets
 //!   the kind run.
+//! * **No drain between phases**: the ending kind's requests finish beside the next
+//!   kind's first. Waiting for them first (the device holding one kind only) passed 5
+//!   of the 45 cells: with a device queue of 128 every phase ended in a long drain
+//!   (device work 0.14–0.6× `none`).
+//! * **A light tenant does not wait out a phase**: without that a reader under its
+//!   share waited for the writers' phase (latency 1.9–5.0× `none`'s).
 //! * **Kinds**: writes (data moved to the device) are one; reads, flushes, trims and
 //!   block status lookups are the other (flushes and trims would fit either; a status
 //!   lookup does not reach the flash).
@@ -64,9 +66,9 @@ pub fn kind(op: Op) -> usize {
 pub enum Pick {
     /// Dispatch the smallest `P` among heads of this kind.
     Kind(usize),
-    /// Nothing by weight: the ending phase's requests drain from the device, or its
-    /// kind's are all in the device and may send the next (until the given time).
-    Drain(Option<u64>),
+    /// Nothing by weight until the given time: the phase's kind has its requests in the
+    /// device, and its tenants may send the next as they complete.
+    Wait(u64),
 }
 
 /// Phases on the device (module doc).
@@ -77,9 +79,6 @@ pub struct Phases {
     window: u64,
     /// The kind whose phase it is.
     current: usize,
-    /// The phase ended: nothing by weight until no request of `current` is in the
-    /// device; then the other kind's phase starts.
-    ending: bool,
     /// Requests in the device, per kind (whatever sent them).
     in_device: [u64; 2],
     switches: u64,
@@ -96,7 +95,6 @@ impl Phases {
         Phases {
             window,
             current: 0,
-            ending: false,
             in_device: [0; 2],
             switches: 0,
             hold,
@@ -104,20 +102,10 @@ impl Phases {
         }
     }
 
-    /// Which kind may go by weight, given the smallest `P` among the heads of each kind
-    /// that may go by weight (`None`: no such head).
+    /// Which kind may go by weight at `now`, given the smallest `P` among the heads of
+    /// each kind that may go by weight (`None`: no such head).
     pub fn pick(&mut self, now: u64, smallest: [Option<u64>; 2]) -> Option<Pick> {
         let (mine, other) = (self.current, 1 - self.current);
-        if self.ending {
-            if self.in_device[mine] > 0 {
-                return Some(Pick::Drain(None));
-            }
-            self.ending = false;
-            self.empty_since = None;
-            self.current = other;
-            self.switches += 1;
-            return self.pick(now, smallest);
-        }
         if smallest[mine].is_some() {
             self.empty_since = None;
         }
@@ -127,18 +115,17 @@ impl Phases {
             (Some(p), Some(q)) if p <= q.saturating_add(self.window) => Some(Pick::Kind(mine)),
             // Its kind's requests are all in the device: their tenants may send the next
             // as they complete (closed loops), so the phase waits for them a while.
-            (None, Some(_)) if self.in_device[mine] > 0 && self.hold > 0 => {
-                let since = *self.empty_since.get_or_insert(now);
-                let until = since.saturating_add(self.hold);
-                if now < until {
-                    return Some(Pick::Drain(Some(until)));
-                }
-                self.ending = true;
-                self.pick(now, smallest)
+            (None, Some(_))
+                if self.in_device[mine] > 0
+                    && now < *self.empty_since.get_or_insert(now) + self.hold =>
+            {
+                Some(Pick::Wait(self.empty_since.expect("set above") + self.hold))
             }
             (_, Some(_)) => {
-                self.ending = true;
-                self.pick(now, smallest)
+                self.current = other;
+                self.empty_since = None;
+                self.switches += 1;
+                Some(Pick::Kind(other))
             }
         }
     }
@@ -170,38 +157,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_phase_runs_until_its_tags_pass_the_others_by_the_window_then_drains() {
+    fn a_phase_runs_until_its_tags_pass_the_others_by_the_window() {
         let mut p = Phases::new(10, 0);
         // Reads at P 100, writes at 95: reads go (within the window).
         assert_eq!(p.pick(0, [Some(100), Some(95)]), Some(Pick::Kind(0)));
         p.dispatched(0);
         assert_eq!(p.pick(0, [Some(105), Some(95)]), Some(Pick::Kind(0)));
-        p.dispatched(0);
-        // 106 > 95 + 10: the read phase ends; two reads are in the device.
-        assert_eq!(p.pick(0, [Some(106), Some(95)]), Some(Pick::Drain(None)));
-        p.completed(0);
-        assert_eq!(p.pick(0, [Some(106), Some(95)]), Some(Pick::Drain(None)));
-        p.completed(0);
-        // Drained: the write phase starts, and runs while writes are within 106 + 10.
+        // 106 > 95 + 10: the write phase starts at once (no drain), and runs while
+        // writes are within 106 + 10.
         assert_eq!(p.pick(0, [Some(106), Some(95)]), Some(Pick::Kind(1)));
         assert_eq!(p.switches(), 1);
-        p.dispatched(1);
         assert_eq!(p.pick(0, [Some(106), Some(116)]), Some(Pick::Kind(1)));
-        assert_eq!(p.pick(0, [Some(106), Some(117)]), Some(Pick::Drain(None)));
+        assert_eq!(p.pick(0, [Some(106), Some(117)]), Some(Pick::Kind(0)));
+        assert_eq!(p.switches(), 2);
     }
 
     #[test]
     fn a_kind_alone_runs_and_an_empty_phase_ends_at_once() {
-        let mut p = Phases::new(10, 0);
+        let mut p = Phases::new(10, 5);
         assert_eq!(p.pick(0, [None, None]), None);
         // Only writes: the read phase (nothing in the device) ends, writes go.
         assert_eq!(p.pick(0, [None, Some(1_000)]), Some(Pick::Kind(1)));
         p.dispatched(1);
         // Only writes, far ahead of nothing: they keep going.
         assert_eq!(p.pick(0, [None, Some(5_000)]), Some(Pick::Kind(1)));
-        // A read comes, far behind the writes' tags: the write phase ends and drains.
-        assert_eq!(p.pick(0, [Some(10), Some(5_000)]), Some(Pick::Drain(None)));
-        p.completed(1);
+        // A read comes, far behind the writes' tags: the read phase starts.
         assert_eq!(p.pick(0, [Some(10), Some(5_000)]), Some(Pick::Kind(0)));
         assert_eq!(kind(Op::Write), 1);
         assert_eq!(
@@ -217,15 +197,15 @@ mod tests {
         p.dispatched(0);
         // Nothing of its kind queued, one read in the device, writes waiting: it waits
         // until 100 + 5 for the reader's next request.
-        assert_eq!(p.pick(100, [None, Some(1)]), Some(Pick::Drain(Some(105))));
-        assert_eq!(p.pick(104, [None, Some(1)]), Some(Pick::Drain(Some(105))));
+        assert_eq!(p.pick(100, [None, Some(1)]), Some(Pick::Wait(105)));
+        assert_eq!(p.pick(104, [None, Some(1)]), Some(Pick::Wait(105)));
         // It came: the phase goes on, and the wait starts again from the next gap.
         assert_eq!(p.pick(104, [Some(2), Some(1)]), Some(Pick::Kind(0)));
-        assert_eq!(p.pick(110, [None, Some(1)]), Some(Pick::Drain(Some(115))));
-        // None by then: the phase ends and drains.
-        assert_eq!(p.pick(115, [None, Some(1)]), Some(Pick::Drain(None)));
+        assert_eq!(p.pick(110, [None, Some(1)]), Some(Pick::Wait(115)));
+        // None by then: the write phase starts.
+        assert_eq!(p.pick(115, [None, Some(1)]), Some(Pick::Kind(1)));
         p.completed(0);
-        assert_eq!(p.pick(116, [None, Some(1)]), Some(Pick::Kind(1)));
+        assert_eq!(p.in_device(), [0, 0]);
     }
 
     #[test]
