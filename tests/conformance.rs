@@ -54,7 +54,7 @@ fn the_matrix_is_the_documented_one() {
             .map(|f| f.value)
             .unwrap_or_else(|| panic!("{policy} on {}: no {name}", d.name()))
     };
-    let held = ["sfq", "feedbac", "mots", "bfq", "mclock", "mclock-auto"];
+    let held = ["sfq", "feedbac", "mots", "bfq", "mclock"];
     for d in Device::ALL {
         // The work-conserving property with the weights swapped holds for every policy
         // on every device; overload arriving Poisson on every SSD (on the disk and the
@@ -132,7 +132,7 @@ fn the_matrix_is_the_documented_one() {
     // The adaptive depth and the closed-loop reading of starvation let the ordering
     // policies keep weights among closed loops in a queue of 128 on the aged NVMe drive,
     // every tenant insulated.
-    for policy in ["feedbac", "sfq", "mclock-auto"] {
+    for policy in ["feedbac", "sfq", "mclock"] {
         assert!(verdict(Property::DeepClosedLoops, Device::NvmeAged, policy).pass());
     }
     // 128 tenants (weights 1–1000) at iodepth 2 each: kept on the clean NVMe drive by

@@ -32,8 +32,9 @@ use std::fmt::Write as _;
 /// papers' literal readings, shown and not held: `mcfq` (MoTS on CFQ's slices, by
 /// bytes), `bfq-paper` (budgets of bytes, idling 8 ms), `feedbac-paper` (credits of
 /// bytes, the literal early refill, no depth of its own), `sfq-bytes` (tags of bytes).
-/// `feedbac-wc` is FeedBAC without a depth of its own, `mclock-auto` mClock with the
-/// adaptive depth.
+/// `feedbac-wc` is FeedBAC without a depth of its own, `mclock-d0` mClock without one
+/// (the paper's scheduler alone; mClock's default without an SLO tenant before the
+/// adaptive depth became its default).
 pub const POLICIES: [&str; 12] = [
     "\"cfq\"",
     "\"mots\"",
@@ -46,18 +47,20 @@ pub const POLICIES: [&str; 12] = [
     "\"sfq\"",
     "{ name = \"sfq\", label = \"sfq-bytes\", cost = \"bytes\" }",
     "\"mclock\"",
-    "{ name = \"mclock\", label = \"mclock-auto\", depth = \"auto\" }",
+    "{ name = \"mclock\", label = \"mclock-d0\", depth = 0 }",
 ];
 
-/// The policies shown as baselines (no targets): CFQ (what MoTS corrects) and the
-/// papers' literal byte-charging readings.
-pub const BASELINES: [&str; 6] = [
+/// The policies shown as baselines (no targets): CFQ (what MoTS corrects), the
+/// papers' literal byte-charging readings and the ordering policies without a depth of
+/// their own.
+pub const BASELINES: [&str; 7] = [
     "cfq",
     "mcfq",
     "bfq-paper",
     "feedbac-paper",
     "feedbac-wc",
     "sfq-bytes",
+    "mclock-d0",
 ];
 
 /// A device the suite runs on. The first three SSDs are write-through (the presets with
