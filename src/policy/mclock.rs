@@ -725,33 +725,28 @@ impl MClock {
     /// request, `None` without a head.
     fn weight_head(&mut self, now: Nanos) -> Option<Result<TenantId, Nanos>> {
         let smallest = [self.peek(|m| &mut m.by_p[0]), self.peek(|m| &mut m.by_p[1])];
-        // The first by weight with nothing in the device goes whatever the phase: a
-        // light tenant does not wait out the other kind's phase.
+        // One order over both kinds: tags, then tenants, as one heap.
         let first = match smallest {
             [Some(r), Some(w)] => Some(r.min(w)),
             [a, b] => a.or(b),
         };
-        if self.phases.is_some()
-            && let Some((_, t)) = first
+        let Some(phases) = self.phases.as_mut() else {
+            return first.map(|(_, t)| Ok(t));
+        };
+        // The first by weight with nothing in the device goes whatever the phase: a
+        // light tenant does not wait out the other kind's phase.
+        if let Some((_, t)) = first
             && self.queues.in_flight_of(t) == 0
         {
             return Some(Ok(t));
         }
-        let kind = match self.phases.as_mut() {
-            Some(p) => match p.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)))? {
-                Pick::Kind(k) => k,
-                Pick::Wait(until) => return Some(Err(until)),
-            },
-            // One order over both kinds: tags, then tenants, as one heap.
-            None => match smallest {
-                [Some(r), Some(w)] => usize::from(w < r),
-                [Some(_), None] => 0,
-                [None, Some(_)] => 1,
-                [None, None] => return None,
-            },
-        };
-        let (_, t) = smallest[kind].expect("the kind picked has a head");
-        Some(Ok(t))
+        match phases.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)))? {
+            Pick::Kind(k) => {
+                let (_, t) = smallest[k].expect("the kind picked has a head");
+                Some(Ok(t))
+            }
+            Pick::Wait(until) => Some(Err(until)),
+        }
     }
 }
 

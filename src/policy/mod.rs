@@ -549,7 +549,7 @@ pub struct PolicyInfo {
 /// The policy a server or scenario gets when it names none: of the registered policies
 /// the one that keeps every kind of promise a configuration writes — weights (shares of
 /// device time), reservations and limits (mClock's tags), response times (a tenant's
-/// SLO beside its reservation: the adaptive dispatch depth) — with the shaping its
+/// SLO, which reserves its IOPS: the adaptive dispatch depth) — with the shaping its
 /// device needs (turns on one disk). Measured against the others in
 /// docs/conformance.md; `none` (no control) only when named.
 pub const DEFAULT_POLICY: &str = "mclock";
