@@ -243,3 +243,30 @@ fn no_function_is_longer_than_a_hundred_lines() {
         long.join(", ")
     );
 }
+
+/// The policies on the scheduling frame (`src/policy/frame.rs`) keep no queues, depth
+/// or floor bookkeeping of their own: each names the frame, and none holds
+/// `TenantQueues`, a depth or a floor of its own outside test code.
+#[test]
+fn the_policies_on_the_frame_do_their_bookkeeping_through_it() {
+    const ON_THE_FRAME: &[&str] = &["sfq", "feedbac", "bfq", "cfq", "mclock"];
+    const THE_FRAMES_OWN: &[&str] = &["TenantQueues", "self.queues", "self.depth", "self.floor"];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/policy");
+    for name in ON_THE_FRAME {
+        let text = std::fs::read_to_string(root.join(format!("{name}.rs"))).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        assert!(code.contains("Frame"), "{name}.rs is not on the frame");
+        for (i, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for own in THE_FRAMES_OWN {
+                assert!(
+                    !line.contains(own),
+                    "src/policy/{name}.rs:{}: `{own}` is the frame's to do: {line}",
+                    i + 1
+                );
+            }
+        }
+    }
+}

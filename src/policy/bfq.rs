@@ -70,9 +70,9 @@
 
 use super::depth::DispatchDepth;
 use super::floor::Floor;
+use super::frame::{Frame, Service};
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-    TenantQueues,
 };
 use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
@@ -135,7 +135,8 @@ struct InService {
 
 /// BFQ state.
 pub struct Bfq {
-    queues: TenantQueues,
+    /// Queues, depth and floor ([`super::frame`]).
+    frame: Frame,
     state: Vec<Queue>,
     /// Backlogged tenants not in service, by finish tag (stale entries dropped).
     ready: BinaryHeap<Reverse<Tag>>,
@@ -153,8 +154,6 @@ pub struct Bfq {
     charged_by_time: u64,
     /// Turns ended because a tenant back from idle came first.
     preemptions: u64,
-    floor: Floor,
-    depth: DispatchDepth,
 }
 
 impl Bfq {
@@ -163,7 +162,11 @@ impl Bfq {
     /// and expiring a tenant after `timeout` in service (ns).
     pub fn new(tenants: &[TenantSpec], max_budget: u64, slice_idle: Nanos, timeout: Nanos) -> Self {
         Bfq {
-            queues: TenantQueues::new(tenants),
+            frame: Frame::new(
+                tenants,
+                DispatchDepth::fixed(tenants.len(), 0),
+                Floor::new(tenants.len(), None),
+            ),
             state: vec![
                 Queue {
                     finish: 0.0,
@@ -186,14 +189,12 @@ impl Bfq {
             new_queue: 0,
             charged_by_time: 0,
             preemptions: 0,
-            floor: Floor::new(tenants.len(), None),
-            depth: DispatchDepth::fixed(tenants.len(), 0),
         }
     }
 
     /// The dispatch depth (`depth`: fixed, `0` = none of its own, or `"auto"`).
     pub fn with_depth(mut self, depth: DispatchDepth) -> Self {
-        self.depth = depth;
+        self.frame = self.frame.with_depth(depth);
         self
     }
 
@@ -206,7 +207,7 @@ impl Bfq {
 
     /// Serves every backlogged tenant at least as often as `floor` says.
     pub fn with_floor(mut self, floor: Floor) -> Self {
-        self.floor = floor;
+        self.frame = self.frame.with_floor(floor);
         self
     }
 
@@ -269,19 +270,20 @@ impl Bfq {
 
     /// Budget of a tenant now, in cost units.
     pub fn budget_of(&self, tenant: TenantId) -> f64 {
-        let w = self.queues.weight(tenant);
+        let w = self.frame.weight(tenant);
         match self.budget {
             Budget::ByWeight { max, min } => {
                 let w_max = self
-                    .queues
+                    .frame
+                .queues()
                     .ids()
-                    .map(|t| self.queues.weight(t))
+                    .map(|t| self.frame.weight(t))
                     .fold(0.0, f64::max);
                 (max * w / w_max).round().max(min)
             }
             Budget::ByRound { round } => {
                 // The tenant itself counts even when its queue just emptied.
-                let total = if self.queues.is_backlogged(tenant) {
+                let total = if self.frame.is_backlogged(tenant) {
                     self.backlogged_weight
                 } else {
                     self.backlogged_weight + w
@@ -302,7 +304,7 @@ impl Bfq {
         let q = &mut self.state[tenant as usize];
         q.generation += 1;
         let in_service = self.service.is_some_and(|s| s.tenant == tenant);
-        if !in_service && self.queues.is_backlogged(tenant) {
+        if !in_service && self.frame.is_backlogged(tenant) {
             self.ready
                 .push(Reverse(Tag(q.finish, tenant, q.generation)));
         }
@@ -325,7 +327,7 @@ impl Bfq {
             if charged > s.served {
                 self.charged_by_time += 1;
             }
-            let w = self.queues.weight(s.tenant);
+            let w = self.frame.weight(s.tenant);
             self.state[s.tenant as usize].finish = s.start + charged / w;
             self.relist(s.tenant);
         }
@@ -337,7 +339,7 @@ impl Bfq {
             let Some(Reverse(Tag(finish, t, g))) = self.ready.pop() else {
                 break None;
             };
-            if self.state[t as usize].generation == g && self.queues.is_backlogged(t) {
+            if self.state[t as usize].generation == g && self.frame.is_backlogged(t) {
                 break Some((finish, t));
             }
         };
@@ -361,20 +363,19 @@ impl Bfq {
 
     /// Takes `tenant`'s head for the device.
     fn take(&mut self, tenant: TenantId, now: Nanos, by_floor: bool) -> Request {
-        let r = self.queues.dispatch(tenant);
-        self.depth.dispatched(tenant);
-        let more = self.queues.is_backlogged(tenant);
+        let head = self.frame.front(tenant).expect("a tenant taken has a head");
+        let cost = self.currency.price(head) as f64;
+        let service = if by_floor {
+            Service::Floor(cost)
+        } else {
+            Service::Share(cost)
+        };
+        let (r, more) = self.frame.take(tenant, now, service);
         if !more {
-            self.backlogged_weight -= self.queues.weight(tenant);
+            self.backlogged_weight -= self.frame.weight(tenant);
             if self.backlogged_weight < 1e-9 {
                 self.backlogged_weight = 0.0;
             }
-        }
-        let cost = self.currency.price(&r) as f64;
-        if by_floor {
-            self.floor.took(tenant, now, more, cost);
-        } else {
-            self.floor.served(tenant, now, more, cost);
         }
         r
     }
@@ -390,18 +391,15 @@ impl Policy for Bfq {
         // Behind: others were selected past its finish tag while its requests were all
         // in the device.
         let behind = self.state[t as usize].finish < self.vtime;
-        self.depth
-            .arrival(t, now, self.queues.is_backlogged(t), behind);
-        if self.queues.push(request) {
-            self.backlogged_weight += self.queues.weight(t);
-            self.floor.backlogged(t, now);
+        if self.frame.arrive(request, now, behind) {
+            self.backlogged_weight += self.frame.weight(t);
             self.relist(t);
             // A tenant back from idle whose virtual start is before where the tenant in
             // service has got to takes the device now (module doc).
             if let Some(s) = self.service
                 && s.tenant != t
             {
-                let w = self.queues.weight(s.tenant);
+                let w = self.frame.weight(s.tenant);
                 let start = self.state[t as usize].finish.max(self.vtime);
                 if start < s.start + s.served / w {
                     self.preemptions += 1;
@@ -418,10 +416,10 @@ impl Policy for Bfq {
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        if !self.depth.may_dispatch(now, self.queues.queued()) {
+        if !self.frame.may_dispatch(now) {
             return Dispatch::Idle;
         }
-        if let Some(t) = self.floor.due(now) {
+        if let Some(t) = self.frame.floor_due(now) {
             let r = self.take(t, now, true);
             // The tenant in service keeps its turn; another one keeps its place.
             if self.service.is_none_or(|s| s.tenant != t) {
@@ -441,7 +439,7 @@ impl Policy for Bfq {
                 self.expire(now, timed_out && s.served < s.budget);
                 continue;
             }
-            if self.queues.is_backlogged(s.tenant) {
+            if self.frame.is_backlogged(s.tenant) {
                 let r = self.take(s.tenant, now, false);
                 if s.served > 0.0 {
                     self.keep_queue += 1;
@@ -469,7 +467,7 @@ impl Policy for Bfq {
             if now < until {
                 // A tenant coming due for the floor before the idle window ends wakes
                 // the policy then (one already due waits for the floor's credit).
-                let wake = match self.floor.next_due() {
+                let wake = match self.frame.floor_next_due() {
                     Some(d) if d > now && d < until => d,
                     _ => until,
                 };
@@ -480,16 +478,14 @@ impl Policy for Bfq {
     }
 
     fn complete(&mut self, completion: &Completion, now: Nanos) {
-        let t = completion.request.tenant;
-        self.queues.complete(t);
-        self.depth.completed(t, now, self.queues.is_backlogged(t));
+        let _ = self.frame.complete(completion, now);
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        if self.queues.is_backlogged(tenant) {
-            self.backlogged_weight += spec.weight - self.queues.weight(tenant);
+        if self.frame.is_backlogged(tenant) {
+            self.backlogged_weight += spec.weight - self.frame.weight(tenant);
         }
-        self.queues.set_weight(tenant, spec.weight);
+        self.frame.set_weight(tenant, spec.weight);
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
@@ -497,23 +493,20 @@ impl Policy for Bfq {
             finish: 0.0,
             generation: 0,
         });
-        self.floor.add();
-        self.depth.add(now);
-        self.queues.add(spec)
+        self.frame.add(spec, now)
     }
 
     fn queued(&self) -> usize {
-        self.queues.queued()
+        self.frame.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
         self.ready.clear();
-        self.floor.clear();
         self.backlogged_weight = 0.0;
         for q in &mut self.state {
             q.generation += 1;
         }
-        self.queues.withdraw_all()
+        self.frame.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -525,9 +518,7 @@ impl Policy for Bfq {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.queues.check()?;
-        self.floor.check(|t| self.queues.is_backlogged(t))?;
-        self.depth.check(self.queues.in_flight())?;
+        self.frame.check()?;
         let mut listed = vec![false; self.state.len()];
         for Reverse(Tag(finish, t, g)) in &self.ready {
             let q = &self.state[*t as usize];
@@ -542,11 +533,11 @@ impl Policy for Bfq {
             }
         }
         let mut weight = 0.0;
-        for t in self.queues.ids() {
+        for t in self.frame.queues().ids() {
             let in_service = self.service.is_some_and(|s| s.tenant == t);
-            let backlogged = self.queues.is_backlogged(t);
+            let backlogged = self.frame.is_backlogged(t);
             if backlogged {
-                weight += self.queues.weight(t);
+                weight += self.frame.weight(t);
             }
             if listed[t as usize] != (backlogged && !in_service) {
                 return Err(format!(
@@ -600,7 +591,7 @@ impl Bfq {
                 self.preemptions as f64,
             ),
         ];
-        g.extend(self.depth.gauges());
+        g.extend(self.frame.gauges());
         g
     }
 
@@ -612,8 +603,8 @@ impl Bfq {
             "new_queue": self.new_queue,
             "charged_by_time": self.charged_by_time,
             "preemptions": self.preemptions,
-            "floor_dispatches": self.floor.dispatches(),
-            "depth": self.depth.report(),
+            "floor_dispatches": self.frame.floor_dispatches(),
+            "depth": self.frame.depth_report(),
         })
     }
 }

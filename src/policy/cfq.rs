@@ -30,10 +30,10 @@
 //! slices, so a new slice costs O(log n) at any tenant count.
 //! [`Cfq::set_slice_factor`] scales one tenant's slice; MoTS drives it.
 
-use super::{
-    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-    TenantQueues,
-};
+use super::depth::DispatchDepth;
+use super::floor::Floor;
+use super::frame::{self, Frame};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::collections::BTreeSet;
 
@@ -53,7 +53,9 @@ enum Service {
 
 /// CFQ state.
 pub struct Cfq {
-    queues: TenantQueues,
+    /// Queues ([`super::frame`]; no depth of its own, no floor: CFQ's rounds bound the
+    /// wait).
+    frame: Frame,
     /// Per tenant, the factor MoTS scales its slice by.
     factors: Vec<f64>,
     /// Tenants with requests waiting, in index order (round-robin walks it).
@@ -80,7 +82,11 @@ impl Cfq {
     /// idling up to `slice_idle` (ns; 0: no idling), rounds unbounded.
     pub fn new(tenants: &[TenantSpec], base_slice: Nanos, slice_idle: Nanos) -> Self {
         let mut c = Cfq {
-            queues: TenantQueues::new(tenants),
+            frame: Frame::new(
+                tenants,
+                DispatchDepth::fixed(tenants.len(), 0),
+                Floor::new(tenants.len(), None),
+            ),
             factors: vec![1.0; tenants.len()],
             backlogged: BTreeSet::new(),
             backlogged_wf: 0.0,
@@ -98,9 +104,10 @@ impl Cfq {
     }
 
     fn lightest(&self) -> f64 {
-        self.queues
+        self.frame
+            .queues()
             .ids()
-            .map(|t| self.queues.weight(t))
+            .map(|t| self.frame.weight(t))
             .fold(f64::INFINITY, f64::min)
     }
 
@@ -152,7 +159,7 @@ impl Cfq {
 
     /// The slice the tenant gets now: `base × w / w_min × factor`.
     pub fn slice_of(&self, tenant: TenantId) -> Nanos {
-        (self.base_slice as f64 * self.queues.weight(tenant) / self.min_weight
+        (self.base_slice as f64 * self.frame.weight(tenant) / self.min_weight
             * self.factors[tenant as usize])
             .round()
             .max(1.0) as Nanos
@@ -162,7 +169,7 @@ impl Cfq {
     pub fn set_slice_factor(&mut self, tenant: TenantId, factor: f64) {
         if self.backlogged.contains(&tenant) {
             self.backlogged_wf +=
-                self.queues.weight(tenant) * (factor - self.factors[tenant as usize]);
+                self.frame.weight(tenant) * (factor - self.factors[tenant as usize]);
         }
         self.factors[tenant as usize] = factor;
     }
@@ -181,7 +188,7 @@ impl Cfq {
         };
         let mut wf = self.backlogged_wf;
         if !self.backlogged.contains(&tenant) {
-            wf += self.queues.weight(tenant) * self.factors[tenant as usize];
+            wf += self.frame.weight(tenant) * self.factors[tenant as usize];
         }
         let total = self.base_slice as f64 * wf / self.min_weight;
         if total <= round as f64 {
@@ -203,7 +210,7 @@ impl Cfq {
             self.service = Service::None;
             return false;
         };
-        self.cursor = (t + 1) % self.queues.len() as TenantId;
+        self.cursor = (t + 1) % self.frame.queues().len() as TenantId;
         self.service = Service::Slice {
             tenant: t,
             slice_end: now + self.turn_of(t),
@@ -214,11 +221,11 @@ impl Cfq {
     }
 
     /// Takes the head of the owner's queue.
-    fn take(&mut self, tenant: TenantId) -> Request {
-        let r = self.queues.dispatch(tenant);
-        if !self.queues.is_backlogged(tenant) {
+    fn take(&mut self, tenant: TenantId, now: Nanos) -> Request {
+        let (r, more) = self.frame.take(tenant, now, frame::Service::Share(0.0));
+        if !more {
             self.backlogged.remove(&tenant);
-            self.backlogged_wf -= self.queues.weight(tenant) * self.factors[tenant as usize];
+            self.backlogged_wf -= self.frame.weight(tenant) * self.factors[tenant as usize];
             if self.backlogged.is_empty() {
                 // An exact zero, whatever rounding the sum gathered.
                 self.backlogged_wf = 0.0;
@@ -233,11 +240,11 @@ impl Policy for Cfq {
         "cfq"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
         let t = request.tenant;
-        if self.queues.push(request) {
+        if self.frame.arrive(request, now, false) {
             self.backlogged.insert(t);
-            self.backlogged_wf += self.queues.weight(t) * self.factors[t as usize];
+            self.backlogged_wf += self.frame.weight(t) * self.factors[t as usize];
         }
         if let Service::Slice {
             tenant,
@@ -270,13 +277,13 @@ impl Policy for Cfq {
                         }
                         continue;
                     }
-                    if self.queues.is_backlogged(tenant) {
-                        return Dispatch::Request(self.take(tenant));
+                    if self.frame.is_backlogged(tenant) {
+                        return Dispatch::Request(self.take(tenant, now));
                     }
                     // The owner's queue is empty: wait for its requests in flight, then
                     // idle for its next one, or yield.
                     if self.slice_idle > 0
-                        && self.queues.in_flight_of(tenant) > 0
+                        && self.frame.queues().in_flight_of(tenant) > 0
                         && !self.bounded_idle
                     {
                         return Dispatch::Wait(slice_end);
@@ -305,34 +312,34 @@ impl Policy for Cfq {
         }
     }
 
-    fn complete(&mut self, completion: &Completion, _now: Nanos) {
-        self.queues.complete(completion.request.tenant);
+    fn complete(&mut self, completion: &Completion, now: Nanos) {
+        let _ = self.frame.complete(completion, now);
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
         if self.backlogged.contains(&tenant) {
             self.backlogged_wf +=
-                (spec.weight - self.queues.weight(tenant)) * self.factors[tenant as usize];
+                (spec.weight - self.frame.weight(tenant)) * self.factors[tenant as usize];
         }
-        self.queues.set_weight(tenant, spec.weight);
+        self.frame.set_weight(tenant, spec.weight);
         self.min_weight = self.lightest();
     }
 
-    fn add_tenant(&mut self, spec: &TenantSpec, _now: Nanos) -> TenantId {
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
         self.factors.push(1.0);
-        let id = self.queues.add(spec);
+        let id = self.frame.add(spec, now);
         self.min_weight = self.lightest();
         id
     }
 
     fn queued(&self) -> usize {
-        self.queues.queued()
+        self.frame.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
         self.backlogged.clear();
         self.backlogged_wf = 0.0;
-        self.queues.withdraw_all()
+        self.frame.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -340,14 +347,14 @@ impl Policy for Cfq {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.queues.check()?;
+        self.frame.check()?;
         let mut wf = 0.0;
-        for t in self.queues.ids() {
-            if self.backlogged.contains(&t) != self.queues.is_backlogged(t) {
+        for t in self.frame.queues().ids() {
+            if self.backlogged.contains(&t) != self.frame.is_backlogged(t) {
                 return Err(format!("tenant {t}: listed as backlogged wrongly"));
             }
-            if self.queues.is_backlogged(t) {
-                wf += self.queues.weight(t) * self.factors[t as usize];
+            if self.frame.is_backlogged(t) {
+                wf += self.frame.weight(t) * self.factors[t as usize];
             }
         }
         if (wf - self.backlogged_wf).abs() > 1e-6 * wf.max(1.0) {
@@ -368,7 +375,7 @@ impl Cfq {
             "Time slices granted",
             self.slices as f64,
         )];
-        for t in self.queues.ids() {
+        for t in self.frame.queues().ids() {
             g.push(Gauge::tenant(
                 "slice_seconds",
                 "The time slice the tenant gets now",

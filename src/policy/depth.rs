@@ -365,6 +365,12 @@ impl DispatchDepth {
         true
     }
 
+    /// Whether the limit leaves room for one more request it counts (what
+    /// [`Self::may_dispatch`] answered, without moving the window).
+    pub fn has_room(&self) -> bool {
+        self.limit == 0 || self.outstanding < self.limit
+    }
+
     /// A request of `tenant` went to the device.
     pub fn dispatched(&mut self, tenant: TenantId) {
         self.tenants[tenant as usize].in_flight += 1;

@@ -163,9 +163,9 @@
 
 use super::depth::DispatchDepth;
 use super::floor::Floor;
+use super::frame::{Frame, Service};
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-    TenantQueues,
 };
 use crate::device::cost::Currency;
 use crate::types::{
@@ -356,7 +356,8 @@ impl Holt {
 
 /// FeedBAC state.
 pub struct FeedBac {
-    queues: TenantQueues,
+    /// Queues, depth and floor ([`super::frame`]).
+    frame: Frame,
     tenants: Vec<Tenant>,
     /// Tenants that may spend (credit left, a request waiting), in dispatch order;
     /// entries whose generation is not their tenant's are stale.
@@ -401,8 +402,6 @@ pub struct FeedBac {
     backlog_refill: bool,
     history: VecDeque<ForecastRecord>,
     /// How many requests may be in the device at once (`depth`).
-    depth: DispatchDepth,
-    floor: Floor,
     /// The last allocation: the total handed out, and what the tenants received of it.
     last_total: f64,
     last_allocated: f64,
@@ -426,7 +425,11 @@ impl FeedBac {
         cost_per_io: bool,
     ) -> Self {
         FeedBac {
-            queues: TenantQueues::new(tenants),
+            frame: Frame::new(
+                tenants,
+                DispatchDepth::fixed(tenants.len(), 0),
+                Floor::new(tenants.len(), None),
+            ),
             tenants: tenants.iter().map(|_| Tenant::new()).collect(),
             turns: BinaryHeap::new(),
             period: period.max(1),
@@ -456,8 +459,6 @@ impl FeedBac {
             max_rate: f64::INFINITY,
             backlog_refill: false,
             history: VecDeque::new(),
-            depth: DispatchDepth::fixed(tenants.len(), 0),
-            floor: Floor::new(tenants.len(), None),
             last_total: 0.0,
             last_allocated: 0.0,
             holder: 0,
@@ -576,13 +577,13 @@ impl FeedBac {
 
     /// The dispatch depth (`depth`: fixed, `0` = none of its own, or `"auto"`).
     pub fn with_depth(mut self, depth: DispatchDepth) -> Self {
-        self.depth = depth;
+        self.frame = self.frame.with_depth(depth);
         self
     }
 
     /// Serves every backlogged tenant at least as often as `floor` says.
     pub fn with_floor(mut self, floor: Floor) -> Self {
-        self.floor = floor;
+        self.frame = self.frame.with_floor(floor);
         self
     }
 
@@ -624,7 +625,7 @@ impl FeedBac {
     }
 
     fn present(&self, t: usize, now: Nanos, grace: Nanos) -> bool {
-        self.tenants[t].present(self.queues.is_active(t as TenantId), now, grace)
+        self.tenants[t].present(self.frame.queues().is_active(t as TenantId), now, grace)
     }
 
     /// Lists `tenant` in the dispatch order when it may spend (credit left, a request
@@ -633,9 +634,9 @@ impl FeedBac {
         let t = &mut self.tenants[tenant as usize];
         t.generation += 1;
         if t.credits > 0.0
-            && let Some(r) = self.queues.front(tenant)
+            && let Some(r) = self.frame.queues().front(tenant)
         {
-            let w = self.queues.weight(tenant);
+            let w = self.frame.weight(tenant);
             self.turns.push(Turn {
                 left: if self.spread { t.credits / w } else { 0.0 },
                 arrival: r.arrival,
@@ -658,7 +659,7 @@ impl FeedBac {
             .collect();
         let active_w: f64 = (0..self.tenants.len())
             .filter(|&i| present[i])
-            .map(|i| self.queues.weight(i as TenantId))
+            .map(|i| self.frame.weight(i as TenantId))
             .sum();
         let forecast = self.headroom * self.rate * self.period as f64 / NANOS_PER_SEC as f64;
         let total = forecast.max(min_total);
@@ -666,7 +667,7 @@ impl FeedBac {
         for (i, t) in self.tenants.iter_mut().enumerate() {
             t.satisfied = t.allocation > 0.0 && t.credits >= 0.5 * t.allocation;
             if present[i] && active_w > 0.0 {
-                let alloc = total * self.queues.weight(i as TenantId) / active_w;
+                let alloc = total * self.frame.weight(i as TenantId) / active_w;
                 let kept = t.credits.min(self.carry * t.allocation);
                 t.forfeited += t.credits - kept;
                 t.credits = kept + alloc;
@@ -692,15 +693,15 @@ impl FeedBac {
         let grace = self.period;
         let active_w: f64 = (0..self.tenants.len())
             .filter(|&i| self.present(i, now, grace))
-            .map(|i| self.queues.weight(i as TenantId))
+            .map(|i| self.frame.weight(i as TenantId))
             .sum();
         (0..self.tenants.len())
-            .filter(|&i| self.queues.is_backlogged(i as TenantId))
+            .filter(|&i| self.frame.is_backlogged(i as TenantId))
             .map(|i| {
                 let t = &self.tenants[i];
                 let kept = t.credits.min(self.carry * t.allocation);
                 // Just past zero: a whisker more than the debt.
-                (-kept).max(0.0) * active_w / self.queues.weight(i as TenantId) * (1.0 + 1e-9)
+                (-kept).max(0.0) * active_w / self.frame.weight(i as TenantId) * (1.0 + 1e-9)
                     + f64::MIN_POSITIVE
             })
             .fold(f64::INFINITY, f64::min)
@@ -776,7 +777,7 @@ impl FeedBac {
             let t = &self.tenants[i];
             let holds = t.credits > 0.0
                 && if backlog {
-                    self.queues.is_backlogged(i as TenantId)
+                    self.frame.is_backlogged(i as TenantId)
                         || self.present(i, now, grace) && !t.satisfied
                 } else {
                     self.present(i, now, grace)
@@ -792,19 +793,16 @@ impl FeedBac {
     /// Takes `tenant`'s head for the device; `charged`: from its credits (the floor's
     /// dispatches are not).
     fn take(&mut self, tenant: TenantId, now: Nanos, charged: bool) -> Request {
-        let r = self.queues.dispatch(tenant);
-        let cost = self.currency.price(&r) as f64;
-        if charged {
+        let head = self.frame.front(tenant).expect("a listed tenant has a head");
+        let cost = self.currency.price(head) as f64;
+        let service = if charged {
             self.tenants[tenant as usize].credits -= cost;
-        }
-        self.consumed_in_prediction += cost;
-        self.depth.dispatched(tenant);
-        let more = self.queues.is_backlogged(tenant);
-        if charged {
-            self.floor.served(tenant, now, more, cost);
+            Service::Share(cost)
         } else {
-            self.floor.took(tenant, now, more, cost);
-        }
+            Service::Floor(cost)
+        };
+        self.consumed_in_prediction += cost;
+        let (r, _) = self.frame.take(tenant, now, service);
         self.relist(tenant);
         r
     }
@@ -838,12 +836,9 @@ impl Policy for FeedBac {
         // Behind: it left half its allocation or more unspent last period (it looks
         // satisfied) while it never ran out of work (the depth controller checks that).
         let behind = self.tenants[i].satisfied;
-        self.depth
-            .arrival(tenant, now, self.queues.is_backlogged(tenant), behind);
         let newcomer = !self.present(i, now, grace);
         self.tenants[i].last_seen = Some(now);
-        if self.queues.push(request) {
-            self.floor.backlogged(tenant, now);
+        if self.frame.arrive(request, now, behind) {
             self.relist(tenant);
         }
         // A tenant that was away gets its credits now, not at the end of a period that
@@ -857,10 +852,10 @@ impl Policy for FeedBac {
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
         self.advance(now);
-        if !self.depth.may_dispatch(now, self.queues.queued()) {
+        if !self.frame.may_dispatch(now) {
             return Dispatch::Idle;
         }
-        if let Some(t) = self.floor.due(now) {
+        if let Some(t) = self.frame.floor_due(now) {
             return Dispatch::Request(self.take(t, now, false));
         }
         for attempt in 0..2 {
@@ -868,7 +863,7 @@ impl Policy for FeedBac {
                 self.turns.pop();
                 return Dispatch::Request(self.take(t, now, true));
             }
-            if self.queues.queued() == 0 {
+            if self.frame.queued() == 0 {
                 return Dispatch::Idle;
             }
             // Requests wait for credits; early refill when the tenants that could spend
@@ -894,10 +889,8 @@ impl Policy for FeedBac {
             self.advance(now);
         }
         let tenant = completion.request.tenant;
-        self.queues.complete(tenant);
+        let _ = self.frame.complete(completion, now);
         self.tenants[tenant as usize].last_seen = Some(now);
-        self.depth
-            .completed(tenant, now, self.queues.is_backlogged(tenant));
         self.device_time_sum += completion.finish.saturating_sub(completion.start) as f64;
         self.device_time_count += 1;
     }
@@ -911,29 +904,26 @@ impl Policy for FeedBac {
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        self.queues.set_weight(tenant, spec.weight);
+        self.frame.set_weight(tenant, spec.weight);
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
         // No credits until the next period hands them out (a tenant that arrives with
         // work starts one early, as a tenant coming back does).
         self.tenants.push(Tenant::new());
-        self.depth.add(now);
-        self.floor.add();
-        self.queues.add(spec)
+        self.frame.add(spec, now)
     }
 
     fn queued(&self) -> usize {
-        self.queues.queued()
+        self.frame.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
         self.turns.clear();
-        self.floor.clear();
         for t in &mut self.tenants {
             t.generation += 1;
         }
-        self.queues.withdraw_all()
+        self.frame.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -945,9 +935,7 @@ impl Policy for FeedBac {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.queues.check()?;
-        self.floor.check(|t| self.queues.is_backlogged(t))?;
-        self.depth.check(self.queues.in_flight())?;
+        self.frame.check()?;
         // A period hands out exactly its total (in floating point, to a part in 10^9).
         if (self.last_allocated - self.last_total).abs() > 1e-9 * self.last_total.max(1.0) {
             return Err(format!(
@@ -974,7 +962,7 @@ impl Policy for FeedBac {
             if !t.credits.is_finite() {
                 return Err(format!("tenant {i}: credits {}", t.credits));
             }
-            let may = t.credits > 0.0 && self.queues.is_backlogged(i as TenantId);
+            let may = t.credits > 0.0 && self.frame.is_backlogged(i as TenantId);
             if may != listed[i] {
                 return Err(format!(
                     "tenant {i}: may spend = {may}, listed = {}",
@@ -989,7 +977,7 @@ impl Policy for FeedBac {
 impl FeedBac {
     /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
-        let mut g = Vec::from(self.depth.gauges());
+        let mut g = Vec::from(self.frame.gauges());
         g.extend([
             Gauge::policy(
                 "forecast_rate",
@@ -1062,11 +1050,11 @@ impl FeedBac {
             "device_time_us": self.device_time / 1e3,
             "early_refills": self.early_refills,
             "raised_refills": self.raised_refills,
-            "floor_dispatches": self.floor.dispatches(),
+            "floor_dispatches": self.frame.floor_dispatches(),
             "forfeited": self.tenants.iter().map(|t| t.forfeited).collect::<Vec<_>>(),
             "forecast_mean_abs_error": mean_error,
             "forecast": self.history,
-            "depth": self.depth.report(),
+            "depth": self.frame.depth_report(),
         })
     }
 }
@@ -1326,7 +1314,7 @@ mod tests {
             // The window that opened at 10.5 ms ends at 20.5 ms.
             let _ = p.dispatch(22 * MS);
             (
-                p.depth.limit(),
+                p.frame.depth().limit(),
                 p.report()["depth"]["shrinks"].as_u64().unwrap(),
             )
         }
@@ -1501,7 +1489,7 @@ mod tests {
             let now = step * MS;
             // Closed loop: each tenant keeps 4 requests queued.
             for tenant in 0..2 {
-                while p.queues.queued_of(tenant as TenantId) < 4 {
+                while p.frame.queues().queued_of(tenant as TenantId) < 4 {
                     id += 1;
                     p.put(req(id, tenant as TenantId, now), now);
                 }

@@ -171,12 +171,12 @@
 //!   stale entries dropped as they surface: O(log n) per request at any tenant count.
 use super::depth::DispatchDepth;
 use super::floor::Floor;
+use super::frame::{Frame, Kind, Service};
 use super::phase::{self, DEFAULT_PHASE_HOLD_MS, Phases, Pick};
 use super::quantum::{Charge, DEFAULT_QUANTUM_IDLE_MS, DEFAULT_QUANTUM_MS, Quanta, Turn};
 use super::token_bucket::RateTest;
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-    TenantQueues,
 };
 use crate::device::cost::Currency;
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
@@ -245,7 +245,9 @@ type Entry = Reverse<(Nanos, TenantId, u64)>;
 /// The mClock scheduler.
 #[derive(Debug, Clone)]
 pub struct MClock {
-    queues: TenantQueues,
+    /// Queues, depth and floor ([`super::frame`]; requests out by a reservation go
+    /// outside the depth and the floor).
+    frame: Frame,
     tenants: Vec<Tenant>,
     /// Heads of tenants with a reservation, by `R`.
     by_r: BinaryHeap<Entry>,
@@ -257,7 +259,6 @@ pub struct MClock {
     /// Heads that may go by weight (no limit, or `L` come due), by `P`, per kind of
     /// their request ([`phase::kind`]: reads, writes).
     by_p: [BinaryHeap<Entry>; 2],
-    depth: DispatchDepth,
     /// Virtual time: the largest start of a `P` dispatched in the weight phase
     /// (module doc).
     virtual_time: Nanos,
@@ -266,13 +267,8 @@ pub struct MClock {
     weight_ref: Option<(f64, f64)>,
     /// `anticipation_ms`, ns.
     anticipation: Nanos,
-    /// The service floor (module doc).
-    floor: Floor,
     /// A completion of a timed tenant later than `late` × its `rt` is late.
     late: f64,
-    /// Requests in the device that went out in the constraint phase (outside the
-    /// dispatch depth).
-    by_reservation: FxHashSet<u64>,
     /// `reservation_slack` (module doc).
     slack: f64,
     /// `reservation_burst_ms`: how much of its reservation, in time, a tenant within it
@@ -376,7 +372,7 @@ impl MClock {
             }
         }
         let mut m = MClock::with(tenants, depth, late, slack);
-        m.floor = floor;
+        m.frame = m.frame.with_floor(floor);
         if window_ms > 0.0 {
             m.phases = Some(Phases::new(
                 (window_ms * 1e6) as Nanos,
@@ -387,7 +383,7 @@ impl MClock {
             m.quanta = Some(Quanta::new(
                 (quantum_ms * 1e6) as Nanos,
                 (quantum_idle_ms * 1e6) as Nanos,
-                m.floor.max_wait().unwrap_or(ROUND_WITHOUT_FLOOR),
+                m.frame.floor_max_wait().unwrap_or(ROUND_WITHOUT_FLOOR),
             ));
         }
         m.burst = (burst_ms * 1e6) as Nanos;
@@ -409,19 +405,16 @@ impl MClock {
 
     fn with(tenants: &[TenantSpec], depth: DispatchDepth, late: f64, slack: f64) -> Self {
         let mut m = MClock {
-            queues: TenantQueues::new(tenants),
+            frame: Frame::new(tenants, depth, Floor::new(tenants.len(), None)),
             tenants: Vec::new(),
             by_r: BinaryHeap::new(),
             by_l: BinaryHeap::new(),
             by_deadline: BinaryHeap::new(),
             by_p: [BinaryHeap::new(), BinaryHeap::new()],
-            depth,
             virtual_time: 0,
             weight_ref: None,
             anticipation: 0,
-            floor: Floor::new(tenants.len(), None),
             late,
-            by_reservation: FxHashSet::default(),
             slack,
             burst: 0,
             quanta: None,
@@ -435,7 +428,7 @@ impl MClock {
         }
         m.tenants = tenants.iter().map(|t| m.tenant(t, 0)).collect();
         for (i, x) in m.tenants.iter().enumerate() {
-            m.depth.set_timed(i as TenantId, x.timed());
+            m.frame.set_timed(i as TenantId, x.timed());
         }
         m
     }
@@ -517,7 +510,7 @@ impl MClock {
     /// it; a tenant that just became backlogged starts no lower than virtual time
     /// unless it was idle for less than the anticipation window.
     fn tag_head(&mut self, t: usize, newly_backlogged: bool, now: Nanos) {
-        let Some(r) = self.queues.front(t as TenantId).copied() else {
+        let Some(r) = self.frame.front(t as TenantId).copied() else {
             self.tenants[t].head = None;
             return;
         };
@@ -578,7 +571,7 @@ impl MClock {
             self.by_l.pop();
             let x = &self.tenants[t as usize];
             let head = x.head.expect("a live entry has a head");
-            let kind = phase::kind(self.queues.front(t).expect("a head is queued").op);
+            let kind = phase::kind(self.frame.front(t).expect("a head is queued").op);
             self.by_p[kind].push(Reverse((head.proportion, t, x.generation)));
         }
     }
@@ -586,28 +579,31 @@ impl MClock {
     /// Takes tenant `t`'s head for the device, by its reservation, by weight, or by
     /// the service floor (which charges its `P` nothing and hands `R` back).
     fn take(&mut self, t: usize, by: Phase, now: Nanos) -> Request {
-        let request = self.queues.dispatch(t as TenantId);
-        if let Some(p) = self.phases.as_mut() {
-            p.dispatched(phase::kind(request.op));
-        }
-        let more = self.queues.is_backlogged(t as TenantId);
+        let cost = self
+            .frame
+            .front(t as TenantId)
+            .expect("a tenant taken has a head")
+            .cost
+            .max(1) as f64;
+        let service = match by {
+            Phase::Reservation => Service::Outside,
+            Phase::Weight | Phase::Turn | Phase::Deadline => Service::Share(cost),
+            Phase::Floor => Service::Floor(cost),
+        };
+        let (request, more) = self.frame.take(t as TenantId, now, service);
         let x = &mut self.tenants[t];
         let mut tags = x.head.take().expect("head is tagged");
         x.generation += 1;
-        let cost = request.cost.max(1) as f64;
         match by {
             Phase::Reservation => {
                 x.by_reservation += 1;
-                self.by_reservation.insert(request.id);
                 if x.timed() && self.quanta.is_some() {
                     self.timed_out.insert(request.id);
                 }
-                self.floor.served_outside(t as TenantId, now, more);
             }
             Phase::Weight => {
                 x.by_weight += 1;
                 self.virtual_time = self.virtual_time.max(x.head_start);
-                self.floor.served(t as TenantId, now, more, cost);
             }
             Phase::Turn | Phase::Deadline => {
                 // In a turn: the turn's start set virtual time and its time is charged
@@ -616,12 +612,10 @@ impl MClock {
                 if by == Phase::Deadline {
                     self.timed_out.insert(request.id);
                 }
-                self.floor.served(t as TenantId, now, more, cost);
             }
             Phase::Floor => {
                 x.by_floor += 1;
                 tags.proportion = x.head_start;
-                self.floor.took(t as TenantId, now, more, cost);
             }
         }
         // Service outside the reservation does not count against it.
@@ -631,11 +625,6 @@ impl MClock {
         x.last = Some(tags);
         if !more {
             x.idle_since = Some(now);
-        }
-        if by == Phase::Reservation {
-            self.depth.dispatched_exempt(t as TenantId);
-        } else {
-            self.depth.dispatched(t as TenantId);
         }
         self.tag_head(t, false, now);
         request
@@ -664,8 +653,8 @@ impl MClock {
         }
         let mut turn = Turn::Free;
         if let Some(q) = self.quanta.as_mut() {
-            let queues = &self.queues;
-            let (now_turn, charge) = q.poll(now, |t| queues.is_backlogged(t));
+            let frame = &self.frame;
+            let (now_turn, charge) = q.poll(now, |t| frame.is_backlogged(t));
             if let Some(c) = charge {
                 self.charge(c, now);
             }
@@ -673,7 +662,7 @@ impl MClock {
         }
         // A floor dispatch due now but over the floor's budget waits for dispatches by
         // weight: not a time to be woken at.
-        let floor_ahead = self.floor.next_due().filter(|&at| at > now);
+        let floor_ahead = self.frame.floor_next_due().filter(|&at| at > now);
         match turn {
             // A timed tenant's request is in the device: the turn waits until it is
             // served, so it waits behind at most what the turn had sent.
@@ -688,7 +677,7 @@ impl MClock {
                     self.quanta
                         .as_mut()
                         .expect("turns come from quanta")
-                        .dispatched(request.tenant, request.id, now, self.queues.active());
+                        .dispatched(request.tenant, request.id, now, self.frame.queues().active());
                     return Some(Dispatch::Request(request));
                 }
                 // Held by its limit: its turn waits for it.
@@ -736,11 +725,13 @@ impl MClock {
         // The first by weight with nothing in the device goes whatever the phase: a
         // light tenant does not wait out the other kind's phase.
         if let Some((_, t)) = first
-            && self.queues.in_flight_of(t) == 0
+            && self.frame.queues().in_flight_of(t) == 0
         {
             return Some(Ok(t));
         }
-        match phases.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)))? {
+        let writes = self.frame.in_device_of_kind(Kind::Write);
+        let in_device = [self.frame.queues().in_flight() - writes, writes];
+        match phases.pick(now, smallest.map(|s| s.map(|(tag, _)| tag)), in_device)? {
             Pick::Kind(k) => {
                 let (_, t) = smallest[k].expect("the kind picked has a head");
                 Some(Ok(t))
@@ -790,21 +781,21 @@ impl Policy for MClock {
         let x = &self.tenants[t];
         // Behind: others were dispatched by weight past this tenant's last `P`.
         let behind = x.last.is_some_and(|l| l.proportion < self.virtual_time);
-        self.depth
-            .arrival(request.tenant, now, x.head.is_some(), behind);
+        debug_assert_eq!(x.head.is_some(), self.frame.is_backlogged(request.tenant));
         let x = &mut self.tenants[t];
         if let Some(rate) = x.rate.as_mut() {
             rate.arrive(now);
             x.within = !rate.over(now);
         }
         let timed = x.timed();
-        self.depth.set_timed(request.tenant, timed);
-        if self.queues.push(request) {
-            self.floor.backlogged(request.tenant, now);
+        let tenant = request.tenant;
+        let head = self.frame.arrive(request, now, behind);
+        self.frame.set_timed(tenant, timed);
+        if head {
             // With phases a tenant's requests wait out the other kind's phase in the
             // device and in the host: one with requests in the device is not back from
             // idle, and keeps its `P` (virtual time ran ahead with the other phase).
-            let idle = self.phases.is_none() || self.queues.in_flight_of(request.tenant) == 0;
+            let idle = self.phases.is_none() || self.frame.queues().in_flight_of(tenant) == 0;
             self.tag_head(t, idle, now);
         }
         Admission::Queued
@@ -819,17 +810,17 @@ impl Policy for MClock {
         }
         let reservation_due = self.peek(|m| &mut m.by_r).map(|(r, _)| r);
         // Weight phase among tenants under their limit, within the dispatch depth.
-        if !self.depth.may_dispatch(now, self.queues.queued()) {
+        if !self.frame.may_dispatch(now) {
             return reservation_due.map_or(Dispatch::Idle, |at| Dispatch::Wait(at.max(now + 1)));
         }
         self.promote(now);
-        while let Some(t) = self.floor.due(now) {
+        while let Some(t) = self.frame.floor_due(now) {
             let head = self.tenants[t as usize]
                 .head
                 .expect("the floor names backlogged tenants");
             if self.tenants[t as usize].l_inc.is_some() && head.limit > now {
                 // Held by its limit: not owed the floor until the limit lets it go.
-                self.floor.postpone(t, head.limit);
+                self.frame.floor_postpone(t, head.limit);
                 continue;
             }
             return Dispatch::Request(self.take(t as usize, Phase::Floor, now));
@@ -842,7 +833,7 @@ impl Policy for MClock {
             // A phase waits for its kind's next request. A floor dispatch due now but
             // over the floor's budget waits for dispatches by weight, as in a turn.
             let limit_due = self.peek(|m| &mut m.by_l).map(|(l, _)| l);
-            let floor_ahead = self.floor.next_due().filter(|&at| at > now);
+            let floor_ahead = self.frame.floor_next_due().filter(|&at| at > now);
             return wait_or_idle([Some(until), reservation_due, limit_due, floor_ahead], now);
         }
         if let Some(Ok(t)) = head {
@@ -850,12 +841,12 @@ impl Policy for MClock {
             let request = self.take(t as usize, Phase::Weight, now);
             if let Some(q) = self.quanta.as_mut() {
                 self.turn_start = start;
-                q.dispatched(request.tenant, request.id, now, self.queues.active());
+                q.dispatched(request.tenant, request.id, now, self.frame.queues().active());
             }
             return Dispatch::Request(request);
         }
         let limit_due = self.peek(|m| &mut m.by_l).map(|(l, _)| l);
-        let floor_due = self.floor.next_due();
+        let floor_due = self.frame.floor_next_due();
         match [reservation_due, limit_due, floor_due]
             .into_iter()
             .flatten()
@@ -868,9 +859,8 @@ impl Policy for MClock {
 
     fn complete(&mut self, completion: &Completion, now: Nanos) {
         let t = completion.request.tenant;
-        self.queues.complete(t);
+        let _ = self.frame.complete(completion, now);
         let x = &self.tenants[t as usize];
-        let held = x.head.is_some();
         // Late in the device: a request that waited here for its tag was held by the
         // reservation or the weights, which a shorter device queue does not cure.
         let took = completion.finish.saturating_sub(completion.start);
@@ -878,16 +868,8 @@ impl Policy for MClock {
             x.rt.filter(|_| x.timed())
                 .map(|rt| took > (rt as f64 * self.late) as Nanos);
         self.timed_out.remove(&completion.request.id);
-        if let Some(p) = self.phases.as_mut() {
-            p.completed(phase::kind(completion.request.op));
-        }
-        if self.by_reservation.remove(&completion.request.id) {
-            self.depth.completed_exempt(t, now, held);
-        } else {
-            self.depth.completed(t, now, held);
-        }
         if let Some(late) = judged {
-            self.depth.timed(t, now, late);
+            self.frame.timed(t, now, late);
         }
         if let Some(c) = self
             .quanta
@@ -905,10 +887,8 @@ impl Policy for MClock {
         let x = self.tenant(spec, now);
         let timed = x.timed();
         self.tenants.push(x);
-        self.depth.add(now);
-        self.floor.add();
-        let id = self.queues.add(spec);
-        self.depth.set_timed(id, timed);
+        let id = self.frame.add(spec, now);
+        self.frame.set_timed(id, timed);
         id
     }
 
@@ -926,12 +906,12 @@ impl Policy for MClock {
         x.p_ratio = fresh.p_ratio;
         x.rt = fresh.rt;
         let timed = x.timed();
-        self.depth.set_timed(tenant, timed);
-        self.queues.set_weight(tenant, spec.weight);
+        self.frame.set_timed(tenant, timed);
+        self.frame.set_weight(tenant, spec.weight);
     }
 
     fn queued(&self) -> usize {
-        self.queues.queued()
+        self.frame.queues().queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
@@ -943,11 +923,10 @@ impl Policy for MClock {
         self.by_l.clear();
         self.by_deadline.clear();
         self.by_p.iter_mut().for_each(BinaryHeap::clear);
-        self.floor.clear();
         if let Some(q) = self.quanta.as_mut() {
             q.clear();
         }
-        self.queues.withdraw_all()
+        self.frame.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
@@ -959,27 +938,9 @@ impl Policy for MClock {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.queues.check()?;
-        self.floor.check(|t| self.queues.is_backlogged(t))?;
-        self.depth.check(self.queues.in_flight())?;
+        self.frame.check()?;
         if let Some(q) = &self.quanta {
-            q.check(self.queues.in_flight())?;
-        }
-        if let Some(p) = &self.phases {
-            let [reads, writes] = p.in_device();
-            if reads + writes != self.queues.in_flight() {
-                return Err(format!(
-                    "phases count {reads} reads and {writes} writes in the device, {} in flight",
-                    self.queues.in_flight()
-                ));
-            }
-        }
-        if self.by_reservation.len() as u64 > self.queues.in_flight() {
-            return Err(format!(
-                "{} out by reservation, {} in flight",
-                self.by_reservation.len(),
-                self.queues.in_flight()
-            ));
+            q.check(self.frame.queues().in_flight())?;
         }
         let mut in_p = vec![0u8; self.tenants.len()];
         let mut in_r = vec![0u8; self.tenants.len()];
@@ -995,7 +956,7 @@ impl Policy for MClock {
         }
         for (i, x) in self.tenants.iter().enumerate() {
             let t = i as TenantId;
-            if x.head.is_some() != self.queues.is_backlogged(t) {
+            if x.head.is_some() != self.frame.is_backlogged(t) {
                 return Err(format!("tenant {t}: head tagged = {}", x.head.is_some()));
             }
             let Some(h) = x.head else { continue };
@@ -1022,7 +983,7 @@ impl Policy for MClock {
 impl MClock {
     /// The gauges of [`Policy::observe`].
     fn gauges(&self) -> Vec<Gauge> {
-        let mut g = Vec::from(self.depth.gauges());
+        let mut g = Vec::from(self.frame.gauges());
         for (i, t) in self.tenants.iter().enumerate() {
             g.push(Gauge::tenant(
                 "by_reservation_total",
@@ -1061,8 +1022,8 @@ impl MClock {
             .collect();
         json!({
             "tenants": tenants,
-            "depth": self.depth.report(),
-            "floor_dispatches": self.floor.dispatches(),
+            "depth": self.frame.depth_report(),
+            "floor_dispatches": self.frame.floor_dispatches(),
             "turns": self.quanta.as_ref().map(Quanta::turns),
             "phases": self.phases.as_ref().map(Phases::switches),
         })

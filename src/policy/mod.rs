@@ -11,6 +11,7 @@ mod cfq;
 pub(crate) mod depth;
 mod feedbac;
 pub mod floor;
+pub(crate) mod frame;
 mod mclock;
 mod mots;
 mod none;

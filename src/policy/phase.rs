@@ -51,6 +51,7 @@
 //! * Sans-I/O: the policy reports what it dispatched and what completed, and asks which
 //!   kind may go by weight.
 
+use super::frame::Kind;
 use crate::types::Op;
 
 /// `phase_hold_ms` by default: how long a phase whose kind has nothing queued, and
@@ -60,7 +61,7 @@ pub const DEFAULT_PHASE_HOLD_MS: f64 = 1.0;
 /// The kind of a request, as phases group them: 0 reads (and all that does not write
 /// data), 1 writes.
 pub fn kind(op: Op) -> usize {
-    usize::from(op.is_write())
+    usize::from(Kind::of(op) == Kind::Write)
 }
 
 /// What the weight phase may do now.
@@ -81,8 +82,6 @@ pub struct Phases {
     window: u64,
     /// The kind whose phase it is.
     current: usize,
-    /// Requests in the device, per kind (whatever sent them).
-    in_device: [u64; 2],
     switches: u64,
     /// How long a phase whose kind has nothing queued waits for its next request.
     hold: u64,
@@ -97,7 +96,6 @@ impl Phases {
         Phases {
             window,
             current: 0,
-            in_device: [0; 2],
             switches: 0,
             hold,
             empty_since: None,
@@ -105,8 +103,14 @@ impl Phases {
     }
 
     /// Which kind may go by weight at `now`, given the smallest `P` among the heads of
-    /// each kind that may go by weight (`None`: no such head).
-    pub fn pick(&mut self, now: u64, smallest: [Option<u64>; 2]) -> Option<Pick> {
+    /// each kind that may go by weight (`None`: no such head) and the requests of each
+    /// kind in the device (whatever sent them; the frame counts them).
+    pub fn pick(
+        &mut self,
+        now: u64,
+        smallest: [Option<u64>; 2],
+        in_device: [u64; 2],
+    ) -> Option<Pick> {
         let (mine, other) = (self.current, 1 - self.current);
         if smallest[mine].is_some() {
             self.empty_since = None;
@@ -118,7 +122,7 @@ impl Phases {
             // Its kind's requests are all in the device: their tenants may send the next
             // as they complete (closed loops), so the phase waits for them a while.
             (None, Some(_))
-                if self.in_device[mine] > 0
+                if in_device[mine] > 0
                     && now < *self.empty_since.get_or_insert(now) + self.hold =>
             {
                 Some(Pick::Wait(self.empty_since.expect("set above") + self.hold))
@@ -132,25 +136,9 @@ impl Phases {
         }
     }
 
-    /// A request of `kind` went to the device (by any phase of the policy).
-    pub fn dispatched(&mut self, kind: usize) {
-        self.in_device[kind] += 1;
-    }
-
-    /// A request of `kind` completed.
-    pub fn completed(&mut self, kind: usize) {
-        assert!(self.in_device[kind] > 0, "a request completes once");
-        self.in_device[kind] -= 1;
-    }
-
     /// Phases that ended so far.
     pub fn switches(&self) -> u64 {
         self.switches
-    }
-
-    /// Requests in the device of each kind.
-    pub fn in_device(&self) -> [u64; 2] {
-        self.in_device
     }
 }
 
@@ -162,29 +150,27 @@ mod tests {
     fn a_phase_runs_until_its_tags_pass_the_others_by_the_window() {
         let mut p = Phases::new(10, 0);
         // Reads at P 100, writes at 95: reads go (within the window).
-        assert_eq!(p.pick(0, [Some(100), Some(95)]), Some(Pick::Kind(0)));
-        p.dispatched(0);
-        assert_eq!(p.pick(0, [Some(105), Some(95)]), Some(Pick::Kind(0)));
+        assert_eq!(p.pick(0, [Some(100), Some(95)], [0, 0]), Some(Pick::Kind(0)));
+        assert_eq!(p.pick(0, [Some(105), Some(95)], [1, 0]), Some(Pick::Kind(0)));
         // 106 > 95 + 10: the write phase starts at once (no drain), and runs while
         // writes are within 106 + 10.
-        assert_eq!(p.pick(0, [Some(106), Some(95)]), Some(Pick::Kind(1)));
+        assert_eq!(p.pick(0, [Some(106), Some(95)], [1, 0]), Some(Pick::Kind(1)));
         assert_eq!(p.switches(), 1);
-        assert_eq!(p.pick(0, [Some(106), Some(116)]), Some(Pick::Kind(1)));
-        assert_eq!(p.pick(0, [Some(106), Some(117)]), Some(Pick::Kind(0)));
+        assert_eq!(p.pick(0, [Some(106), Some(116)], [1, 0]), Some(Pick::Kind(1)));
+        assert_eq!(p.pick(0, [Some(106), Some(117)], [1, 0]), Some(Pick::Kind(0)));
         assert_eq!(p.switches(), 2);
     }
 
     #[test]
     fn a_kind_alone_runs_and_an_empty_phase_ends_at_once() {
         let mut p = Phases::new(10, 5);
-        assert_eq!(p.pick(0, [None, None]), None);
+        assert_eq!(p.pick(0, [None, None], [0, 0]), None);
         // Only writes: the read phase (nothing in the device) ends, writes go.
-        assert_eq!(p.pick(0, [None, Some(1_000)]), Some(Pick::Kind(1)));
-        p.dispatched(1);
+        assert_eq!(p.pick(0, [None, Some(1_000)], [0, 0]), Some(Pick::Kind(1)));
         // Only writes, far ahead of nothing: they keep going.
-        assert_eq!(p.pick(0, [None, Some(5_000)]), Some(Pick::Kind(1)));
+        assert_eq!(p.pick(0, [None, Some(5_000)], [0, 1]), Some(Pick::Kind(1)));
         // A read comes, far behind the writes' tags: the read phase starts.
-        assert_eq!(p.pick(0, [Some(10), Some(5_000)]), Some(Pick::Kind(0)));
+        assert_eq!(p.pick(0, [Some(10), Some(5_000)], [0, 1]), Some(Pick::Kind(0)));
         assert_eq!(kind(Op::Write), 1);
         assert_eq!(
             [Op::Read, Op::Flush, Op::Trim, Op::Status].map(kind),
@@ -195,24 +181,15 @@ mod tests {
     #[test]
     fn a_phase_whose_requests_are_all_in_the_device_waits_for_the_next_a_while() {
         let mut p = Phases::new(10, 5);
-        assert_eq!(p.pick(0, [Some(1), Some(1)]), Some(Pick::Kind(0)));
-        p.dispatched(0);
+        assert_eq!(p.pick(0, [Some(1), Some(1)], [0, 0]), Some(Pick::Kind(0)));
         // Nothing of its kind queued, one read in the device, writes waiting: it waits
         // until 100 + 5 for the reader's next request.
-        assert_eq!(p.pick(100, [None, Some(1)]), Some(Pick::Wait(105)));
-        assert_eq!(p.pick(104, [None, Some(1)]), Some(Pick::Wait(105)));
+        assert_eq!(p.pick(100, [None, Some(1)], [1, 0]), Some(Pick::Wait(105)));
+        assert_eq!(p.pick(104, [None, Some(1)], [1, 0]), Some(Pick::Wait(105)));
         // It came: the phase goes on, and the wait starts again from the next gap.
-        assert_eq!(p.pick(104, [Some(2), Some(1)]), Some(Pick::Kind(0)));
-        assert_eq!(p.pick(110, [None, Some(1)]), Some(Pick::Wait(115)));
+        assert_eq!(p.pick(104, [Some(2), Some(1)], [1, 0]), Some(Pick::Kind(0)));
+        assert_eq!(p.pick(110, [None, Some(1)], [1, 0]), Some(Pick::Wait(115)));
         // None by then: the write phase starts.
-        assert_eq!(p.pick(115, [None, Some(1)]), Some(Pick::Kind(1)));
-        p.completed(0);
-        assert_eq!(p.in_device(), [0, 0]);
-    }
-
-    #[test]
-    #[should_panic(expected = "a request completes once")]
-    fn a_completion_without_a_dispatch_is_caught() {
-        Phases::new(1, 0).completed(1);
+        assert_eq!(p.pick(115, [None, Some(1)], [1, 0]), Some(Pick::Kind(1)));
     }
 }

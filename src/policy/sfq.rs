@@ -46,10 +46,8 @@
 
 use super::depth::DispatchDepth;
 use super::floor::Floor;
-use super::{
-    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-    TenantQueues,
-};
+use super::frame::{Frame, Service};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
 use std::cmp::Reverse;
@@ -70,14 +68,13 @@ struct Flow {
 
 /// SFQ(D) state.
 pub struct Sfq {
-    queues: TenantQueues,
+    /// Queues, depth and floor ([`super::frame`]).
+    frame: Frame,
     flows: Vec<Flow>,
     /// (start tag of a head, tenant), ascending; an entry whose tag is no longer its
     /// tenant's head's is stale and dropped when it surfaces.
     heads: BinaryHeap<Reverse<(u64, TenantId)>>,
     virtual_time: u64,
-    depth: DispatchDepth,
-    floor: Floor,
     min_cost: u64,
     currency: Currency,
 }
@@ -92,7 +89,7 @@ impl Sfq {
     /// SFQ over `tenants` with the dispatch depth `depth`, by device time, no floor.
     pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
         Sfq {
-            queues: TenantQueues::new(tenants),
+            frame: Frame::new(tenants, depth, Floor::new(tenants.len(), None)),
             flows: vec![
                 Flow {
                     last_finish: 0,
@@ -103,8 +100,6 @@ impl Sfq {
             ],
             heads: BinaryHeap::new(),
             virtual_time: 0,
-            depth,
-            floor: Floor::new(tenants.len(), None),
             min_cost: 4096,
             currency: Currency::DeviceTime,
         }
@@ -119,7 +114,7 @@ impl Sfq {
 
     /// Serves every backlogged tenant at least as often as `floor` says.
     pub fn with_floor(mut self, floor: Floor) -> Self {
-        self.floor = floor;
+        self.frame = self.frame.with_floor(floor);
         self
     }
 
@@ -136,16 +131,17 @@ impl Sfq {
         params: &mut PolicyParams,
         tenants: &[TenantSpec],
     ) -> Result<Self, PolicyError> {
-        let depth = DispatchDepth::from_params(params, tenants.len(), true)?;
+        let frame = Frame::from_params(params, tenants, true)?;
         let currency = params.currency("cost", Currency::DeviceTime)?;
         if params.is_set("min_cost") && currency != Currency::Bytes {
             return Err(params.invalid("min_cost", "applies only with cost = \"bytes\""));
         }
         let min_cost = params.u64_or("min_cost", 4096)?;
-        let floor = Floor::from_params(params, tenants.len())?;
-        Ok(Sfq::with_depth(tenants, depth)
-            .with_currency(currency, min_cost)
-            .with_floor(floor))
+        Ok(Sfq {
+            frame,
+            ..Sfq::with_depth(tenants, DispatchDepth::fixed(tenants.len(), 0))
+        }
+        .with_currency(currency, min_cost))
     }
 
     /// What `request` costs in tag units.
@@ -160,9 +156,9 @@ impl Sfq {
 
     /// Tags the head of `tenant`'s queue (it has one) and lists it.
     fn tag_head(&mut self, tenant: TenantId) {
-        let request = *self.queues.front(tenant).expect("a head to tag");
+        let request = *self.frame.front(tenant).expect("a head to tag");
         let cost = self.cost(&request);
-        let weight = self.queues.weight(tenant) * self.flows[tenant as usize].factor;
+        let weight = self.frame.weight(tenant) * self.flows[tenant as usize].factor;
         let f = &mut self.flows[tenant as usize];
         let start = self.virtual_time.max(f.last_finish);
         f.last_finish = start + (cost * SCALE / weight).round().max(1.0) as u64;
@@ -191,15 +187,13 @@ impl Sfq {
         } else {
             f.last_finish = start;
         }
-        let request = self.queues.dispatch(tenant);
-        self.depth.dispatched(tenant);
-        let more = self.queues.is_backlogged(tenant);
-        let cost = self.cost(&request);
-        if charged {
-            self.floor.served(tenant, now, more, cost);
+        let cost = self.cost(self.frame.front(tenant).expect("a tagged head is queued"));
+        let service = if charged {
+            Service::Share(cost)
         } else {
-            self.floor.took(tenant, now, more, cost);
-        }
+            Service::Floor(cost)
+        };
+        let (request, more) = self.frame.take(tenant, now, service);
         if more {
             self.tag_head(tenant);
         }
@@ -226,20 +220,17 @@ impl Policy for Sfq {
         let t = request.tenant;
         let f = &self.flows[t as usize];
         let behind = f.last_finish < self.virtual_time;
-        self.depth
-            .arrival(t, now, self.queues.is_backlogged(t), behind);
-        if self.queues.push(request) {
-            self.floor.backlogged(t, now);
+        if self.frame.arrive(request, now, behind) {
             self.tag_head(t);
         }
         Admission::Queued
     }
 
     fn dispatch(&mut self, now: Nanos) -> Dispatch {
-        if !self.depth.may_dispatch(now, self.queues.queued()) {
+        if !self.frame.may_dispatch(now) {
             return Dispatch::Idle;
         }
-        if let Some(t) = self.floor.due(now) {
+        if let Some(t) = self.frame.floor_due(now) {
             return Dispatch::Request(self.take(t, now, false));
         }
         let Some((_, tenant)) = self.first() else {
@@ -250,14 +241,11 @@ impl Policy for Sfq {
     }
 
     fn complete(&mut self, completion: &Completion, now: Nanos) {
-        let tenant = completion.request.tenant;
-        self.queues.complete(tenant);
-        self.depth
-            .completed(tenant, now, self.queues.is_backlogged(tenant));
+        let _ = self.frame.complete(completion, now);
     }
 
     fn update_tenant(&mut self, tenant: TenantId, spec: &TenantSpec, _now: Nanos) {
-        self.queues.set_weight(tenant, spec.weight);
+        self.frame.set_weight(tenant, spec.weight);
     }
 
     fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
@@ -266,32 +254,29 @@ impl Policy for Sfq {
             head_start: None,
             factor: 1.0,
         });
-        self.floor.add();
-        self.depth.add(now);
-        self.queues.add(spec)
+        self.frame.add(spec, now)
     }
 
     fn queued(&self) -> usize {
-        self.queues.queued()
+        self.frame.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
         self.heads.clear();
-        self.floor.clear();
         for f in &mut self.flows {
             if let Some(start) = f.head_start.take() {
                 // The head was tagged but never served: its tag is not spent.
                 f.last_finish = start;
             }
         }
-        self.queues.withdraw_all()
+        self.frame.withdraw_all()
     }
 
     fn observe(&self, detail: Detail) -> Observation {
         Observation::of(detail, self.gauges(), || {
             serde_json::json!({
-                "depth": self.depth.report(),
-                "floor_dispatches": self.floor.dispatches(),
+                "depth": self.frame.depth_report(),
+                "floor_dispatches": self.frame.floor_dispatches(),
             })
         })
     }
@@ -301,9 +286,7 @@ impl Policy for Sfq {
     }
 
     fn check(&self) -> Result<(), String> {
-        self.queues.check()?;
-        self.floor.check(|t| self.queues.is_backlogged(t))?;
-        self.depth.check(self.queues.in_flight())?;
+        self.frame.check()?;
         let mut listed = vec![false; self.flows.len()];
         for Reverse((start, t)) in &self.heads {
             if self.flows[*t as usize].head_start == Some(*start) {
@@ -312,11 +295,11 @@ impl Policy for Sfq {
         }
         for (i, f) in self.flows.iter().enumerate() {
             let t = i as TenantId;
-            if f.head_start.is_some() != self.queues.is_backlogged(t) {
+            if f.head_start.is_some() != self.frame.is_backlogged(t) {
                 return Err(format!(
                     "tenant {t}: head tagged = {}, backlogged = {}",
                     f.head_start.is_some(),
-                    self.queues.is_backlogged(t)
+                    self.frame.is_backlogged(t)
                 ));
             }
             if let Some(s) = f.head_start {
@@ -343,7 +326,7 @@ impl Sfq {
             "Start tag of the last dispatched request",
             self.virtual_time as f64,
         )];
-        gauges.extend(self.depth.gauges());
+        gauges.extend(self.frame.gauges());
         gauges
     }
 }
@@ -483,17 +466,17 @@ mod tests {
         starve_a(&mut p, 0);
         assert_eq!(p.dispatch(W), Dispatch::Request(req(100, 0, 4096)));
         assert_eq!(
-            p.depth.limit(),
+            p.frame.depth().limit(),
             0,
             "the first window saw tenants coming from idle"
         );
         starve_a(&mut p, W + 1);
-        assert_eq!(p.depth.outstanding(), 43);
+        assert_eq!(p.frame.depth().outstanding(), 43);
         // The window's end shrinks the depth under what is outstanding: a's request
         // waits until completions bring the count below the new limit.
         assert_eq!(p.dispatch(2 * W + 1), Dispatch::Idle);
         // From the window's peak, 44 before a's completion.
-        assert_eq!(p.depth.limit(), 44 - 44 / 8);
+        assert_eq!(p.frame.depth().limit(), 44 - 44 / 8);
         for id in 0..4 {
             p.complete(&completion(req(id, 1, 4096)), 2 * W + 2);
             assert_eq!(p.dispatch(2 * W + 2), Dispatch::Idle, "{id}");
