@@ -249,7 +249,15 @@ fn no_function_is_longer_than_a_hundred_lines() {
 /// `TenantQueues`, a depth or a floor of its own outside test code.
 #[test]
 fn the_policies_on_the_frame_do_their_bookkeeping_through_it() {
-    const ON_THE_FRAME: &[&str] = &["sfq", "feedbac", "bfq", "cfq", "mclock"];
+    const ON_THE_FRAME: &[&str] = &[
+        "none",
+        "sfq",
+        "feedbac",
+        "bfq",
+        "cfq",
+        "mclock",
+        "token_bucket",
+    ];
     const THE_FRAMES_OWN: &[&str] = &["TenantQueues", "self.queues", "self.depth", "self.floor"];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/policy");
     for name in ON_THE_FRAME {

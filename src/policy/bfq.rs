@@ -71,9 +71,7 @@
 use super::depth::DispatchDepth;
 use super::floor::Floor;
 use super::frame::{Frame, Service};
-use super::{
-    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::device::cost::Currency;
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec, secs_to_nanos};
 use std::cmp::{Ordering, Reverse};
@@ -275,7 +273,7 @@ impl Bfq {
             Budget::ByWeight { max, min } => {
                 let w_max = self
                     .frame
-                .queues()
+                    .queues()
                     .ids()
                     .map(|t| self.frame.weight(t))
                     .fold(0.0, f64::max);

@@ -164,9 +164,7 @@
 use super::depth::DispatchDepth;
 use super::floor::Floor;
 use super::frame::{Frame, Service};
-use super::{
-    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::device::cost::Currency;
 use crate::types::{
     Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec, nanos_to_secs, secs_to_nanos,
@@ -793,7 +791,10 @@ impl FeedBac {
     /// Takes `tenant`'s head for the device; `charged`: from its credits (the floor's
     /// dispatches are not).
     fn take(&mut self, tenant: TenantId, now: Nanos, charged: bool) -> Request {
-        let head = self.frame.front(tenant).expect("a listed tenant has a head");
+        let head = self
+            .frame
+            .front(tenant)
+            .expect("a listed tenant has a head");
         let cost = self.currency.price(head) as f64;
         let service = if charged {
             self.tenants[tenant as usize].credits -= cost;

@@ -109,6 +109,19 @@ impl Frame {
         self
     }
 
+    /// The same frame taking requests in the order a gate releases them, not the
+    /// order they arrived in (the token buckets' storage queue: a request bypassing
+    /// its bucket passes older ones still behind it); its checks then do not hold the
+    /// queues to arrival order.
+    pub fn in_release_order(mut self) -> Self {
+        assert!(
+            self.queues.queued() == 0 && self.queues.in_flight() == 0,
+            "the order is chosen before any request"
+        );
+        self.queues = self.queues.in_push_order();
+        self
+    }
+
     /// The same frame with `depth` in place of its depth, before any request came.
     pub fn with_depth(mut self, depth: DispatchDepth) -> Self {
         assert!(
@@ -376,6 +389,58 @@ impl Frame {
     }
 }
 
+/// First come, first served across tenants, on the frame: the sequence of the tenants
+/// whose requests the frame holds, one entry a request, in the order they came. A
+/// tenant's next request in that sequence is the head of its FIFO, so taking the first
+/// entry's tenant's head is taking the oldest request, in O(1) (`none`; the token
+/// buckets' storage queue).
+#[derive(Debug, Clone, Default)]
+pub struct ArrivalOrder {
+    order: std::collections::VecDeque<TenantId>,
+}
+
+impl ArrivalOrder {
+    /// A request of `tenant` came to the frame.
+    pub fn push(&mut self, tenant: TenantId) {
+        self.order.push_back(tenant);
+    }
+
+    /// The tenant whose head is the oldest request held, taken off the sequence.
+    pub fn pop(&mut self) -> Option<TenantId> {
+        self.order.pop_front()
+    }
+
+    /// Requests in the sequence.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// `withdrawn` (what [`Frame::withdraw_all`] handed back, each tenant's in its
+    /// order) put in the order they came; the sequence is then empty.
+    ///
+    /// # Panics
+    /// When `withdrawn` is not what the sequence counts.
+    pub fn order(&mut self, withdrawn: Vec<Request>, tenants: usize) -> Vec<Request> {
+        assert_eq!(
+            withdrawn.len(),
+            self.order.len(),
+            "the arrival order counts every request withdrawn"
+        );
+        let mut by_tenant = vec![std::collections::VecDeque::new(); tenants];
+        for r in withdrawn {
+            by_tenant[r.tenant as usize].push_back(r);
+        }
+        self.order
+            .drain(..)
+            .map(|t| {
+                by_tenant[t as usize]
+                    .pop_front()
+                    .expect("every tenant in the order has a request withdrawn")
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,5 +538,20 @@ mod tests {
         let _ = f.take(0, 0, Service::Outside);
         assert_eq!(f.depth().outstanding(), 2);
         f.check().unwrap();
+    }
+
+    #[test]
+    fn the_arrival_order_takes_the_oldest_and_gives_back_in_order() {
+        let mut f = frame(0);
+        let mut o = ArrivalOrder::default();
+        for (id, t) in [(1, 1), (2, 0), (3, 1), (4, 0)] {
+            let _ = f.arrive(test_request(id, t, 4096, id), id, false);
+            o.push(t);
+        }
+        let t = o.pop().unwrap();
+        assert_eq!(f.take(t, 5, Service::Share(1.0)).0.id, 1);
+        let back = o.order(f.withdraw_all(), 2);
+        assert_eq!(back.iter().map(|r| r.id).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(o.len(), 0);
     }
 }

@@ -175,9 +175,7 @@ use super::frame::{Frame, Kind, Service};
 use super::phase::{self, DEFAULT_PHASE_HOLD_MS, Phases, Pick};
 use super::quantum::{Charge, DEFAULT_QUANTUM_IDLE_MS, DEFAULT_QUANTUM_MS, Quanta, Turn};
 use super::token_bucket::RateTest;
-use super::{
-    Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams,
-};
+use super::{Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams};
 use crate::device::cost::Currency;
 use crate::types::{Completion, NANOS_PER_SEC, Nanos, Request, TenantId, TenantSpec};
 use rustc_hash::FxHashSet;
@@ -677,7 +675,12 @@ impl MClock {
                     self.quanta
                         .as_mut()
                         .expect("turns come from quanta")
-                        .dispatched(request.tenant, request.id, now, self.frame.queues().active());
+                        .dispatched(
+                            request.tenant,
+                            request.id,
+                            now,
+                            self.frame.queues().active(),
+                        );
                     return Some(Dispatch::Request(request));
                 }
                 // Held by its limit: its turn waits for it.
@@ -841,7 +844,12 @@ impl Policy for MClock {
             let request = self.take(t as usize, Phase::Weight, now);
             if let Some(q) = self.quanta.as_mut() {
                 self.turn_start = start;
-                q.dispatched(request.tenant, request.id, now, self.frame.queues().active());
+                q.dispatched(
+                    request.tenant,
+                    request.id,
+                    now,
+                    self.frame.queues().active(),
+                );
             }
             return Dispatch::Request(request);
         }

@@ -1,22 +1,37 @@
 //! `none`: first in, first out across all tenants, no control. The baseline every
 //! other policy is compared against (the papers' "no scheduler" / TA0).
+//!
+//! On the scheduling frame ([`super::frame`]) with no depth of its own and no floor:
+//! the frame holds each tenant's FIFO and its counts, and the order of arrival across
+//! tenants is [`super::frame::ArrivalOrder`], so a dispatch is O(1).
 
+use super::depth::DispatchDepth;
+use super::floor::Floor;
+use super::frame::{ArrivalOrder, Frame, Service};
 use super::{Admission, Dispatch, Policy};
 use crate::types::{Completion, Nanos, Request, TenantId, TenantSpec};
-use std::collections::VecDeque;
 
 /// FIFO: requests leave in the order they arrived, whoever sent them.
 pub struct Fifo {
-    queue: VecDeque<Request>,
-    tenants: usize,
+    /// The tenants' FIFOs ([`super::frame`]).
+    frame: Frame,
+    /// Who sent each request the frame holds, in arrival order.
+    order: ArrivalOrder,
 }
 
 impl Fifo {
-    /// An empty FIFO; the number of tenants does not matter to it.
+    /// An empty FIFO over `tenants` tenants (their weights do not matter to it).
     pub fn new(tenants: usize) -> Self {
+        let specs: Vec<TenantSpec> = (0..tenants)
+            .map(|i| TenantSpec::weighted(i.to_string(), 1.0))
+            .collect();
         Fifo {
-            queue: VecDeque::new(),
-            tenants,
+            frame: Frame::new(
+                &specs,
+                DispatchDepth::fixed(tenants, 0),
+                Floor::new(tenants, None),
+            ),
+            order: ArrivalOrder::default(),
         }
     }
 }
@@ -26,33 +41,49 @@ impl Policy for Fifo {
         "none"
     }
 
-    fn enqueue(&mut self, request: Request, _now: Nanos) -> Admission {
-        self.queue.push_back(request);
+    fn enqueue(&mut self, request: Request, now: Nanos) -> Admission {
+        let t = request.tenant;
+        let _ = self.frame.arrive(request, now, false);
+        self.order.push(t);
         Admission::Queued
     }
 
-    fn dispatch(&mut self, _now: Nanos) -> Dispatch {
-        match self.queue.pop_front() {
-            Some(r) => Dispatch::Request(r),
+    fn dispatch(&mut self, now: Nanos) -> Dispatch {
+        match self.order.pop() {
+            Some(t) => Dispatch::Request(self.frame.take(t, now, Service::Share(0.0)).0),
             None => Dispatch::Idle,
         }
     }
 
-    fn complete(&mut self, _completion: &Completion, _now: Nanos) {}
+    fn complete(&mut self, completion: &Completion, now: Nanos) {
+        let _ = self.frame.complete(completion, now);
+    }
 
     fn update_tenant(&mut self, _tenant: TenantId, _spec: &TenantSpec, _now: Nanos) {}
 
-    fn add_tenant(&mut self, _spec: &TenantSpec, _now: Nanos) -> TenantId {
-        self.tenants += 1;
-        (self.tenants - 1) as TenantId
+    fn add_tenant(&mut self, spec: &TenantSpec, now: Nanos) -> TenantId {
+        self.frame.add(spec, now)
     }
 
     fn queued(&self) -> usize {
-        self.queue.len()
+        self.frame.queued()
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
-        self.queue.drain(..).collect()
+        let withdrawn = self.frame.withdraw_all();
+        self.order.order(withdrawn, self.frame.queues().len())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.frame.check()?;
+        if self.order.len() != self.frame.queued() {
+            return Err(format!(
+                "{} in the arrival order, {} held",
+                self.order.len(),
+                self.frame.queued()
+            ));
+        }
+        Ok(())
     }
 }
 

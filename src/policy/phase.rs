@@ -150,14 +150,29 @@ mod tests {
     fn a_phase_runs_until_its_tags_pass_the_others_by_the_window() {
         let mut p = Phases::new(10, 0);
         // Reads at P 100, writes at 95: reads go (within the window).
-        assert_eq!(p.pick(0, [Some(100), Some(95)], [0, 0]), Some(Pick::Kind(0)));
-        assert_eq!(p.pick(0, [Some(105), Some(95)], [1, 0]), Some(Pick::Kind(0)));
+        assert_eq!(
+            p.pick(0, [Some(100), Some(95)], [0, 0]),
+            Some(Pick::Kind(0))
+        );
+        assert_eq!(
+            p.pick(0, [Some(105), Some(95)], [1, 0]),
+            Some(Pick::Kind(0))
+        );
         // 106 > 95 + 10: the write phase starts at once (no drain), and runs while
         // writes are within 106 + 10.
-        assert_eq!(p.pick(0, [Some(106), Some(95)], [1, 0]), Some(Pick::Kind(1)));
+        assert_eq!(
+            p.pick(0, [Some(106), Some(95)], [1, 0]),
+            Some(Pick::Kind(1))
+        );
         assert_eq!(p.switches(), 1);
-        assert_eq!(p.pick(0, [Some(106), Some(116)], [1, 0]), Some(Pick::Kind(1)));
-        assert_eq!(p.pick(0, [Some(106), Some(117)], [1, 0]), Some(Pick::Kind(0)));
+        assert_eq!(
+            p.pick(0, [Some(106), Some(116)], [1, 0]),
+            Some(Pick::Kind(1))
+        );
+        assert_eq!(
+            p.pick(0, [Some(106), Some(117)], [1, 0]),
+            Some(Pick::Kind(0))
+        );
         assert_eq!(p.switches(), 2);
     }
 
@@ -170,7 +185,10 @@ mod tests {
         // Only writes, far ahead of nothing: they keep going.
         assert_eq!(p.pick(0, [None, Some(5_000)], [0, 1]), Some(Pick::Kind(1)));
         // A read comes, far behind the writes' tags: the read phase starts.
-        assert_eq!(p.pick(0, [Some(10), Some(5_000)], [0, 1]), Some(Pick::Kind(0)));
+        assert_eq!(
+            p.pick(0, [Some(10), Some(5_000)], [0, 1]),
+            Some(Pick::Kind(0))
+        );
         assert_eq!(kind(Op::Write), 1);
         assert_eq!(
             [Op::Read, Op::Flush, Op::Trim, Op::Status].map(kind),

@@ -27,6 +27,10 @@ pub struct TenantQueues {
     in_flight: u64,
     /// Tenants with a request waiting or on the device.
     active: usize,
+    /// Whether each queue is in arrival order (`check` holds it to that); `false` for
+    /// queues that take requests as a gate releases them (the token buckets' storage
+    /// queue, where a request bypassing the bucket passes older ones still behind it).
+    arrival_order: bool,
 }
 
 impl Slot {
@@ -50,7 +54,15 @@ impl TenantQueues {
             queued: 0,
             in_flight: 0,
             active: 0,
+            arrival_order: true,
         }
+    }
+
+    /// The same queues, holding requests in the order they are pushed rather than
+    /// the order they arrived in (`arrival_order` above).
+    pub fn in_push_order(mut self) -> Self {
+        self.arrival_order = false;
+        self
     }
 
     /// Appends a tenant with `spec`'s weight and nothing queued; its id is the number of
@@ -237,7 +249,7 @@ impl TenantQueues {
     }
 
     /// The counts add up, every queued request sits in its own tenant's queue, and each
-    /// queue is in arrival order.
+    /// queue is in arrival order (unless [`TenantQueues::in_push_order`]).
     pub fn check(&self) -> Result<(), String> {
         let queued: usize = self.slots.iter().map(|s| s.queue.len()).sum();
         if queued != self.queued {
@@ -267,10 +279,11 @@ impl TenantQueues {
                     r.id, r.tenant
                 ));
             }
-            if s.queue
-                .iter()
-                .zip(s.queue.iter().skip(1))
-                .any(|(a, b)| b.arrival < a.arrival)
+            if self.arrival_order
+                && s.queue
+                    .iter()
+                    .zip(s.queue.iter().skip(1))
+                    .any(|(a, b)| b.arrival < a.arrival)
             {
                 return Err(format!("tenant {t}'s queue is out of arrival order"));
             }

@@ -152,6 +152,9 @@
 //!   again (a heap by that time), best-effort ones when one of theirs completes or the
 //!   breach ends: O(log n) per request at any tenant count.
 
+use super::depth::DispatchDepth;
+use super::floor::Floor;
+use super::frame::{ArrivalOrder, Frame, Service};
 use super::{
     Admission, Detail, Dispatch, Gauge, Observation, Policy, PolicyError, PolicyParams, Refusal,
     SwitchLog,
@@ -399,9 +402,6 @@ struct Tenant {
     /// TA3: how long the agreed rate takes to fill the conformance bucket.
     rate_window: Nanos,
     throttled: u64,
-    /// Requests that passed the bucket (or the bypass) and have not completed: in the
-    /// storage queue or on the device.
-    passed: usize,
     /// The last request id counted as an arrival: one offered again after a refusal
     /// (held back by the host) is not a new arrival.
     last_arrival: Option<u64>,
@@ -434,7 +434,12 @@ pub struct SwitchedBuckets {
     name: &'static str,
     rule: SwitchRule,
     tenants: Vec<Tenant>,
-    storage: VecDeque<Request>,
+    /// The storage queue: the requests that passed their bucket (or the bypass), per
+    /// tenant, and what they have in the device ([`super::frame`]; no depth of its own,
+    /// no floor).
+    frame: Frame,
+    /// The storage queue's order: first passed, first served.
+    order: ArrivalOrder,
     /// When each request in the storage queue or on the device passed its bucket.
     admitted: FxHashMap<u64, Nanos>,
     hwm_fraction: f64,
@@ -515,7 +520,13 @@ impl SwitchedBuckets {
             name,
             rule: s.rule,
             tenants: Vec::new(),
-            storage: VecDeque::new(),
+            frame: Frame::new(
+                tenants,
+                DispatchDepth::fixed(tenants.len(), 0),
+                Floor::new(tenants.len(), None),
+            )
+            .in_release_order(),
+            order: ArrivalOrder::default(),
             admitted: FxHashMap::default(),
             hwm_fraction: s.hwm,
             lwm_fraction: s.lwm,
@@ -603,7 +614,6 @@ impl SwitchedBuckets {
                 _ => 0,
             },
             throttled: 0,
-            passed: 0,
             last_arrival: None,
             queue_limit: spec.slo.map_or(usize::MAX, |s| {
                 if self.max_wait <= 0.0 {
@@ -838,9 +848,16 @@ impl SwitchedBuckets {
 
     /// Sends `r` to the storage queue: it has passed its bucket (or the bypass).
     fn pass(&mut self, r: Request, now: Nanos) {
-        self.tenants[r.tenant as usize].passed += 1;
         self.admitted.insert(r.id, now);
-        self.storage.push_back(r);
+        self.order.push(r.tenant);
+        let _ = self.frame.arrive(r, now, false);
+    }
+
+    /// Tenant `t`'s requests that passed and have not completed: in the storage queue
+    /// or on the device.
+    fn passed(&self, t: usize) -> usize {
+        let q = self.frame.queues();
+        q.queued_of(t as TenantId) + q.in_flight_of(t as TenantId) as usize
     }
 
     /// Moves tenant `t`'s requests that have a token into the storage queue (a tenant
@@ -864,13 +881,14 @@ impl SwitchedBuckets {
             b.rho = rho;
         }
         loop {
+            let passed = self.passed(t);
             let tenant = &mut self.tenants[t];
             if tenant.queue.is_empty() {
                 break;
             }
             let may = match tenant.bucket.as_mut() {
                 Some(b) => b.take(),
-                None => !held || tenant.passed < self.best_effort_depth,
+                None => !held || passed < self.best_effort_depth,
             };
             if !may {
                 break;
@@ -916,9 +934,9 @@ impl Policy for SwitchedBuckets {
             self.judge(k, hwm + 1, now, false);
         }
         let held = self.best_effort_held();
+        let passed = self.passed(k);
         let t = &mut self.tenants[k];
-        if t.bucket.is_none() && held && (!t.queue.is_empty() || t.passed >= self.best_effort_depth)
-        {
+        if t.bucket.is_none() && held && (!t.queue.is_empty() || passed >= self.best_effort_depth) {
             // Best effort while the SLOs are at risk: it waits its turn (module doc).
             self.wait(request);
             return Admission::Queued;
@@ -969,8 +987,8 @@ impl Policy for SwitchedBuckets {
                 self.admit(t as usize, now);
             }
         }
-        if let Some(r) = self.storage.pop_front() {
-            return Dispatch::Request(r);
+        if let Some(t) = self.order.pop() {
+            return Dispatch::Request(self.frame.take(t, now, Service::Share(0.0)).0);
         }
         let next = loop {
             let Some(&Reverse((at, t))) = self.ready.peek() else {
@@ -991,9 +1009,7 @@ impl Policy for SwitchedBuckets {
         let k = c.request.tenant as usize;
         let admitted = match self.admitted.remove(&c.request.id) {
             Some(at) => {
-                let t = &mut self.tenants[k];
-                assert!(t.passed > 0, "a request completes once");
-                t.passed -= 1;
+                let _ = self.frame.complete(c, now);
                 at
             }
             None => c.request.arrival,
@@ -1028,6 +1044,11 @@ impl Policy for SwitchedBuckets {
         }
         self.tenants.push(t);
         self.wake.push(None);
+        let in_frame = self.frame.add(spec, now);
+        assert_eq!(
+            in_frame as usize, id,
+            "the frame numbers tenants as the policy does"
+        );
         id as TenantId
     }
 
@@ -1042,7 +1063,6 @@ impl Policy for SwitchedBuckets {
         let on = t.on && fresh.bucket.is_some() || fresh.on;
         *t = Tenant {
             queue: std::mem::take(&mut t.queue),
-            passed: t.passed,
             last_arrival: t.last_arrival,
             throttled: t.throttled,
             refused: t.refused,
@@ -1068,14 +1088,14 @@ impl Policy for SwitchedBuckets {
     }
 
     fn queued(&self) -> usize {
-        self.storage.len() + self.waiting
+        self.frame.queued() + self.waiting
     }
 
     fn withdraw_all(&mut self) -> Vec<Request> {
-        let mut all: Vec<Request> = self.storage.drain(..).collect();
+        let withdrawn = self.frame.withdraw_all();
+        let mut all = self.order.order(withdrawn, self.tenants.len());
         for r in &all {
             self.admitted.remove(&r.id);
-            self.tenants[r.tenant as usize].passed -= 1;
         }
         for t in &mut self.tenants {
             all.extend(t.queue.drain(..));
@@ -1099,10 +1119,21 @@ impl Policy for SwitchedBuckets {
                 self.waiting
             ));
         }
-        let mut passed = vec![0usize; self.tenants.len()];
-        for r in &self.storage {
-            passed[r.tenant as usize] += 1;
-            if !self.admitted.contains_key(&r.id) {
+        self.frame.check()?;
+        if self.order.len() != self.frame.queued() {
+            return Err(format!(
+                "{} in the storage queue's order, {} in the storage queue",
+                self.order.len(),
+                self.frame.queued()
+            ));
+        }
+        for t in self.frame.queues().ids() {
+            if let Some(r) = self
+                .frame
+                .queues()
+                .iter_of(t)
+                .find(|r| !self.admitted.contains_key(&r.id))
+            {
                 return Err(format!(
                     "request {} in the storage queue, never admitted",
                     r.id
@@ -1124,21 +1155,14 @@ impl Policy for SwitchedBuckets {
         {
             return Err(format!("tenant {i} has no SLO yet counts as near a breach"));
         }
-        let in_flight = self.admitted.len() - self.storage.len();
-        let counted: usize = self.tenants.iter().map(|t| t.passed).sum();
-        if counted != self.admitted.len() {
+        let passed = self.frame.queued() as u64 + self.frame.queues().in_flight();
+        if passed != self.admitted.len() as u64 {
             return Err(format!(
-                "{counted} passed per tenant, {} admitted ({in_flight} on the device)",
+                "{passed} passed and not completed, {} admitted",
                 self.admitted.len()
             ));
         }
         for (i, t) in self.tenants.iter().enumerate() {
-            if passed[i] > t.passed {
-                return Err(format!(
-                    "tenant {i}: {} in the storage queue, {} passed",
-                    passed[i], t.passed
-                ));
-            }
             if let Some(b) = &t.bucket
                 && b.tokens() > b.sigma
             {
