@@ -335,6 +335,10 @@ impl DispatchDepth {
     /// A request of `tenant` arrived at `now`; `held`: the policy holds others of the
     /// tenant's; `behind`: the policy's tags say the tenant has fallen behind the others.
     pub fn arrival(&mut self, tenant: TenantId, now: Nanos, held: bool, behind: bool) {
+        if self.auto.is_none() {
+            // A fixed depth judges nobody's loss.
+            return;
+        }
         self.roll(now);
         let t = &mut self.tenants[tenant as usize];
         // Only a request sent on a completion (a closed loop waiting on the device) says
@@ -411,15 +415,18 @@ impl DispatchDepth {
     }
 
     fn finished(&mut self, tenant: TenantId, now: Nanos, held: bool) {
-        if let Some(a) = self.auto.as_mut() {
-            a.completed = a.completed.saturating_add(1);
-        }
         let t = &mut self.tenants[tenant as usize];
-        t.last_completion = Some(now);
         t.in_flight = t
             .in_flight
             .checked_sub(1)
             .expect("a completion of a tenant's dispatched request");
+        let Some(a) = self.auto.as_mut() else {
+            // A fixed depth judges nobody's loss: the count is all it keeps.
+            return;
+        };
+        a.completed = a.completed.saturating_add(1);
+        let t = &mut self.tenants[tenant as usize];
+        t.last_completion = Some(now);
         if t.in_flight == 0 && !held {
             t.idle_since = Some(now);
         }

@@ -311,7 +311,7 @@ impl Frame {
         });
         self.queues.complete(t);
         let more = self.queues.is_backlogged(t);
-        if self.outside.remove(&r.id) {
+        if !self.outside.is_empty() && self.outside.remove(&r.id) {
             self.depth.completed_exempt(t, now, more);
         } else {
             self.depth.completed(t, now, more);
