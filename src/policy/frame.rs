@@ -99,12 +99,17 @@ impl Frame {
         }
     }
 
-    /// The same frame with `floor` in place of its floor, before any request came.
-    pub fn with_floor(mut self, floor: Floor) -> Self {
+    /// A part of the frame is chosen (`what`) before any request came.
+    fn assert_unused(&self, what: &str) {
         assert!(
             self.queues.queued() == 0 && self.queues.in_flight() == 0,
-            "the floor is replaced before any request"
+            "{what} before any request"
         );
+    }
+
+    /// The same frame with `floor` in place of its floor, before any request came.
+    pub fn with_floor(mut self, floor: Floor) -> Self {
+        self.assert_unused("the floor is replaced");
         self.floor = floor;
         self
     }
@@ -114,20 +119,14 @@ impl Frame {
     /// its bucket passes older ones still behind it); its checks then do not hold the
     /// queues to arrival order.
     pub fn in_release_order(mut self) -> Self {
-        assert!(
-            self.queues.queued() == 0 && self.queues.in_flight() == 0,
-            "the order is chosen before any request"
-        );
+        self.assert_unused("the order is chosen");
         self.queues = self.queues.in_push_order();
         self
     }
 
     /// The same frame with `depth` in place of its depth, before any request came.
     pub fn with_depth(mut self, depth: DispatchDepth) -> Self {
-        assert!(
-            self.queues.queued() == 0 && self.queues.in_flight() == 0,
-            "the depth is replaced before any request"
-        );
+        self.assert_unused("the depth is replaced");
         self.depth = depth;
         self
     }

@@ -12,6 +12,7 @@ pub(crate) mod depth;
 mod feedbac;
 pub mod floor;
 pub(crate) mod frame;
+mod limit;
 mod mclock;
 mod mots;
 mod none;
@@ -525,6 +526,11 @@ impl Aims {
         limits: false,
         slo: false,
     };
+    const WEIGHTS_AND_LIMITS: Aims = Aims {
+        weights: true,
+        limits: true,
+        ..Aims::NOTHING
+    };
     const WEIGHTS: Aims = Aims {
         weights: true,
         ..Aims::NOTHING
@@ -543,6 +549,9 @@ pub struct PolicyInfo {
     pub summary: &'static str,
     /// The promises it makes.
     pub aims: Aims,
+    /// Whether the tenants' limits are kept by the limit gate in front of it
+    /// (`limit.rs`) rather than by the policy itself.
+    pub gated: bool,
     /// Builds it from its parameters.
     pub build: PolicyBuilder,
 }
@@ -562,60 +571,70 @@ pub fn registry() -> &'static [PolicyInfo] {
             name: "none",
             summary: "FIFO across tenants, no control (the baseline)",
             aims: Aims::NOTHING,
+            gated: false,
             build: |_, tenants| Ok(Box::new(Fifo::new(tenants.len()))),
         },
         PolicyInfo {
             name: "cfq",
             summary: "time slices proportional to weight, round-robin, optional idling (Linux CFQ style)",
-            aims: Aims::WEIGHTS,
+            aims: Aims::WEIGHTS_AND_LIMITS,
+            gated: true,
             build: Cfq::build,
         },
         PolicyInfo {
             name: "mots",
             summary: "the MoTS feedback controller correcting a base scheduler's weights every second (SFQ by default; CFQ slices by bytes: the paper's MCFQ)",
-            aims: Aims::WEIGHTS,
+            aims: Aims::WEIGHTS_AND_LIMITS,
+            gated: true,
             build: Mots::build,
         },
         PolicyInfo {
             name: "bfq",
             summary: "budget fair queueing: one tenant at a time, budgets of device time by weight, no idling by default (Linux BFQ style)",
-            aims: Aims::WEIGHTS,
+            aims: Aims::WEIGHTS_AND_LIMITS,
+            gated: true,
             build: Bfq::build,
         },
         PolicyInfo {
             name: "feedbac",
             summary: "credits by weight each period, total forecast by Holt smoothing, early refill, bounded carry-over",
-            aims: Aims::WEIGHTS,
+            aims: Aims::WEIGHTS_AND_LIMITS,
+            gated: true,
             build: FeedBac::build,
         },
         PolicyInfo {
             name: "sfq",
             summary: "start-time fair queueing with dispatch depth D, SFQ(D): work-conserving, by device time",
-            aims: Aims::WEIGHTS,
+            aims: Aims::WEIGHTS_AND_LIMITS,
+            gated: true,
             build: Sfq::build,
         },
         PolicyInfo {
             name: "ta1",
             summary: "a token bucket per SLO tenant (iops / τ per tick, as deep as the SLO's burst), always on",
             aims: Aims::SLO,
+            gated: false,
             build: ta1::build,
         },
         PolicyInfo {
             name: "ta2",
             summary: "TA1's buckets behind one switch, on above the high water mark of rt, off below the low",
             aims: Aims::SLO,
+            gated: false,
             build: ta2::build,
         },
         PolicyInfo {
             name: "ta3",
             summary: "TA2 with a switch per tenant: only tenants above their agreed rate are throttled",
             aims: Aims::SLO,
+            gated: false,
             build: ta3::build,
         },
         PolicyInfo {
             name: "govern",
             summary: "the kernel's cgroup throttle (io.max) with limits set every period by the governor: device time by weight among those who want it, total found from the device's latency",
             aims: Aims::WEIGHTS,
+            gated: false,
             build: throttle::Throttle::build,
         },
         PolicyInfo {
@@ -627,6 +646,7 @@ pub fn registry() -> &'static [PolicyInfo] {
                 limits: true,
                 slo: false,
             },
+            gated: false,
             build: mclock::MClock::build,
         },
     ]
@@ -740,7 +760,11 @@ pub fn build_on(
         .with_actuators(actuators);
     let policy = (info.build)(&mut params, tenants)?;
     params.finish()?;
-    Ok(policy)
+    Ok(if info.gated {
+        Box::new(limit::LimitGate::new(policy, tenants))
+    } else {
+        policy
+    })
 }
 
 #[cfg(test)]
@@ -816,8 +840,14 @@ mod tests {
                     assert_eq!(grown.add_tenant(spec, 0), i as TenantId, "{name}");
                 }
                 let want = dispatch_order(built.as_mut(), tenants.len() as u32, seed);
-                // A throttle passes few in 20 ms; the same order is what is checked.
-                let least = if name == "govern" { 5 } else { 100 };
+                // A throttle passes few in 20 ms, and CFQ keeps its slice for tenant c
+                // while c's limit lets its requests through at 2,000 a second; the same
+                // order is what is checked.
+                let least = match name {
+                    "govern" => 5,
+                    "cfq" => 20,
+                    _ => 100,
+                };
                 assert!(want.len() > least, "{name}: {} dispatched", want.len());
                 let got = dispatch_order(grown.as_mut(), tenants.len() as u32, seed);
                 assert_eq!(got, want, "{name}, seed {seed}");

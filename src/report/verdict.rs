@@ -790,7 +790,7 @@ mod tests {
     }
 
     #[test]
-    fn mclock_keeps_reservations_and_limits_the_schedulers_by_weight_miss() {
+    fn mclock_keeps_reservations_the_schedulers_by_weight_miss_them() {
         let r = run(
             "scenarios/mclock-reservations.toml",
             "[\"none\", \"sfq\", \"ta1\", \"mclock\"]",
@@ -817,10 +817,8 @@ mod tests {
             ),
             "{missed}"
         );
-        assert!(
-            missed.contains("capped over its limit (800 IOPS)"),
-            "{missed}"
-        );
+        // Its limit is kept by the limit gate in front of it (`policy/limit.rs`).
+        assert!(!missed.contains("capped over its limit"), "{missed}");
         // sfq aims at weights: that miss (if any) is not marked.
         assert!(!missed.contains("off (not its aim)"), "{missed}");
         let ta1 = v.ranked.iter().find(|j| j.label == "ta1").unwrap();
