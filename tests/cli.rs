@@ -104,6 +104,10 @@ fn list_names_policies_presets_and_standins() {
     for name in ["none", "sata-840pro", "nvme-p4500", "fileserver", "msnmeta"] {
         assert!(s.contains(name), "{name} missing from:\n{s}");
     }
+    // The weight policies say their limits are kept (the limit gate), mClock its own.
+    let line = |p: &str| s.lines().find(|l| l.trim_start().starts_with(p)).unwrap();
+    assert!(line("sfq ").ends_with("limits kept by the gate in front of it"));
+    assert!(!line("mclock ").contains("gate"));
 }
 
 /// A sweep whose points are each within the limits but whose time series together are

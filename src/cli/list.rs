@@ -11,7 +11,12 @@ pub(crate) fn run() -> Result<()> {
         } else {
             ""
         };
-        println!("  {:<10} {}{default}", p.name, p.summary);
+        let gated = if p.gated {
+            "; limits kept by the gate in front of it"
+        } else {
+            ""
+        };
+        println!("  {:<10} {}{gated}{default}", p.name, p.summary);
     }
     println!("ssd presets:");
     for p in ssd::presets() {

@@ -123,7 +123,7 @@ pub struct Points {
     default_name: String,
     /// The scenario file's folder: relative trace paths are taken from it.
     base_dir: Option<std::path::PathBuf>,
-    /// The file's text, to say on which line a field is ([`locate`]).
+    /// The file's text, to say on which line a field is ([`Self::located`]).
     text: String,
 }
 
