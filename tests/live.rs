@@ -4306,3 +4306,28 @@ fn block_status_maps_holes_and_data_and_nbdcopy_copies_sparse() {
     }
     s.stopped();
 }
+
+/// A named policy that does not keep what the tenants write says so at start, one line
+/// a kind of promise; the default keeps them all and says nothing of the kind.
+#[test]
+fn a_named_policy_says_which_promises_it_leaves_unenforced() {
+    let dir = tempdir();
+    let s = Server::start(dir.path(), &format!("policy = \"none\"\n{TWO_TENANTS}"));
+    let err = s.stopped();
+    assert!(
+        err.contains("policy none does not share by weight: the tenants' weights are not enforced"),
+        "{err}"
+    );
+    assert!(
+        err.contains("policy none does not keep a tenant's SLO: not enforced for vm1, vm2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("policy none does not keep a tenant's reservation: not enforced for vm1, vm2"),
+        "{err}"
+    );
+    let dir = tempdir();
+    let err = Server::start(dir.path(), TWO_TENANTS).stopped();
+    assert!(!err.contains("does not keep"), "{err}");
+    assert!(!err.contains("does not share"), "{err}");
+}

@@ -640,11 +640,13 @@ pub fn registry() -> &'static [PolicyInfo] {
         PolicyInfo {
             name: "mclock",
             summary: "mClock: reservation, weight and limit tags; reservations first, weights share the rest (in turns of the disk's time on one disk)",
+            // An SLO reserves its IOPS (and times the adaptive depth): kept as a
+            // reservation is.
             aims: Aims {
                 weights: true,
                 reservations: true,
                 limits: true,
-                slo: false,
+                slo: true,
             },
             gated: false,
             build: mclock::MClock::build,
@@ -658,6 +660,45 @@ pub fn aims(name: &str) -> Aims {
         .iter()
         .find(|p| p.name == name)
         .map_or(Aims::NOTHING, |p| p.aims)
+}
+
+/// What `tenants` ask for that the registered policy `name` does not keep, one line
+/// each (empty when it keeps it all): weights that differ, SLOs, reservations, limits
+/// — for a server to say at start what a named policy such as `none` leaves unenforced.
+pub fn unkept(name: &str, tenants: &[TenantSpec]) -> Vec<String> {
+    let Some(info) = registry().iter().find(|p| p.name == name) else {
+        return Vec::new();
+    };
+    let aims = info.aims;
+    let mut out = Vec::new();
+    let weighted = tenants.windows(2).any(|w| w[0].weight != w[1].weight);
+    if weighted && !aims.weights {
+        out.push(format!(
+            "policy {name} does not share by weight: the tenants' weights are not enforced"
+        ));
+    }
+    type Asks = fn(&TenantSpec) -> bool;
+    let kinds: [(&str, bool, Asks); 3] = [
+        ("SLO", aims.slo, |t| t.slo.is_some()),
+        ("reservation", aims.reservations, |t| {
+            t.reservation_iops.is_some()
+        }),
+        ("limit", aims.limits, |t| t.limit_iops.is_some()),
+    ];
+    for (what, kept, has) in kinds {
+        let names: Vec<&str> = tenants
+            .iter()
+            .filter(|t| has(t))
+            .map(|t| t.name.as_str())
+            .collect();
+        if !kept && !names.is_empty() {
+            out.push(format!(
+                "policy {name} does not keep a tenant's {what}: not enforced for {}",
+                names.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 /// Names of all registered policies.
@@ -812,6 +853,38 @@ mod tests {
             assert_eq!(p.check(), Ok(()), "{}", p.name());
         }
         order
+    }
+
+    /// What a named policy leaves unenforced is said; the default keeps it all.
+    #[test]
+    fn unkept_promises_are_named() {
+        let tenants = [
+            TenantSpec {
+                limit_iops: Some(100.0),
+                ..TenantSpec::weighted("a", 4.0)
+            },
+            TenantSpec {
+                reservation_iops: Some(50.0),
+                ..TenantSpec::weighted("b", 1.0)
+            },
+        ];
+        let none = unkept("none", &tenants);
+        assert_eq!(none.len(), 3, "{none:?}");
+        assert!(none[0].contains("weights are not enforced"));
+        assert!(
+            none[1].ends_with("reservation: not enforced for b"),
+            "{none:?}"
+        );
+        assert!(none[2].ends_with("limit: not enforced for a"), "{none:?}");
+        // sfq shares by weight and keeps limits through the gate: the reservation only.
+        assert_eq!(unkept("sfq", &tenants).len(), 1);
+        assert!(unkept(DEFAULT_POLICY, &tenants).is_empty());
+        // Equal weights and nothing else: nothing to say, whatever the policy.
+        let plain = [
+            TenantSpec::weighted("a", 1.0),
+            TenantSpec::weighted("b", 1.0),
+        ];
+        assert!(unkept("none", &plain).is_empty());
     }
 
     /// A tenant added at time 0 is served as one the policy was built with: the same

@@ -340,6 +340,7 @@ pub fn serve(
         config.queue_depth,
         config.threads
     );
+    warn_of_unkept(&config);
     // Ready: the listeners are bound and the engine runs, so a client is accepted.
     let notify = |state: &str| notifier.iter().for_each(|n| n.send(state));
     notify(&format!(
@@ -591,6 +592,16 @@ fn joined(
                 .unwrap_or_else(|| "no message".into());
             Err(ServeError::EnginePanicked(what))
         }
+    }
+}
+
+/// Says at start what the tenants write that the policy does not keep (`none`'s
+/// weights, a weight policy's SLOs: [`crate::policy::unkept`]).
+fn warn_of_unkept(config: &ServerConfig) {
+    let specs: Vec<crate::types::TenantSpec> =
+        config.tenants.iter().map(|t| t.spec.clone()).collect();
+    for line in crate::policy::unkept(&config.policy.name, &specs) {
+        tracing::warn!("{line}");
     }
 }
 
