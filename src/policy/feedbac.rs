@@ -1448,14 +1448,7 @@ mod tests {
                 id += 1;
                 if let Some(i) = take(&mut p, now) {
                     let r = req(i, 0, now);
-                    p.complete(
-                        &Completion {
-                            request: r,
-                            start: now,
-                            finish: now,
-                        },
-                        now,
-                    );
+                    p.complete(&crate::policy::test_completion(r, now), now);
                 }
             }
             // Whatever the forecast, at most 4 requests per period reach the device.

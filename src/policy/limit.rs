@@ -290,14 +290,7 @@ mod tests {
             match p.dispatch(now) {
                 Dispatch::Request(r) => {
                     out.push((r.id, now));
-                    p.complete(
-                        &Completion {
-                            request: r,
-                            start: now,
-                            finish: now,
-                        },
-                        now,
-                    );
+                    p.complete(&crate::policy::test_completion(r, now), now);
                 }
                 Dispatch::Wait(at) => now = at,
                 Dispatch::Idle => break,

@@ -1484,14 +1484,7 @@ mod tests {
                 if r.tenant == 1 {
                     light.push(now);
                 }
-                p.complete(
-                    &Completion {
-                        request: r,
-                        start: now,
-                        finish: now,
-                    },
-                    now,
-                );
+                p.complete(&crate::policy::test_completion(r, now), now);
             }
             p.check().unwrap();
         }

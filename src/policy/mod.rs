@@ -756,6 +756,16 @@ pub(crate) fn test_request(id: u64, tenant: TenantId, len: u32, arrival: Nanos) 
     }
 }
 
+/// `request` sent and finished at `at`, for policy unit tests.
+#[cfg(test)]
+pub(crate) fn test_completion(request: Request, at: Nanos) -> Completion {
+    Completion {
+        request,
+        start: at,
+        finish: at,
+    }
+}
+
 /// A tenant with an SLO of `iops` 4 KiB requests within `rt_us`, for policy unit tests.
 #[cfg(test)]
 pub(crate) fn test_slo_tenant(name: &str, iops: f64, rt_us: u64) -> TenantSpec {
