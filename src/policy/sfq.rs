@@ -88,8 +88,16 @@ impl Sfq {
 
     /// SFQ over `tenants` with the dispatch depth `depth`, by device time, no floor.
     pub fn with_depth(tenants: &[TenantSpec], depth: DispatchDepth) -> Self {
+        Self::on(
+            Frame::new(tenants, depth, Floor::new(tenants.len(), None)),
+            tenants,
+        )
+    }
+
+    /// SFQ over `tenants` on `frame`, by device time.
+    fn on(frame: Frame, tenants: &[TenantSpec]) -> Self {
         Sfq {
-            frame: Frame::new(tenants, depth, Floor::new(tenants.len(), None)),
+            frame,
             flows: vec![
                 Flow {
                     last_finish: 0,
@@ -137,11 +145,7 @@ impl Sfq {
             return Err(params.invalid("min_cost", "applies only with cost = \"bytes\""));
         }
         let min_cost = params.u64_or("min_cost", 4096)?;
-        Ok(Sfq {
-            frame,
-            ..Sfq::with_depth(tenants, DispatchDepth::fixed(tenants.len(), 0))
-        }
-        .with_currency(currency, min_cost))
+        Ok(Sfq::on(frame, tenants).with_currency(currency, min_cost))
     }
 
     /// What `request` costs in tag units.
