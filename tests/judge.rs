@@ -286,17 +286,15 @@ fn the_verdict_heads_with_a_policy_that_keeps_the_slo_when_any_does() {
             .iter()
             .any(|c| c.promise == Promise::Weights && c.missed())
     };
-    // On the disk, judged by the heads' time, sfq keeps the weights and misses the
-    // SLO; every policy that keeps the SLO misses the weights: ranked by weights
-    // first, sfq heads the list.
-    assert!(!first_weights_missed(&w.ranked[0]), "{}", verdict::text(&r));
-    assert!(!keeps_slo(&w.ranked[0]));
+    // On the disk, with the shares in the heads' time, no policy keeps the weights
+    // (sfq's split is 6.6 % off per interval, mClock's 6.2 %): ranked by weights
+    // first, the next kind decides, and a policy that keeps the SLO heads the list.
     assert!(
-        w.ranked
-            .iter()
-            .filter(|j| keeps_slo(j))
-            .all(first_weights_missed)
+        w.ranked.iter().all(first_weights_missed),
+        "{}",
+        verdict::text(&r)
     );
+    assert!(keeps_slo(&w.ranked[0]), "{}", verdict::text(&r));
 }
 
 #[test]

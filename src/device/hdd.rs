@@ -256,6 +256,7 @@ impl HddDevice {
             request,
             submitted,
             finish,
+            busy: Some(finish - t),
         });
     }
 }
@@ -394,5 +395,34 @@ mod tests {
         let sptf = elapsed(32);
         // The 4 ms transfers are the same in both; positioning is what SPTF saves.
         assert!(sptf * 3 < fifo * 2, "sptf {sptf} fifo {fifo}");
+    }
+
+    #[test]
+    fn each_request_carries_the_heads_time_it_took_and_they_add_up_to_the_busy_time() {
+        use rand::{RngExt, SeedableRng};
+        let mut d = HddDevice::new(params(8));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for id in 0..50 {
+            let off = rng.random_range(0..d.capacity_bytes() / 4096) * 4096;
+            let len = [512, 4096, 65536][id as usize % 3];
+            assert_eq!(
+                d.submit(&req(id, off, len), id * 1_000_000),
+                Submitted::Queued
+            );
+        }
+        let done = crate::device::drain(&mut d);
+        assert_eq!(done.len(), 50);
+        let busy: u64 = done.iter().map(|f| f.busy.expect("a disk measures")).sum();
+        assert_eq!(Some(busy), d.stats().busy_ns);
+        // One head: a request's time ends at its finish and none overlaps the next.
+        for pair in done.windows(2) {
+            let b = pair[1].busy.unwrap();
+            assert!(pair[1].finish - b >= pair[0].finish, "{pair:?}");
+        }
+        // A request alone takes what the model says it takes.
+        let mut one = HddDevice::new(params(1));
+        assert_eq!(one.submit(&req(0, 0, 4096), 0), Submitted::Queued);
+        let f = crate::device::drain(&mut one)[0];
+        assert_eq!(f.busy, Some(f.finish));
     }
 }

@@ -53,6 +53,10 @@ pub struct Finished {
     pub submitted: Nanos,
     /// When the device finished it.
     pub finish: Nanos,
+    /// The time its heads spent on it, for a model that measures it (a disk: from
+    /// choosing it to finishing it; an array: its members' parts, over the members),
+    /// so that the requests' times add up to [`DeviceStats::busy_ns`].
+    pub busy: Option<Nanos>,
 }
 
 /// Simulated timing of a device.

@@ -111,6 +111,8 @@ struct Parent {
     submitted: Nanos,
     parts_left: u32,
     finish: Nanos,
+    /// The members' heads' time on its parts so far.
+    busy: Nanos,
 }
 
 /// A part's place: which parent slot it belongs to is its request id.
@@ -212,6 +214,7 @@ impl Raid0Device {
     }
 
     fn part_done(&mut self, slot: usize, at: Nanos) {
+        let members = self.members.len() as Nanos;
         let p = self.parents[slot].as_mut().expect("live parent");
         p.parts_left -= 1;
         p.finish = p.finish.max(at);
@@ -222,6 +225,7 @@ impl Raid0Device {
                 request: p.request,
                 submitted: p.submitted,
                 finish: p.finish,
+                busy: Some(p.busy / members),
             });
         }
     }
@@ -261,6 +265,8 @@ impl Raid0Device {
                     self.members[m].advance(t, &mut finished);
                     for f in finished.drain(..) {
                         let slot = f.request.id as usize;
+                        self.parents[slot].as_mut().expect("live parent").busy +=
+                            f.busy.expect("a member disk measures its heads' time");
                         if f.request.op == Op::Read {
                             let at = self.cross(m, f.request.len, f.finish, true);
                             self.seq += 1;
@@ -302,6 +308,7 @@ impl DeviceModel for Raid0Device {
             submitted: now,
             parts_left: parts.len() as u32,
             finish: now,
+            busy: 0,
         });
         for (member, offset, len) in parts {
             let data = if request.op == Op::Write { len } else { 0 };
@@ -409,6 +416,39 @@ mod tests {
         );
         // Unit 5 is the second unit on member 1.
         assert_eq!(d.split(5 * 8192, 8192), vec![(1, 8192, 8192)]);
+    }
+
+    #[test]
+    fn a_request_carries_its_parts_heads_time_over_the_members() {
+        let mut d = Raid0Device::new(small());
+        // Three parts (members 0, 1, 2), and one on member 3 alone.
+        let a = Request {
+            id: 1,
+            ..req(Op::Write, 4096, 16384)
+        };
+        let b = Request {
+            id: 2,
+            ..req(Op::Read, 3 * 8192, 4096)
+        };
+        assert_eq!(d.submit(&a, 0), Submitted::Queued);
+        assert_eq!(d.submit(&b, 0), Submitted::Queued);
+        let done = crate::device::drain(&mut d);
+        assert_eq!(done.len(), 2);
+        let busy: u64 = done
+            .iter()
+            .map(|f| f.busy.expect("an array measures"))
+            .sum();
+        // The array's busy time is its members' mean; each request's share of it is
+        // its parts' time over the members (rounded down, a nanosecond a request).
+        let total = d.stats().busy_ns.unwrap();
+        assert!(busy <= total && total - busy <= 2, "{busy} {total}");
+        let member_time = |offset: u64, len: u32, op: Op| {
+            let mut m = HddDevice::new(small().member);
+            assert_eq!(m.submit(&req(op, offset, len), 0), Submitted::Queued);
+            crate::device::drain(&mut m)[0].busy.unwrap()
+        };
+        let b_done = done.iter().find(|f| f.request.id == 2).unwrap();
+        assert_eq!(b_done.busy, Some(member_time(0, 4096, Op::Read) / 4));
     }
 
     #[test]

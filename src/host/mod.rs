@@ -65,6 +65,10 @@ pub trait Observer {
     fn dispatched(&mut self, request: &Request, now: Nanos);
     /// A request on the device finished.
     fn completed(&mut self, completion: &Completion, status: Status);
+    /// The device measured what `request` took of it (a disk's, an array's heads'
+    /// time, ns): told just before its [`Observer::completed`], which then counts this
+    /// as its device time in place of the cost model's price.
+    fn measured(&mut self, _request: &Request, _device_ns: Nanos) {}
 }
 
 /// An observer that records nothing.
@@ -77,6 +81,10 @@ impl Observer for () {
 
 /// Two observers seeing the same events, the first first.
 impl<A: Observer, B: Observer> Observer for (A, B) {
+    fn measured(&mut self, request: &Request, device_ns: Nanos) {
+        self.0.measured(request, device_ns);
+        self.1.measured(request, device_ns);
+    }
     fn held_back(&mut self, request: &Request, now: Nanos) {
         self.0.held_back(request, now);
         self.1.held_back(request, now);
@@ -101,6 +109,11 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
 
 /// An optional observer (`serve --out` records only when asked).
 impl<O: Observer> Observer for Option<O> {
+    fn measured(&mut self, request: &Request, device_ns: Nanos) {
+        if let Some(o) = self {
+            o.measured(request, device_ns);
+        }
+    }
     fn held_back(&mut self, request: &Request, now: Nanos) {
         if let Some(o) = self {
             o.held_back(request, now);

@@ -677,6 +677,12 @@ pub struct Recorder {
     /// Whether some request of the tenant waited in the host during each interval
     /// `[tenant][interval]`: one none of whose requests waited had all it asked for.
     waited_bins: Vec<Vec<bool>>,
+    /// What the device measured of the request completing next ([`Observer::measured`]):
+    /// its id and the device time it took.
+    measured: Option<(u64, Nanos)>,
+    /// The cost model's price of what completed in the window, ns: the device work
+    /// (where the device measures its own time, the tenants' device time is that).
+    model_ns: u64,
 }
 
 impl Recorder {
@@ -709,6 +715,8 @@ impl Recorder {
             phase_starts: vec![0],
             busy_bins: vec![vec![0; bins]; n],
             waited_bins: vec![vec![false; bins]; n],
+            measured: None,
+            model_ns: 0,
         }
         .with_phases(&[0])
     }
@@ -902,8 +910,10 @@ impl Recorder {
     }
 
     /// A request completed.
+    /// `c` completed; `measured`: the device time the device measured it took (else
+    /// the cost model's price is counted).
     #[inline]
-    fn served(&mut self, c: &Completion) {
+    fn served(&mut self, c: &Completion, measured: Option<Nanos>) {
         self.completed += 1;
         let (start, end) = (self.start, self.end);
         let t = &mut self.tenants[c.request.tenant as usize];
@@ -944,7 +954,9 @@ impl Recorder {
         }
         let bytes = c.request.len as u64;
         t.bytes += bytes;
-        t.device_ns += c.request.cost;
+        let device_ns = measured.unwrap_or(c.request.cost);
+        t.device_ns += device_ns;
+        self.model_ns += c.request.cost;
         t.ios += 1;
         t.hist.saturating_record(lat.max(1));
         if let Some(rt) = t.slo_rt {
@@ -958,7 +970,7 @@ impl Recorder {
         self.series.bytes[tid][bin] += bytes;
         self.series.ios[tid][bin] += 1;
         self.series.latency_sum_ns[tid][bin] += lat;
-        self.series.device_ns[tid][bin] += c.request.cost;
+        self.series.device_ns[tid][bin] += device_ns;
     }
 
     /// Summarises the run.
@@ -1037,7 +1049,7 @@ impl Recorder {
             variant: String::new(),
             currency: policy.currency,
             total_bandwidth_bytes_per_s: total_bw,
-            device_work_rate: total_device / 1e9 / secs,
+            device_work_rate: self.model_ns as f64 / 1e9 / secs,
             share_error: share_error(&device_time, &entitled, &judged_device),
             interval_share_error,
             intervals_judged,
@@ -1335,9 +1347,27 @@ impl Observer for Recorder {
     }
 
     #[inline]
+    fn measured(&mut self, request: &Request, device_ns: Nanos) {
+        assert!(
+            self.measured.is_none(),
+            "request {} measured before request {:?} completed",
+            request.id,
+            self.measured.map(|(id, _)| id)
+        );
+        self.measured = Some((request.id, device_ns));
+    }
+
+    #[inline]
     fn completed(&mut self, completion: &Completion, status: Status) {
+        let measured = self.measured.take();
+        assert!(
+            measured.is_none_or(|(id, _)| id == completion.request.id),
+            "request {} completed after request {:?} was measured",
+            completion.request.id,
+            measured.map(|(id, _)| id)
+        );
         match status {
-            Status::Ok => self.served(completion),
+            Status::Ok => self.served(completion, measured.map(|(_, ns)| ns)),
             // A failed request moved no data: the report counts it as not served.
             Status::Failed => self.not_served(&completion.request, completion.finish),
         }
@@ -1432,11 +1462,11 @@ mod tests {
         let mut r = Recorder::new(&specs, 0, 2 * s, s);
         for (t, arr, fin) in [(0, 0, 500_000), (0, 10, 2_000_010), (1, 0, s + 5)] {
             r.arrive(t, arr);
-            r.served(&done(t, 4096, arr, fin));
+            r.served(&done(t, 4096, arr, fin), None);
         }
         // Completion after the end is not measured.
         r.arrive(1, s + 10);
-        r.served(&done(1, 4096, s + 10, 3 * s));
+        r.served(&done(1, 4096, s + 10, 3 * s), None);
         let res = r.finish(
             "none",
             &specs,
@@ -1462,6 +1492,55 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_device_time_replaces_the_price_in_the_shares_not_in_the_work() {
+        let specs = [
+            TenantSpec::weighted("a", 1.0),
+            TenantSpec::weighted("b", 1.0),
+        ];
+        let s = 1_000_000_000;
+        let mut r = Recorder::new(&specs, 0, s, s);
+        let priced = |id: u64, tenant: u32, cost: Nanos| {
+            let mut c = done(tenant, 4096, 0, 1_000);
+            c.request.id = id;
+            c.request.cost = cost;
+            c
+        };
+        r.arrive(0, 0);
+        r.arrive(1, 0);
+        // a's request priced 100 µs took the heads 300 µs; b's, unmeasured, its price.
+        r.measured(&priced(1, 0, 100_000).request, 300_000);
+        r.completed(&priced(1, 0, 100_000), Status::Ok);
+        r.completed(&priced(2, 1, 100_000), Status::Ok);
+        let res = r.finish(
+            "none",
+            &specs,
+            &[],
+            DeviceStats::default(),
+            0.0,
+            Observation::default(),
+        );
+        assert_eq!(res.tenants[0].device_time_s, 300e-6);
+        assert_eq!(res.tenants[1].device_time_s, 100e-6);
+        assert_eq!(res.timeseries.device_ns[0], vec![300_000]);
+        assert!((res.tenants[0].device_share - 0.75).abs() < 1e-12);
+        // The work done is the two requests at the model's price.
+        assert!((res.device_work_rate - 200e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    #[should_panic(expected = "request 2 completed after request Some(1) was measured")]
+    fn a_measurement_of_another_request_than_the_one_completing_is_a_bug() {
+        let specs = [TenantSpec::weighted("a", 1.0)];
+        let mut r = Recorder::new(&specs, 0, 1_000_000_000, 1_000_000_000);
+        let mut c = done(0, 4096, 0, 1_000);
+        c.request.id = 1;
+        r.arrive(0, 0);
+        r.measured(&c.request, 5);
+        c.request.id = 2;
+        r.completed(&c, Status::Ok);
+    }
+
+    #[test]
     fn an_open_run_grows_its_intervals_and_ends_where_it_is_closed() {
         let specs = [
             TenantSpec::weighted("a", 1.0),
@@ -1471,7 +1550,7 @@ mod tests {
         let mut r = Recorder::open(&specs, 0, s);
         for (t, arr, fin) in [(0, 0, 10), (1, 2 * s, 2 * s + 7), (1, 2 * s, 3 * s - 1)] {
             r.arrive(t, arr);
-            r.served(&done(t, 4096, arr, fin));
+            r.served(&done(t, 4096, arr, fin), None);
         }
         // Closed at 4.5 s: five intervals, the last two empty.
         r.end_at(4 * s + s / 2);
@@ -1502,11 +1581,11 @@ mod tests {
         // before warm-up (not counted).
         for (arr, fin) in [(s / 2, s / 2 + 1000), (s - 100, s + 2_000_000), (0, 10)] {
             r.arrive(0, arr);
-            r.served(&done(0, 4096, arr, fin));
+            r.served(&done(0, 4096, arr, fin), None);
         }
         // Phase 2: one in time, one refused, one arriving too late to be judged.
         r.arrive(0, s + 10);
-        r.served(&done(0, 4096, s + 10, s + 20));
+        r.served(&done(0, 4096, s + 10, s + 20), None);
         r.arrive(0, s + 30);
         r.not_served(&done(0, 4096, s + 30, 0).request, s + 30);
         r.arrive(0, 2 * s - 10);

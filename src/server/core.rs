@@ -291,6 +291,9 @@ struct Live {
     /// Emulated backend: when the device model finishes the request (`None` while a
     /// deferring model has not decided yet).
     model_finish: Option<Nanos>,
+    /// Emulated backend: the device time the model measured it took (a disk's, an
+    /// array's heads' time), counted in place of its price.
+    model_busy: Option<Nanos>,
     /// Emulated backend: the reply's error once the data I/O is done, while the model's
     /// finish time is still ahead.
     io_result: Option<u32>,
@@ -1350,6 +1353,7 @@ impl EngineCore {
                     start: None,
                     work,
                     model_finish: None,
+                    model_busy: None,
                     io_result: None,
                     abandoned: false,
                 };
@@ -1542,6 +1546,7 @@ impl EngineCore {
                 .get_mut(&f.request.id)
                 .expect("modelled a known request");
             l.model_finish = Some(f.finish);
+            l.model_busy = f.busy;
             if l.abandoned {
                 // Answered past the backend timeout; dropped once its I/O is back too.
                 if l.io_result.is_some() {
@@ -1583,6 +1588,9 @@ impl EngineCore {
         } else {
             Status::Failed
         };
+        if let Some(busy) = l.model_busy {
+            crate::host::Observer::measured(self.host.observer_mut(), &l.request, busy);
+        }
         self.host.complete(&c, status, t);
         let data = match l.work {
             Work::Io(io) if error == 0 => io.into_read_data(),

@@ -139,6 +139,15 @@ impl<O: Observer> Observer for Checker<O> {
         self.completed += 1;
         self.inner.completed(completion, status);
     }
+
+    fn measured(&mut self, request: &Request, device_ns: Nanos) {
+        assert!(
+            matches!(self.states.get(&request.id), Some(State::InFlight(_))),
+            "request {} measured while not on the device",
+            request.id
+        );
+        self.inner.measured(request, device_ns);
+    }
 }
 
 /// Checks a run between two events (see the module docs); panics with what broke.

@@ -246,6 +246,9 @@ impl<O: Observer> Run<'_, O> {
                 let mut finished = std::mem::take(&mut self.finished);
                 self.device.advance(now, &mut finished);
                 for f in finished.drain(..) {
+                    if let Some(busy) = f.busy {
+                        self.host.observer_mut().measured(&f.request, busy);
+                    }
                     self.complete(f.request, f.submitted, now);
                 }
                 self.finished = finished;

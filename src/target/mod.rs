@@ -683,6 +683,7 @@ impl RingDevice {
             request: *request,
             submitted: now,
             finish: now,
+            busy: None,
         });
         Submitted::Queued
     }
@@ -719,6 +720,7 @@ impl RingDevice {
                         request: s.request,
                         submitted: s.submitted,
                         finish: now,
+                        busy: None,
                     });
                     if let Some(buf) = s.transfer.into_write_data() {
                         self.spare.push(buf);
@@ -737,6 +739,7 @@ impl RingDevice {
                         request: s.request,
                         submitted: s.submitted,
                         finish: now,
+                        busy: None,
                     });
                 }
             }
