@@ -84,6 +84,8 @@ fn results_follow_the_json_contract() {
         "name",
         "weight",
         "bytes",
+        "ios",
+        "arrived",
         "iops",
         "bandwidth_bytes_per_s",
         "share",

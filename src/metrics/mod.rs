@@ -106,6 +106,9 @@ pub struct TenantResult {
     pub bytes: u64,
     /// Requests completed in the measured span.
     pub ios: u64,
+    /// Requests that arrived in the measured span (what it asked; for an open-loop
+    /// tenant, its demand).
+    pub arrived: u64,
     /// Requests completed per second.
     pub iops: f64,
     /// Bytes completed per second.
@@ -1090,6 +1093,7 @@ impl Recorder {
             workload,
             bytes: t.bytes,
             ios: t.ios,
+            arrived: t.arrived,
             iops: t.ios as f64 / x.secs,
             bandwidth_bytes_per_s: x.bw[i],
             share: if x.total_bw > 0.0 {
@@ -1480,6 +1484,9 @@ mod tests {
         assert_eq!(res.phases[0].iops, 1.5);
         assert_eq!(res.tenants[0].bytes, 8192);
         assert_eq!(res.tenants[1].bytes, 4096);
+        // b's second request arrived in the span and completed after it.
+        assert_eq!((res.tenants[0].ios, res.tenants[0].arrived), (2, 2));
+        assert_eq!((res.tenants[1].ios, res.tenants[1].arrived), (1, 2));
         assert_eq!(res.timeseries.bytes[0], vec![8192, 0]);
         assert_eq!(res.timeseries.bytes[1], vec![0, 4096]);
         assert_eq!(res.tenants[0].slo_satisfaction, Some(0.5));
