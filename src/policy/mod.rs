@@ -273,14 +273,44 @@ pub trait Policy: Send {
     }
 }
 
+impl PolicyError {
+    /// `name` is no policy: the error, with the registered name it most resembles
+    /// when one is within two edits (or differs only in case).
+    pub fn unknown(name: &str) -> Self {
+        let near = names()
+            .into_iter()
+            .map(|known| {
+                (
+                    strsim::levenshtein(&name.to_ascii_lowercase(), known),
+                    known,
+                )
+            })
+            .filter(|&(d, _)| d <= 2)
+            .min()
+            .map(|(_, known)| known);
+        PolicyError::Unknown {
+            name: name.to_string(),
+            near,
+            known: names().join(", "),
+        }
+    }
+}
+
+/// Whether a policy of this name is registered.
+pub fn is_registered(name: &str) -> bool {
+    registry().iter().any(|p| p.name == name)
+}
+
 /// Error building a policy from its configuration.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PolicyError {
     /// No policy has this name.
-    #[error("unknown policy '{name}' (known: {known})")]
+    #[error("unknown policy '{name}'{} (known: {known})", match near { Some(n) => format!(": did you mean '{n}'?"), None => String::new() })]
     Unknown {
         /// The name asked for.
         name: String,
+        /// The known name closest to it, when one is close (a typing slip).
+        near: Option<&'static str>,
         /// Every known policy name, comma-separated.
         known: String,
     },
@@ -802,10 +832,7 @@ pub fn build_on(
     let info = registry()
         .iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| PolicyError::Unknown {
-            name: name.to_string(),
-            known: names().join(", "),
-        })?;
+        .ok_or_else(|| PolicyError::unknown(name))?;
     let mut params = PolicyParams::new(name, params)
         .with_device(device.copied())
         .with_actuators(actuators);
@@ -821,6 +848,24 @@ pub fn build_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_policy_is_told_the_name_it_resembles_if_any() {
+        let near = |name: &str| match PolicyError::unknown(name) {
+            PolicyError::Unknown { near, .. } => near,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(near("sfqq"), Some("sfq"));
+        assert_eq!(near("mClock"), Some("mclock"));
+        assert_eq!(near("fedbac"), Some("feedbac"));
+        assert_eq!(near("fifo"), None);
+        let text = PolicyError::unknown("fifo").to_string();
+        assert!(
+            text.starts_with("unknown policy 'fifo' (known: none, "),
+            "{text}"
+        );
+        assert!(is_registered("sfq") && !is_registered("sfqq"));
+    }
 
     /// Runs `p` through a seeded stream of arrivals over `tenants` tenants (a
     /// completion 50–400 µs after each dispatch, at most 8 in the device) and answers

@@ -946,7 +946,17 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
     }
     let (drain_timeout, backend_stall, backend_timeout) = waits(&s)?;
     let policy = match s.policy {
-        Some(p) => p.choice().map_err(|e| e.within("server.policy"))?,
+        Some(p) => {
+            let choice = p.choice().map_err(|e| e.within("server.policy"))?;
+            // Named wrong, it is said here, where the error can name the line.
+            if !crate::policy::is_registered(&choice.name) {
+                return Err(Invalid::new(
+                    "server.policy",
+                    crate::policy::PolicyError::unknown(&choice.name).to_string(),
+                ));
+            }
+            choice
+        }
         None => PolicyChoice::named(crate::policy::DEFAULT_POLICY),
     };
     let unix = match (s.unix, &s.tcp) {
@@ -1356,6 +1366,19 @@ fn storage(
         )),
         (BackendKind::File, Some(f), None) => {
             let path = at(f.clone());
+            if t.create
+                && let Some(folder) = path.parent().filter(|d| !d.as_os_str().is_empty())
+                && !path.exists()
+                && !folder.is_dir()
+            {
+                return Err(Invalid::new(
+                    "file",
+                    format!(
+                        "its folder {} does not exist: create = true makes the image file, not its folders (mkdir -p {0})",
+                        folder.display()
+                    ),
+                ));
+            }
             // A size that differs from an existing image's is refused when the image
             // is opened (`BackendError::SizeDiffers`), unless the tenant says resize.
             let size = match size {
@@ -2101,6 +2124,31 @@ mod tests {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_misspelt_policy_and_a_missing_folder_are_said_at_their_lines() {
+        let text = "[server]\npolicy = 'sfqq'\n[[tenant]]\nname='a'\nfile='a'\nsize='1m'\n";
+        let e = ServerConfig::parse(text, Path::new("/srv")).unwrap_err();
+        let e = crate::config::located(e, text, "serve.toml").to_string();
+        assert!(
+            e.starts_with(
+                "serve.toml:2: server.policy: unknown policy 'sfqq': did you mean 'sfq'?"
+            ),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[[tenant]]\nname='a'\nfile='vms/a.img'\nsize='1m'\ncreate=true\n";
+        let e = ServerConfig::parse(text, dir.path()).unwrap_err();
+        let e = crate::config::located(e, text, "serve.toml").to_string();
+        assert!(
+            e.starts_with("serve.toml:3: tenant 1 ('a').file: its folder "),
+            "{e}"
+        );
+        assert!(e.contains("not its folders (mkdir -p "), "{e}");
+        // With the folder there, the image is the server's to create.
+        std::fs::create_dir(dir.path().join("vms")).unwrap();
+        assert!(ServerConfig::parse(text, dir.path()).is_ok());
     }
 
     #[test]
