@@ -413,6 +413,14 @@ pub enum BackendError {
         /// The tenant's.
         size: u64,
     },
+    /// An image to create whose folder does not exist.
+    #[error("{}: its folder {} does not exist: create = true makes the image file, not its folders (mkdir -p {1})", path.display(), folder.display())]
+    NoFolder {
+        /// The image.
+        path: PathBuf,
+        /// Its folder.
+        folder: PathBuf,
+    },
     /// A tenant's image is missing and it does not say `create = true`.
     #[error("{}: no such image; set create = true on the tenant to create it (a missing image is not served as a blank disk)", path.display())]
     Missing {
@@ -604,6 +612,15 @@ fn open_sized(
         .map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound && !create {
                 BackendError::Missing { path: path_buf() }
+            } else if source.kind() == std::io::ErrorKind::NotFound
+                && let Some(folder) = path
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+            {
+                BackendError::NoFolder {
+                    path: path_buf(),
+                    folder: folder.to_path_buf(),
+                }
             } else if block && source.raw_os_error() == Some(libc::EBUSY) {
                 BackendError::Busy { path: path_buf() }
             } else {
@@ -767,6 +784,27 @@ mod tests {
             "writeback: no O_DIRECT"
         );
         files.sync_all().unwrap();
+    }
+
+    #[test]
+    fn an_image_to_create_in_a_missing_folder_names_the_folder_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[[tenant]]\nname = 'a'\nfile = 'vms/a.img'\ncreate = true\nsize = '1m'\n";
+        let config = ServerConfig::parse(text, dir.path()).unwrap();
+        let e = Files::open(&config).err().unwrap();
+        let folder = dir.path().join("vms");
+        assert!(
+            matches!(&e, BackendError::NoFolder { path, folder: f }
+                if *path == folder.join("a.img") && *f == folder),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with(&format!("not its folders (mkdir -p {})", folder.display())),
+            "{e}"
+        );
+        std::fs::create_dir(&folder).unwrap();
+        assert!(Files::open(&config).is_ok());
     }
 
     /// A size that differs from an existing image's is refused unless the tenant says

@@ -879,6 +879,22 @@ pub fn default_threads() -> u32 {
 /// `server.max_inflight_bytes` by default.
 pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 512 << 20;
 
+/// `server.policy`, or the default; a name no policy has is said here, where the error
+/// can name the line.
+fn policy_of(entry: Option<PolicyEntry>) -> Result<PolicyChoice, Invalid> {
+    let Some(p) = entry else {
+        return Ok(PolicyChoice::named(crate::policy::DEFAULT_POLICY));
+    };
+    let choice = p.choice().map_err(|e| e.within("server.policy"))?;
+    if !crate::policy::is_registered(&choice.name) {
+        return Err(Invalid::new(
+            "server.policy",
+            crate::policy::PolicyError::unknown(&choice.name).to_string(),
+        ));
+    }
+    Ok(choice)
+}
+
 fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Server, Invalid> {
     let field = |name: &str, problem: String| Invalid::new(format!("server.{name}"), problem);
     let tls = tls_section(&s, at)?;
@@ -945,20 +961,7 @@ fn server_section(s: ServerFile, at: &impl Fn(PathBuf) -> PathBuf) -> Result<Ser
         ));
     }
     let (drain_timeout, backend_stall, backend_timeout) = waits(&s)?;
-    let policy = match s.policy {
-        Some(p) => {
-            let choice = p.choice().map_err(|e| e.within("server.policy"))?;
-            // Named wrong, it is said here, where the error can name the line.
-            if !crate::policy::is_registered(&choice.name) {
-                return Err(Invalid::new(
-                    "server.policy",
-                    crate::policy::PolicyError::unknown(&choice.name).to_string(),
-                ));
-            }
-            choice
-        }
-        None => PolicyChoice::named(crate::policy::DEFAULT_POLICY),
-    };
+    let policy = policy_of(s.policy)?;
     let unix = match (s.unix, &s.tcp) {
         (Some(u), _) => Some(at(u)),
         (None, Some(_)) => None,
@@ -1366,19 +1369,6 @@ fn storage(
         )),
         (BackendKind::File, Some(f), None) => {
             let path = at(f.clone());
-            if t.create
-                && let Some(folder) = path.parent().filter(|d| !d.as_os_str().is_empty())
-                && !path.exists()
-                && !folder.is_dir()
-            {
-                return Err(Invalid::new(
-                    "file",
-                    format!(
-                        "its folder {} does not exist: create = true makes the image file, not its folders (mkdir -p {0})",
-                        folder.display()
-                    ),
-                ));
-            }
             // A size that differs from an existing image's is refused when the image
             // is opened (`BackendError::SizeDiffers`), unless the tenant says resize.
             let size = match size {
@@ -2127,7 +2117,7 @@ mod tests {
     }
 
     #[test]
-    fn a_misspelt_policy_and_a_missing_folder_are_said_at_their_lines() {
+    fn a_misspelt_policy_is_said_at_its_line_with_the_name_it_resembles() {
         let text = "[server]\npolicy = 'sfqq'\n[[tenant]]\nname='a'\nfile='a'\nsize='1m'\n";
         let e = ServerConfig::parse(text, Path::new("/srv")).unwrap_err();
         let e = crate::config::located(e, text, "serve.toml").to_string();
@@ -2137,18 +2127,6 @@ mod tests {
             ),
             "{e}"
         );
-        let dir = tempfile::tempdir().unwrap();
-        let text = "[[tenant]]\nname='a'\nfile='vms/a.img'\nsize='1m'\ncreate=true\n";
-        let e = ServerConfig::parse(text, dir.path()).unwrap_err();
-        let e = crate::config::located(e, text, "serve.toml").to_string();
-        assert!(
-            e.starts_with("serve.toml:3: tenant 1 ('a').file: its folder "),
-            "{e}"
-        );
-        assert!(e.contains("not its folders (mkdir -p "), "{e}");
-        // With the folder there, the image is the server's to create.
-        std::fs::create_dir(dir.path().join("vms")).unwrap();
-        assert!(ServerConfig::parse(text, dir.path()).is_ok());
     }
 
     #[test]

@@ -436,7 +436,17 @@ fn detect(input: &mut Box<dyn BufRead + Send>) -> Result<Format, String> {
         .fill_buf()
         .map_err(|e| format!("cannot read it: {e}"))?;
     let end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
-    let first = String::from_utf8_lossy(&head[..end]).into_owned();
+    let line = &head[..end];
+    // A text trace's first line is printable: anything else is said, not echoed.
+    let text = std::str::from_utf8(line)
+        .is_ok_and(|l| !l.chars().any(|c| c.is_control() && c != '\t' && c != '\r'));
+    if !text {
+        return Err(
+            "not a text trace: its first line holds binary data (traces are read as text, one request a line, plain or gzip- or zstd-compressed; `ioshare trace stats --help` names the formats)"
+                .to_string(),
+        );
+    }
+    let first = String::from_utf8_lossy(line).into_owned();
     formats::detect(&first).ok_or_else(|| {
         format!(
             "cannot tell its format from its first line '{}': name it (format = \"msr\", --format msr)",

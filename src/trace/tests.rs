@@ -125,6 +125,24 @@ fn the_format_is_recognised_from_the_first_line() {
         e.to_string().starts_with("x.csv: cannot tell its format"),
         "{e}"
     );
+    // Binary data is said to be binary, not printed back.
+    let garbage: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+    let input: Box<dyn BufRead + Send> = Box::new(Cursor::new(garbage));
+    let e = Reader::from_input(
+        input,
+        "g.bin".into(),
+        None,
+        Select::default(),
+        OnError::Stop,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.starts_with("g.bin: not a text trace: its first line holds binary data"),
+        "{e}"
+    );
+    assert!(e.is_ascii(), "{e}");
 }
 
 #[test]
