@@ -1444,7 +1444,7 @@ fn a_missing_image_is_an_error_unless_created() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("gone.img: no such image; set create = true"),
+        err.contains("tenant 'x': ") && err.contains("gone.img: no such image; set create = true"),
         "{err}"
     );
     assert!(!dir.path().join("gone.img").exists(), "nothing created");

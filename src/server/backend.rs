@@ -188,7 +188,10 @@ impl Files {
             f.shared = Some((buffered, direct));
         }
         for t in &config.tenants {
-            let target = f.target_of(t)?;
+            let target = f.target_of(t).map_err(|e| BackendError::OfTenant {
+                tenant: t.spec.name.clone(),
+                inner: Box::new(e),
+            })?;
             f.targets.push(target);
         }
         Ok(())
@@ -413,6 +416,14 @@ pub enum BackendError {
         /// The tenant's.
         size: u64,
     },
+    /// What went wrong with a tenant's image at start, and whose it was.
+    #[error("tenant '{tenant}': {inner}")]
+    OfTenant {
+        /// The tenant's name.
+        tenant: String,
+        /// What went wrong.
+        inner: Box<BackendError>,
+    },
     /// An image to create whose folder does not exist.
     #[error("{}: its folder {} does not exist: create = true makes the image file, not its folders (mkdir -p {1})", path.display(), folder.display())]
     NoFolder {
@@ -504,6 +515,16 @@ pub enum BackendError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+impl BackendError {
+    /// What went wrong, without whose image it was.
+    pub fn cause(&self) -> &BackendError {
+        match self {
+            BackendError::OfTenant { inner, .. } => inner.cause(),
+            other => other,
+        }
+    }
 }
 
 /// What the shared file must hold (its regions' end, at least `size`), and the cache
@@ -794,7 +815,7 @@ mod tests {
         let e = Files::open(&config).err().unwrap();
         let folder = dir.path().join("vms");
         assert!(
-            matches!(&e, BackendError::NoFolder { path, folder: f }
+            matches!(e.cause(), BackendError::NoFolder { path, folder: f }
                 if *path == folder.join("a.img") && *f == folder),
             "{e}"
         );
@@ -882,7 +903,7 @@ mod tests {
         let Err(e) = Files::open(&config) else {
             panic!("an empty disk served in place of a deleted one")
         };
-        assert!(matches!(e, BackendError::Vanished { .. }), "{e}");
+        assert!(matches!(e.cause(), BackendError::Vanished { .. }), "{e}");
         assert!(
             e.to_string()
                 .contains("new.img: missing, but a server created or served it before"),
