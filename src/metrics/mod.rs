@@ -1471,14 +1471,7 @@ mod tests {
         // Completion after the end is not measured.
         r.arrive(1, s + 10);
         r.served(&done(1, 4096, s + 10, 3 * s), None);
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         assert_eq!(res.sim.requests, 4);
         assert_eq!(res.phases.len(), 1);
         assert_eq!(res.phases[0].iops, 1.5);
@@ -1518,14 +1511,7 @@ mod tests {
         r.measured(&priced(1, 0, 100_000).request, 300_000);
         r.completed(&priced(1, 0, 100_000), Status::Ok);
         r.completed(&priced(2, 1, 100_000), Status::Ok);
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         assert_eq!(res.tenants[0].device_time_s, 300e-6);
         assert_eq!(res.tenants[1].device_time_s, 100e-6);
         assert_eq!(res.timeseries.device_ns[0], vec![300_000]);
@@ -1561,14 +1547,7 @@ mod tests {
         }
         // Closed at 4.5 s: five intervals, the last two empty.
         r.end_at(4 * s + s / 2);
-        let res = r.finish(
-            "none",
-            &specs,
-            &[],
-            DeviceStats::default(),
-            0.0,
-            Observation::default(),
-        );
+        let res = finish(r, &specs);
         assert_eq!(res.timeseries.bytes[0], vec![4096, 0, 0, 0, 0]);
         assert_eq!(res.timeseries.bytes[1], vec![0, 0, 8192, 0, 0]);
         assert_eq!(res.timeseries.ios[1], vec![0, 0, 2, 0, 0]);
